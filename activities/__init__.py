@@ -1,0 +1,1 @@
+"""Every side effect of a preemption: cluster reads and writes, ledger appends."""

@@ -1,0 +1,153 @@
+"""A preemption decision and its rationale: what the planner chose and why, as plain data.
+
+The JSON form is the planner contract of `preemptctl plan` and the payload the ledger keeps
+for a decision, so its field names are part of the product's interface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from preemption.objects import Pod
+
+PLANNER_VERSION = "1"
+
+
+class Outcome(StrEnum):
+    PREEMPT = "Preempt"
+    FITS_WITHOUT_PREEMPTION = "FitsWithoutPreemption"
+    INELIGIBLE = "Ineligible"
+    UNSCHEDULABLE = "Unschedulable"
+
+
+class Strategy(StrEnum):
+    DEFAULT = "default"
+    CRITICAL_ADMISSION = "critical-admission"
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """A pod named the way every write to it must name it: namespace, name and UID."""
+
+    namespace: str
+    name: str
+    uid: str
+    priority: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def of(cls, pod: Pod) -> PodRef:
+        return cls(pod.namespace, pod.name, pod.uid, pod.priority)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+            "priority": self.priority,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NodeVerdict:
+    """What the dry run found on one node: a candidate (with victims) or why not."""
+
+    node: str
+    candidate: bool
+    reasons: tuple[str, ...] = ()
+    victims: tuple[PodRef, ...] = ()
+    num_pdb_violations: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {"node": self.node, "result": "candidate" if self.candidate else "rejected"}
+        if self.candidate:
+            shown["victims"] = [v.key for v in self.victims]
+            shown["numPDBViolations"] = self.num_pdb_violations
+        else:
+            shown["reasons"] = list(self.reasons)
+        return shown
+
+
+@dataclass(frozen=True, slots=True)
+class SelectionStep:
+    """One `pickOneNodeForPreemption` criterion and the candidates still tied after it."""
+
+    criterion: str
+    kept: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"criterion": self.criterion, "kept": list(self.kept)}
+
+
+@dataclass(slots=True)
+class Rationale:
+    """Why the planner decided as it did, node by node and criterion by criterion."""
+
+    strategy: Strategy
+    nodes_total: int = 0
+    filtered: dict[str, list[str]] = field(default_factory=dict)
+    unresolvable: dict[str, list[str]] = field(default_factory=dict)
+    fits: list[str] = field(default_factory=list)
+    potential_nodes: int = 0
+    offset: int = 0
+    candidates_wanted: int = 0
+    evaluated: list[NodeVerdict] = field(default_factory=list)
+    stopped_early: bool = False
+    selection: list[SelectionStep] = field(default_factory=list)
+    deciding_criterion: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {
+            "strategy": str(self.strategy),
+            "plannerVersion": PLANNER_VERSION,
+            "nodesTotal": self.nodes_total,
+            "filtered": self.filtered,
+            "unresolvable": self.unresolvable,
+        }
+        if self.fits:
+            shown["fits"] = self.fits
+        if self.strategy is Strategy.DEFAULT:
+            shown["dryRun"] = {
+                "potentialNodes": self.potential_nodes,
+                "offset": self.offset,
+                "candidatesWanted": self.candidates_wanted,
+                "evaluated": len(self.evaluated),
+                "stoppedEarly": self.stopped_early,
+            }
+        shown["evaluated"] = [verdict.to_json() for verdict in self.evaluated]
+        shown["selection"] = [step.to_json() for step in self.selection]
+        shown["decidingCriterion"] = self.deciding_criterion
+        shown.update(self.details)
+        return shown
+
+
+@dataclass(slots=True)
+class Decision:
+    """The planner's answer for one preemptor (see DESIGN.md, the planner contract)."""
+
+    preemptor: PodRef
+    status: Outcome
+    message: str
+    rationale: Rationale
+    nominated_node: str | None = None
+    victims: tuple[PodRef, ...] = ()
+    num_pdb_violations: int = 0
+    nominated_pods_to_clear: tuple[PodRef, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "preemptor": self.preemptor.key,
+            "status": str(self.status),
+            "nominatedNode": self.nominated_node,
+            "victims": [victim.to_json() for victim in self.victims],
+            "numPDBViolations": self.num_pdb_violations,
+            "nominatedPodsToClear": [pod.key for pod in self.nominated_pods_to_clear],
+            "message": self.message,
+            "rationale": self.rationale.to_json(),
+        }

@@ -1,0 +1,593 @@
+"""kube-scheduler's DefaultPreemption, step by step, over a `ClusterSnapshot`.
+
+`preempt` runs upstream's fixed sequence (`Evaluator.Preempt`): filter the nodes, check the
+preemptor is eligible, find the nodes where preemption might help, dry-run preemption on a
+window of them, pick one, and list the lower-priority nominations to clear. Each step is a
+function named for its upstream counterpart.
+
+Deliberate differences, all for reproducibility: the dry-run window's offset is derived from
+the preemptor's UID instead of drawn at random, the dry run walks the window in order (so its
+early stop is exact), and every remaining tie (equal importance, equal node score) is broken
+by name instead of by Go's map order or unstable sort.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from preemption.decision import (
+    Decision,
+    NodeVerdict,
+    Outcome,
+    PodRef,
+    Rationale,
+    SelectionStep,
+    Strategy,
+)
+from preemption.filters import (
+    ERR_PORTS,
+    SUCCESS,
+    Code,
+    Status,
+    node_ports,
+    node_resources_fit,
+    ports_conflict,
+    static_filters,
+)
+from preemption.objects import PREEMPT_NEVER, Pod, Resources
+from preemption.snapshot import ClusterSnapshot, NodeInfo, importance_key
+
+ERR_NO_VICTIMS = "No preemption victims found for incoming pod"
+ERR_NOT_HELPFUL = "Preemption is not helpful for scheduling"
+ERR_EXPECTED_VICTIM = "expected at least one victim pod on node"
+
+_UNLIMITED = 1 << 62
+_NEVER_STARTED = float("inf")  # upstream's GetPodStartTime falls back to "now": the newest
+_INT32_OFFSET = 2**31  # upstream adds MaxInt32+1 so negative priorities sum sensibly
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionArgs:
+    """`DefaultPreemptionArgs`: how many nodes the dry run looks at before it may stop."""
+
+    min_candidate_nodes_percentage: int = 10
+    min_candidate_nodes_absolute: int = 100
+
+
+@dataclass(slots=True)
+class Candidate:
+    """A node where preemption would make the preemptor fit, with the victims it takes."""
+
+    node: str
+    victims: list[Pod]
+    num_pdb_violations: int
+
+
+@dataclass(slots=True)
+class _Extra:
+    """What nominated pods of equal or higher priority add to a node (`addGENominatedPods`)."""
+
+    requests: Resources
+    count: int
+    ports: tuple
+
+    @classmethod
+    def of(cls, pods: Sequence[Pod]) -> _Extra:
+        total = Resources()
+        for pod in pods:
+            total = total + pod.requests
+        return cls(total, len(pods), tuple(p for pod in pods for p in pod.host_ports))
+
+
+_NO_EXTRA = _Extra(Resources(), 0, ())
+
+
+# -- the sequence ----------------------------------------------------------------------------
+
+
+def preempt(
+    snapshot: ClusterSnapshot, preemptor: Pod, args: PreemptionArgs | None = None
+) -> Decision:
+    """`Evaluator.Preempt`: the whole decision for one unschedulable pod."""
+    args = args or PreemptionArgs()
+    nodes = snapshot.nodes()
+    rationale = Rationale(Strategy.DEFAULT, nodes_total=len(nodes))
+    ref = PodRef.of(preemptor)
+
+    def decide(
+        status: Outcome,
+        message: str,
+        nominated_node: str | None = None,
+        victims: tuple[PodRef, ...] = (),
+        num_pdb_violations: int = 0,
+        nominated_pods_to_clear: tuple[PodRef, ...] = (),
+    ) -> Decision:
+        return Decision(
+            ref,
+            status,
+            message,
+            rationale,
+            nominated_node,
+            victims,
+            num_pdb_violations,
+            nominated_pods_to_clear,
+        )
+
+    if preemptor.node_name:
+        return decide(
+            Outcome.INELIGIBLE,
+            f"pod is already bound to node {preemptor.node_name}; the kubelet's admission "
+            "preemption (--strategy critical-admission) applies to bound pods",
+        )
+    if preemptor.terminating:
+        return decide(Outcome.INELIGIBLE, "pod is terminating")
+
+    statuses = filter_nodes(snapshot, preemptor)
+    _summarise_filters(rationale, statuses)
+    if rationale.fits:
+        return decide(
+            Outcome.FITS_WITHOUT_PREEMPTION,
+            f"fits without preemption on {len(rationale.fits)} node(s), first {rationale.fits[0]}",
+        )
+
+    eligible, why = pod_eligible_to_preempt_others(
+        snapshot, preemptor, statuses.get(preemptor.nominated_node_name)
+    )
+    if not eligible:
+        return decide(Outcome.INELIGIBLE, why)
+
+    potential = nodes_where_preemption_might_help(snapshot, statuses)
+    rationale.potential_nodes = len(potential)
+    if not potential:
+        return decide(
+            Outcome.UNSCHEDULABLE,
+            fit_error_message(len(nodes), statuses, {})
+            + " preemption: no node where removing pods would help.",
+        )
+
+    offset, wanted = offset_and_num_candidates(preemptor.uid, len(potential), args)
+    rationale.offset, rationale.candidates_wanted = offset, wanted
+    candidates, rejected = dry_run_preemption(
+        snapshot, preemptor, potential, offset, wanted, rationale
+    )
+    if not candidates:
+        return decide(Outcome.UNSCHEDULABLE, fit_error_message(len(nodes), statuses, rejected))
+
+    best = select_candidate(candidates, rationale)
+    victims = tuple(PodRef.of(pod) for pod in best.victims)
+    to_clear = tuple(
+        PodRef.of(pod) for pod in lower_priority_nominated_pods(snapshot, preemptor, best.node)
+    )
+    return decide(
+        Outcome.PREEMPT,
+        f"preempt {len(victims)} pod(s) on {best.node} ({best.num_pdb_violations} PDB "
+        f"violation(s)); chosen by {rationale.deciding_criterion} among "
+        f"{len(candidates)} candidate node(s)",
+        nominated_node=best.node,
+        victims=victims,
+        num_pdb_violations=best.num_pdb_violations,
+        nominated_pods_to_clear=to_clear,
+    )
+
+
+# -- step 0: the scheduling cycle's filter pass ------------------------------------------------
+
+
+def nominated_extra(snapshot: ClusterSnapshot, preemptor: Pod, node: str) -> _Extra:
+    """`addGENominatedPods`: pods nominated here with priority >= the preemptor's count as placed."""
+    nominated = [
+        pod
+        for pod in snapshot.nominated_pods(node)
+        if pod.priority >= preemptor.priority and pod.uid != preemptor.uid
+    ]
+    return _Extra.of(nominated) if nominated else _NO_EXTRA
+
+
+def filter_node(snapshot: ClusterSnapshot, preemptor: Pod, info: NodeInfo) -> Status:
+    """`RunFilterPluginsWithNominatedPods` on one node, as it stands."""
+    assert info.node is not None
+    status = static_filters(preemptor, info.node)
+    if not status.ok:
+        return status
+    extra = nominated_extra(snapshot, preemptor, info.name)
+    if preemptor.host_ports:
+        status = node_ports(preemptor.host_ports, [*info.used_ports(), *extra.ports])
+        if not status.ok:
+            return status
+    return node_resources_fit(
+        preemptor.requests, info.node, info.requested() + extra.requests, len(info.pods) + extra.count
+    )
+
+
+def filter_nodes(snapshot: ClusterSnapshot, preemptor: Pod) -> dict[str, Status]:
+    """The scheduling cycle's `Diagnosis.NodeToStatus`: each node's filter status."""
+    return {info.name: filter_node(snapshot, preemptor, info) for info in snapshot.nodes()}
+
+
+def _summarise_filters(rationale: Rationale, statuses: dict[str, Status]) -> None:
+    filtered: Counter[str] = Counter()
+    for name, status in statuses.items():
+        if status.ok:
+            rationale.fits.append(name)
+            continue
+        for reason in status.reasons:
+            filtered[reason] += 1
+        if status.code is Code.UNRESOLVABLE:
+            rationale.unresolvable.setdefault(status.reasons[0], []).append(name)
+    rationale.filtered = dict(sorted(filtered.items()))
+
+
+# -- step 1: eligibility --------------------------------------------------------------------------
+
+
+def pod_terminating_by_preemption(pod: Pod) -> bool:
+    """`podTerminatingByPreemption`: deleting, with DisruptionTarget/PreemptionByScheduler."""
+    return pod.terminating and pod.disrupted_by_scheduler
+
+
+def pod_eligible_to_preempt_others(
+    snapshot: ClusterSnapshot, preemptor: Pod, nominated_node_status: Status | None
+) -> tuple[bool, str]:
+    """`DefaultPreemption.PodEligibleToPreemptOthers`.
+
+    Not eligible with `preemptionPolicy: Never`, nor while a lower-priority pod that an
+    earlier preemption of this pod is evicting still terminates on its nominated node,
+    unless that node has since become unresolvable for it.
+    """
+    if preemptor.preemption_policy == PREEMPT_NEVER:
+        return False, "not eligible due to preemptionPolicy=Never."
+    nominated = preemptor.nominated_node_name
+    if nominated:
+        if nominated_node_status is not None and nominated_node_status.code is Code.UNRESOLVABLE:
+            return True, ""
+        info = snapshot.node(nominated)
+        if info is not None:
+            for pod in info.pods.values():
+                if pod.priority < preemptor.priority and pod_terminating_by_preemption(pod):
+                    return False, "not eligible due to a terminating pod on the nominated node."
+    return True, ""
+
+
+# -- step 2: candidates -------------------------------------------------------------------------
+
+
+def nodes_where_preemption_might_help(
+    snapshot: ClusterSnapshot, statuses: dict[str, Status]
+) -> list[NodeInfo]:
+    """`NodesForStatusCode(Unschedulable)`: nodes whose failure removing pods could cure."""
+    return [info for info in snapshot.nodes() if statuses[info.name].code is Code.UNSCHEDULABLE]
+
+
+def calculate_num_candidates(num_nodes: int, args: PreemptionArgs) -> int:
+    """`calculateNumCandidates`: a percentage of the nodes, at least an absolute floor."""
+    wanted = num_nodes * args.min_candidate_nodes_percentage // 100
+    wanted = max(wanted, args.min_candidate_nodes_absolute)
+    return min(wanted, num_nodes)
+
+
+def offset_and_num_candidates(uid: str, num_nodes: int, args: PreemptionArgs) -> tuple[int, int]:
+    """`GetOffsetAndNumCandidates`, with the offset derived from the preemptor's UID (upstream:
+    random) so the same pod in the same cluster always gets the same window."""
+    digest = hashlib.sha256(uid.encode()).digest()
+    offset = int.from_bytes(digest[:8], "big") % num_nodes
+    return offset, calculate_num_candidates(num_nodes, args)
+
+
+def dry_run_preemption(
+    snapshot: ClusterSnapshot,
+    preemptor: Pod,
+    potential: list[NodeInfo],
+    offset: int,
+    wanted: int,
+    rationale: Rationale,
+) -> tuple[list[Candidate], dict[str, Status]]:
+    """`Evaluator.DryRunPreemption`: select victims on each node from the offset on.
+
+    Candidates that violate no PDB come first. Like upstream, the walk stops once it has a
+    non-violating candidate and `wanted` candidates in all; walking in order (upstream walks
+    in parallel) makes that stop exact.
+    """
+    non_violating: list[Candidate] = []
+    violating: list[Candidate] = []
+    rejected: dict[str, Status] = {}
+    size = len(potential)
+    for step in range(size):
+        info = potential[(offset + step) % size]
+        victims, num_violations, status = select_victims_on_node(snapshot, preemptor, info)
+        if status.ok and victims:
+            candidate = Candidate(info.name, victims, num_violations)
+            (violating if num_violations else non_violating).append(candidate)
+            rationale.evaluated.append(
+                NodeVerdict(
+                    info.name,
+                    True,
+                    victims=tuple(PodRef.of(v) for v in victims),
+                    num_pdb_violations=num_violations,
+                )
+            )
+            if non_violating and len(non_violating) + len(violating) >= wanted:
+                rationale.stopped_early = step + 1 < size
+                break
+            continue
+        if status.ok:
+            status = Status(Code.UNSCHEDULABLE, (f"{ERR_EXPECTED_VICTIM} {info.name}",))
+        rejected[info.name] = status
+        rationale.evaluated.append(NodeVerdict(info.name, False, reasons=status.reasons))
+    return non_violating + violating, rejected
+
+
+def select_victims_on_node(
+    snapshot: ClusterSnapshot, preemptor: Pod, info: NodeInfo
+) -> tuple[list[Pod], int, Status]:
+    """`DefaultPreemption.SelectVictimsOnNode`: the fewest, least important pods to remove.
+
+    Remove every lower-priority pod; if the preemptor then fits, reprieve pods back one by
+    one (PDB-violating ones first, each group most important first) as long as it still fits.
+    Resource fit is checked incrementally: after removal the free capacity is known, and
+    reprieving a pod fits exactly when its request is within what is still free.
+    """
+    assert info.node is not None
+    potential = info.lower_priority_pods(preemptor.priority)
+    if not potential:
+        return [], 0, Status(Code.UNRESOLVABLE, (ERR_NO_VICTIMS,))
+
+    extra = nominated_extra(snapshot, preemptor, info.name)
+    removed = Resources()
+    for pod in potential:
+        removed = removed + pod.requests
+    free = _free_after_removal(preemptor, info, extra, removed, len(potential))
+    wanted_ports = preemptor.host_ports
+    if not free.fits() or (wanted_ports and _ports_blocked(preemptor, info, extra, potential)):
+        return [], 0, _why_not(preemptor, info, extra, removed, len(potential))
+
+    violating, non_violating = filter_pods_with_pdb_violation(potential, snapshot)
+    victims: list[Pod] = []
+    num_violating = 0
+    for group, counts_as_violation in ((violating, True), (non_violating, False)):
+        for pod in group:
+            if free.reprieve(pod, wanted_ports):
+                continue
+            victims.append(pod)
+            num_violating += counts_as_violation
+    if violating and non_violating:
+        victims.sort(key=importance_key)
+    return victims, num_violating, SUCCESS
+
+
+class _Free:
+    """Free capacity on a node for the preemptor's checked resources (others are unlimited)."""
+
+    __slots__ = ("cpu", "ephemeral", "memory", "scalars", "slots")
+
+    def __init__(
+        self, cpu: int, memory: int, ephemeral: int, scalars: dict[str, int], slots: int
+    ) -> None:
+        self.cpu, self.memory, self.ephemeral = cpu, memory, ephemeral
+        self.scalars = scalars
+        self.slots = slots
+
+    def fits(self) -> bool:
+        return (
+            self.slots >= 0
+            and self.cpu >= 0
+            and self.memory >= 0
+            and self.ephemeral >= 0
+            and all(amount >= 0 for amount in self.scalars.values())
+        )
+
+    def reprieve(self, pod: Pod, wanted_ports: tuple) -> bool:
+        """Put `pod` back if the preemptor still fits with it; say whether it was."""
+        r = pod.requests
+        if (
+            self.slots < 1
+            or r.milli_cpu > self.cpu
+            or r.memory > self.memory
+            or r.ephemeral_storage > self.ephemeral
+        ):
+            return False
+        if self.scalars and any(r.get(name) > left for name, left in self.scalars.items()):
+            return False
+        if wanted_ports and any(
+            ports_conflict(w, used) for w in wanted_ports for used in pod.host_ports
+        ):
+            return False
+        self.slots -= 1
+        self.cpu -= r.milli_cpu
+        self.memory -= r.memory
+        self.ephemeral -= r.ephemeral_storage
+        for name in self.scalars:
+            self.scalars[name] -= r.get(name)
+        return True
+
+
+def _free_after_removal(
+    preemptor: Pod, info: NodeInfo, extra: _Extra, removed: Resources, removed_count: int
+) -> _Free:
+    node = info.node
+    assert node is not None
+    want = preemptor.requests
+    slots = node.allowed_pods - (len(info.pods) - removed_count) - extra.count - 1
+    if want.is_zero():
+        return _Free(_UNLIMITED, _UNLIMITED, _UNLIMITED, {}, slots)
+
+    def left(want_amount: int, allocatable: int, used: int, nominated: int, freed: int) -> int:
+        if want_amount <= 0:
+            return _UNLIMITED
+        return allocatable - (used - freed) - nominated - want_amount
+
+    scalars = {
+        name: node.allocatable.get(name)
+        - (info.scalars.get(name, 0) - removed.get(name))
+        - extra.requests.get(name)
+        - amount
+        for name, amount in want.scalars
+        if amount > 0
+    }
+    return _Free(
+        left(want.milli_cpu, node.allocatable.milli_cpu, info.milli_cpu, extra.requests.milli_cpu, removed.milli_cpu),
+        left(want.memory, node.allocatable.memory, info.memory, extra.requests.memory, removed.memory),
+        left(
+            want.ephemeral_storage,
+            node.allocatable.ephemeral_storage,
+            info.ephemeral_storage,
+            extra.requests.ephemeral_storage,
+            removed.ephemeral_storage,
+        ),
+        scalars,
+        slots,
+    )
+
+
+def _ports_blocked(preemptor: Pod, info: NodeInfo, extra: _Extra, removed: list[Pod]) -> bool:
+    removed_uids = {pod.uid for pod in removed}
+    remaining = [p for pod in info.pods.values() if pod.uid not in removed_uids for p in pod.host_ports]
+    return not node_ports(preemptor.host_ports, [*remaining, *extra.ports]).ok
+
+
+def _why_not(
+    preemptor: Pod, info: NodeInfo, extra: _Extra, removed: Resources, removed_count: int
+) -> Status:
+    """The filter status with every lower-priority pod gone (only computed on rejection)."""
+    assert info.node is not None
+    if preemptor.host_ports:
+        removed_pods = info.lower_priority_pods(preemptor.priority)
+        if _ports_blocked(preemptor, info, extra, removed_pods):
+            return Status(Code.UNSCHEDULABLE, (ERR_PORTS,))
+    requested = info.requested()
+    remaining = Resources(
+        requested.milli_cpu - removed.milli_cpu,
+        requested.memory - removed.memory,
+        requested.ephemeral_storage - removed.ephemeral_storage,
+        tuple((name, amount - removed.get(name)) for name, amount in requested.scalars),
+    )
+    return node_resources_fit(
+        preemptor.requests,
+        info.node,
+        remaining + extra.requests,
+        len(info.pods) - removed_count + extra.count,
+    )
+
+
+def filter_pods_with_pdb_violation(
+    pods: Sequence[Pod], snapshot: ClusterSnapshot
+) -> tuple[list[Pod], list[Pod]]:
+    """`filterPodsWithPDBViolation`: split pods into those whose eviction would exceed a budget.
+
+    Budgets are counted afresh for each node. A pod already listed in a PDB's
+    `disruptedPods` has been counted by the API server and does not spend budget again.
+    """
+    pdbs = snapshot.sorted_pdbs()
+    spent: dict[int, int] = {}
+    violating: list[Pod] = []
+    non_violating: list[Pod] = []
+    for pod in pods:
+        violated = False
+        for index in snapshot.matching_pdbs(pod):
+            pdb = pdbs[index]
+            if pod.name in pdb.disrupted_pods:
+                continue
+            left = spent.get(index, pdb.disruptions_allowed) - 1
+            spent[index] = left
+            if left < 0:
+                violated = True
+        (violating if violated else non_violating).append(pod)
+    return violating, non_violating
+
+
+# -- step 4: choosing the node ------------------------------------------------------------------
+
+
+def _earliest_start_of_most_important(victims: list[Pod]) -> float:
+    """`GetEarliestPodStartTime`: earliest start among the highest-priority victims."""
+    top = max(pod.priority for pod in victims)
+    return min(
+        pod.start_time if pod.start_time is not None else _NEVER_STARTED
+        for pod in victims
+        if pod.priority == top
+    )
+
+
+SCORE_FUNCTIONS: tuple[tuple[str, Callable[[Candidate], float]], ...] = (
+    # A node whose victims violate the fewest PDBs.
+    ("minNumPDBViolations", lambda c: -c.num_pdb_violations),
+    # A node whose most important victim is the least important.
+    ("minHighestPriority", lambda c: -max(pod.priority for pod in c.victims)),
+    # A node with the smallest sum of victim priorities (shifted to be non-negative).
+    ("minSumPriorities", lambda c: -sum(pod.priority + _INT32_OFFSET for pod in c.victims)),
+    # A node with the fewest victims.
+    ("minNumPods", lambda c: -len(c.victims)),
+    # A node whose most important victims started the latest.
+    ("latestStartTime", lambda c: _earliest_start_of_most_important(c.victims)),
+)
+
+
+def pick_one_node_for_preemption(candidates: Sequence[Candidate]) -> tuple[Candidate, list[SelectionStep]]:
+    """`pickOneNodeForPreemption`: apply the criteria in order until one node is left.
+
+    Upstream's final tie-break is the first node in Go map order; ours is the node name.
+    """
+    remaining = sorted(candidates, key=lambda c: c.node)
+    steps: list[SelectionStep] = []
+    for criterion, score in SCORE_FUNCTIONS:
+        scores = [score(c) for c in remaining]
+        best = max(scores)
+        remaining = [c for c, s in zip(remaining, scores, strict=True) if s == best]
+        steps.append(SelectionStep(criterion, tuple(c.node for c in remaining)))
+        if len(remaining) == 1:
+            return remaining[0], steps
+    steps.append(SelectionStep("nodeName", (remaining[0].node,)))
+    return remaining[0], steps
+
+
+def select_candidate(candidates: Sequence[Candidate], rationale: Rationale) -> Candidate:
+    """`Evaluator.SelectCandidate`: the only candidate, or the one the criteria pick."""
+    if len(candidates) == 1:
+        rationale.deciding_criterion = "onlyCandidate"
+        return candidates[0]
+    best, steps = pick_one_node_for_preemption(candidates)
+    rationale.selection = steps
+    rationale.deciding_criterion = steps[-1].criterion
+    return best
+
+
+# -- step 5: what else the decision touches ---------------------------------------------------------
+
+
+def lower_priority_nominated_pods(
+    snapshot: ClusterSnapshot, preemptor: Pod, node: str
+) -> list[Pod]:
+    """`getLowerPriorityNominatedPods`: nominations to this node the preemptor outranks."""
+    pods = [
+        pod
+        for pod in snapshot.nominated_pods(node)
+        if pod.priority < preemptor.priority and pod.uid != preemptor.uid
+    ]
+    return sorted(pods, key=importance_key)
+
+
+def fit_error_message(
+    num_nodes: int, statuses: dict[str, Status], rejected: dict[str, Status]
+) -> str:
+    """`FitError.Error()`: `0/N nodes are available: <count reason>, ...` plus preemption's view."""
+    counts: Counter[str] = Counter()
+    for status in statuses.values():
+        for reason in status.reasons:
+            counts[reason] += 1
+    message = f"0/{num_nodes} nodes are available: " + ", ".join(
+        f"{count} {reason}" for reason, count in sorted(counts.items())
+    ) + "."
+    if rejected:
+        preemption: Counter[str] = Counter()
+        for name, status in statuses.items():
+            if status.code is Code.UNRESOLVABLE:
+                preemption[ERR_NOT_HELPFUL] += 1
+            elif name in rejected:
+                for reason in rejected[name].reasons:
+                    preemption[reason] += 1
+        message += f" preemption: 0/{num_nodes} nodes are available: " + ", ".join(
+            f"{count} {reason}" for reason, count in sorted(preemption.items())
+        ) + "."
+    return message

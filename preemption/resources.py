@@ -1,0 +1,146 @@
+"""A pod's effective resource request and QoS class, computed from its JSON spec as upstream does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from preemption.errors import QuantityError
+from preemption.objects import (
+    CPU,
+    EPHEMERAL_STORAGE,
+    MEMORY,
+    PODS,
+    QOS_BEST_EFFORT,
+    QOS_BURSTABLE,
+    QOS_GUARANTEED,
+    Resources,
+)
+from preemption.quantity import parse_quantity, to_milli_value, to_value
+
+_Amounts = dict[str, int]
+
+
+def is_scalar_resource(name: str) -> bool:
+    """`IsScalarResourceName`: extended (`vendor/x`), prefixed native, and hugepages resources."""
+    return "/" in name or name.startswith("hugepages-")
+
+
+def resource_amount(name: str, quantity: Any) -> int:
+    """One requested amount in the scheduler's units; negative amounts are refused."""
+    value = parse_quantity(quantity)
+    if value < 0:
+        raise QuantityError(f"negative request {quantity!r} for {name}")
+    return to_milli_value(value) if name == CPU else to_value(value)
+
+
+def resource_amounts(resource_list: Mapping[str, Any] | None) -> _Amounts:
+    if not resource_list:
+        return {}
+    amounts: _Amounts = {}
+    for name, quantity in resource_list.items():
+        if name == PODS:
+            continue
+        if name in (CPU, MEMORY, EPHEMERAL_STORAGE) or is_scalar_resource(name):
+            try:
+                amounts[name] = resource_amount(name, quantity)
+            except QuantityError as error:
+                raise QuantityError(f"{error} ({name})") from None
+    return amounts
+
+
+def container_requests(container: Mapping[str, Any]) -> _Amounts:
+    """A container's requests, defaulted from its limits where unset (as the API server does)."""
+    resources = container.get("resources") or {}
+    requests = resource_amounts(resources.get("requests"))
+    limits = resources.get("limits")
+    if limits:
+        for name, amount in resource_amounts(limits).items():
+            requests.setdefault(name, amount)
+    return requests
+
+
+def _add(into: _Amounts, amounts: _Amounts) -> None:
+    for name, amount in amounts.items():
+        into[name] = into.get(name, 0) + amount
+
+
+def _max(into: _Amounts, amounts: _Amounts) -> None:
+    for name, amount in amounts.items():
+        if amount > into.get(name, 0):
+            into[name] = amount
+
+
+def pod_requests(spec: Mapping[str, Any]) -> Resources:
+    """`resourcehelper.PodRequests`: max(containers + sidecars, each init step) plus overhead.
+
+    Restartable init containers (sidecars, `restartPolicy: Always`) keep running, so they
+    add to the containers' sum and to every later init step, as KEP-753 specifies.
+    """
+    total: _Amounts = {}
+    for container in spec.get("containers") or ():
+        _add(total, container_requests(container))
+    sidecars: _Amounts = {}
+    init_peak: _Amounts = {}
+    for container in spec.get("initContainers") or ():
+        requests = container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            _add(total, requests)
+            _add(sidecars, requests)
+            step = dict(sidecars)
+        else:
+            step = dict(requests)
+            _add(step, sidecars)
+        _max(init_peak, step)
+    _max(total, init_peak)
+    _add(total, resource_amounts(spec.get("overhead")))
+    return to_resources(total)
+
+
+def to_resources(amounts: Mapping[str, int]) -> Resources:
+    """Pack a name → amount map into the fixed resource vector."""
+    scalars = tuple(
+        sorted(
+            (name, amount)
+            for name, amount in amounts.items()
+            if name not in (CPU, MEMORY, EPHEMERAL_STORAGE)
+        )
+    )
+    return Resources(
+        amounts.get(CPU, 0), amounts.get(MEMORY, 0), amounts.get(EPHEMERAL_STORAGE, 0), scalars
+    )
+
+
+def _qos_parts(containers: Iterable[Mapping[str, Any]]) -> tuple[_Amounts, _Amounts, bool]:
+    requests: _Amounts = {}
+    limits: _Amounts = {}
+    guaranteed = True
+    for container in containers:
+        resources = container.get("resources") or {}
+        for name, amount in container_requests(container).items():
+            if name in (CPU, MEMORY) and amount:
+                requests[name] = requests.get(name, 0) + amount
+        limit_names: set[str] = set()
+        for name, amount in resource_amounts(resources.get("limits")).items():
+            if name in (CPU, MEMORY) and amount:
+                limits[name] = limits.get(name, 0) + amount
+                limit_names.add(name)
+        if limit_names != {CPU, MEMORY}:
+            guaranteed = False
+    return requests, limits, guaranteed
+
+
+def qos_class(spec: Mapping[str, Any], status: Mapping[str, Any] | None = None) -> str:
+    """`qos.GetPodQOS`: the API server's `status.qosClass` when present, else computed."""
+    if status and status.get("qosClass") in (QOS_GUARANTEED, QOS_BURSTABLE, QOS_BEST_EFFORT):
+        return str(status["qosClass"])
+    containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+    requests, limits, guaranteed = _qos_parts(containers)
+    if not requests and not limits:
+        return QOS_BEST_EFFORT
+    if guaranteed and requests.keys() <= limits.keys():
+        if all(limits.get(name) == amount for name, amount in requests.items()) and len(
+            requests
+        ) == len(limits):
+            return QOS_GUARANTEED
+    return QOS_BURSTABLE

@@ -1,0 +1,295 @@
+"""The cluster as the planner sees it: nodes with their pods, nominations and budgets.
+
+`ClusterSnapshot` mirrors the scheduler's cache: per node a `NodeInfo` with the pods bound to
+it and their summed requests, plus the nominator's index of pods nominated to each node.
+It is updated in place, one object at a time, by whoever feeds it (a snapshot file, or the
+watch-fed cluster view), and keeps the derived data the planner needs fast (pods ordered by
+importance, PDB matches) cached until the objects they depend on change.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from preemption.decode import decode_node, decode_pdb, decode_pod, iter_list_items
+from preemption.objects import HostPort, Node, Pod, PodDisruptionBudget, Resources
+from preemption.selectors import label_selector_matches
+
+_NEVER_STARTED = float("inf")
+
+
+def importance_key(pod: Pod) -> tuple[int, float, str, str]:
+    """Sort key for `MoreImportantPod`: higher priority first, then earlier start.
+
+    Upstream breaks the remaining ties by Go's unstable sort; ours by namespace and name,
+    so a decision is the same every time. A pod without a start time counts as the newest,
+    as upstream's `GetPodStartTime` (which falls back to "now") makes it.
+    """
+    start = pod.start_time if pod.start_time is not None else _NEVER_STARTED
+    return (-pod.priority, start, pod.namespace, pod.name)
+
+
+class NodeInfo:
+    """One node and the non-terminal pods bound to it, with their summed requests."""
+
+    __slots__ = (
+        "_by_importance",
+        "_descending_priorities",
+        "milli_cpu",
+        "memory",
+        "ephemeral_storage",
+        "name",
+        "node",
+        "pods",
+        "scalars",
+    )
+
+    def __init__(self, name: str, node: Node | None = None) -> None:
+        self.name = name
+        self.node = node
+        self.pods: dict[str, Pod] = {}
+        self.milli_cpu = 0
+        self.memory = 0
+        self.ephemeral_storage = 0
+        self.scalars: dict[str, int] = {}
+        self._by_importance: list[Pod] | None = None
+        self._descending_priorities: list[int] | None = None
+
+    def add_pod(self, pod: Pod) -> None:
+        self.pods[pod.uid] = pod
+        self._account(pod.requests, 1)
+
+    def remove_pod(self, uid: str) -> Pod | None:
+        pod = self.pods.pop(uid, None)
+        if pod is not None:
+            self._account(pod.requests, -1)
+        return pod
+
+    def _account(self, requests: Resources, sign: int) -> None:
+        self.milli_cpu += sign * requests.milli_cpu
+        self.memory += sign * requests.memory
+        self.ephemeral_storage += sign * requests.ephemeral_storage
+        for name, amount in requests.scalars:
+            self.scalars[name] = self.scalars.get(name, 0) + sign * amount
+        self._by_importance = None
+        self._descending_priorities = None
+
+    def requested(self) -> Resources:
+        """The summed requests of the pods on the node (`NodeInfo.Requested`)."""
+        return Resources(
+            self.milli_cpu,
+            self.memory,
+            self.ephemeral_storage,
+            tuple(sorted((n, a) for n, a in self.scalars.items() if a)),
+        )
+
+    def pods_by_importance(self) -> list[Pod]:
+        """The node's pods, most important first (cached until the node's pods change)."""
+        if self._by_importance is None:
+            self._by_importance = sorted(self.pods.values(), key=importance_key)
+            self._descending_priorities = [-p.priority for p in self._by_importance]
+        return self._by_importance
+
+    def lower_priority_pods(self, priority: int) -> list[Pod]:
+        """The pods below `priority`, most important first: a suffix of the importance order."""
+        ordered = self.pods_by_importance()
+        assert self._descending_priorities is not None
+        start = bisect.bisect_right(self._descending_priorities, -priority)
+        return ordered[start:]
+
+    def used_ports(self) -> list[HostPort]:
+        return [port for pod in self.pods.values() for port in pod.host_ports]
+
+
+class ClusterSnapshot:
+    """Nodes, pods, PDBs and nominations, kept consistent under one-object updates."""
+
+    def __init__(self) -> None:
+        self.node_infos: dict[str, NodeInfo] = {}
+        self.pods: dict[str, Pod] = {}
+        self.pdbs: dict[str, PodDisruptionBudget] = {}
+        self._uid_by_key: dict[str, str] = {}
+        self._nominated: dict[str, dict[str, Pod]] = {}
+        self._sorted_nodes: list[NodeInfo] | None = None
+        self._sorted_pdbs: list[PodDisruptionBudget] | None = None
+        self._pdbs_by_namespace: dict[str, list[int]] | None = None
+        self._pdb_matches: dict[str, tuple[int, ...]] = {}
+
+    # -- building ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_objects(
+        cls,
+        nodes: Iterable[Node],
+        pods: Iterable[Pod],
+        pdbs: Iterable[PodDisruptionBudget] = (),
+    ) -> ClusterSnapshot:
+        snapshot = cls()
+        for node in nodes:
+            snapshot.upsert_node(node)
+        for pod in pods:
+            snapshot.upsert_pod(pod)
+        for pdb in pdbs:
+            snapshot.upsert_pdb(pdb)
+        return snapshot
+
+    @classmethod
+    def from_list(cls, document: Any) -> ClusterSnapshot:
+        """A snapshot from a `v1 List` of Nodes, Pods and PodDisruptionBudgets."""
+        snapshot = cls()
+        for kind, item in iter_list_items(document):
+            snapshot.apply(kind, item)
+        return snapshot
+
+    def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """Add or replace one object given as Kubernetes JSON."""
+        if kind == "Pod":
+            self.upsert_pod(decode_pod(obj))
+        elif kind == "Node":
+            self.upsert_node(decode_node(obj))
+        elif kind == "PodDisruptionBudget":
+            self.upsert_pdb(decode_pdb(obj))
+        else:
+            raise ValueError(f"unsupported kind {kind}")
+
+    # -- nodes ------------------------------------------------------------------------------
+
+    def upsert_node(self, node: Node) -> None:
+        info = self.node_infos.get(node.name)
+        if info is None:
+            info = self.node_infos[node.name] = NodeInfo(node.name, node)
+            self._sorted_nodes = None
+        else:
+            if info.node is None:
+                self._sorted_nodes = None
+            info.node = node
+
+    def remove_node(self, name: str) -> None:
+        info = self.node_infos.get(name)
+        if info is None:
+            return
+        if info.pods:
+            info.node = None  # pods still bound to it keep counting, as in the scheduler cache
+        else:
+            del self.node_infos[name]
+        self._sorted_nodes = None
+
+    def nodes(self) -> list[NodeInfo]:
+        """Nodes that exist (have a Node object), in name order."""
+        if self._sorted_nodes is None:
+            self._sorted_nodes = sorted(
+                (info for info in self.node_infos.values() if info.node is not None),
+                key=lambda info: info.name,
+            )
+        return self._sorted_nodes
+
+    def node(self, name: str) -> NodeInfo | None:
+        info = self.node_infos.get(name)
+        return info if info is not None and info.node is not None else None
+
+    # -- pods -------------------------------------------------------------------------------
+
+    def upsert_pod(self, pod: Pod) -> None:
+        old = self.pods.get(pod.uid)
+        if old is not None:
+            self._detach(old)
+        else:
+            replaced_uid = self._uid_by_key.get(pod.key)
+            if replaced_uid is not None and replaced_uid != pod.uid:
+                self.remove_pod(replaced_uid)
+        self.pods[pod.uid] = pod
+        self._uid_by_key[pod.key] = pod.uid
+        self._attach(pod)
+
+    def remove_pod(self, uid: str) -> Pod | None:
+        pod = self.pods.pop(uid, None)
+        if pod is None:
+            return None
+        if self._uid_by_key.get(pod.key) == uid:
+            del self._uid_by_key[pod.key]
+        self._detach(pod)
+        return pod
+
+    def _attach(self, pod: Pod) -> None:
+        if pod.is_terminal():
+            return
+        if pod.node_name:
+            info = self.node_infos.get(pod.node_name)
+            if info is None:
+                info = self.node_infos[pod.node_name] = NodeInfo(pod.node_name)
+            info.add_pod(pod)
+        elif pod.nominated_node_name:
+            self._nominated.setdefault(pod.nominated_node_name, {})[pod.uid] = pod
+
+    def _detach(self, pod: Pod) -> None:
+        self._pdb_matches.pop(pod.uid, None)
+        if pod.node_name:
+            info = self.node_infos.get(pod.node_name)
+            if info is not None:
+                info.remove_pod(pod.uid)
+                if info.node is None and not info.pods:
+                    del self.node_infos[pod.node_name]
+        elif pod.nominated_node_name:
+            nominated = self._nominated.get(pod.nominated_node_name)
+            if nominated is not None:
+                nominated.pop(pod.uid, None)
+                if not nominated:
+                    del self._nominated[pod.nominated_node_name]
+
+    def pod_by_key(self, key: str) -> Pod | None:
+        """A pod by `namespace/name`."""
+        uid = self._uid_by_key.get(key)
+        return self.pods.get(uid) if uid is not None else None
+
+    def nominated_pods(self, node_name: str) -> list[Pod]:
+        """Pods not yet bound whose `status.nominatedNodeName` is this node (the nominator)."""
+        return list(self._nominated.get(node_name, {}).values())
+
+    # -- budgets ----------------------------------------------------------------------------
+
+    def upsert_pdb(self, pdb: PodDisruptionBudget) -> None:
+        self.pdbs[pdb.key] = pdb
+        self._invalidate_pdbs()
+
+    def remove_pdb(self, key: str) -> None:
+        if self.pdbs.pop(key, None) is not None:
+            self._invalidate_pdbs()
+
+    def _invalidate_pdbs(self) -> None:
+        self._sorted_pdbs = None
+        self._pdbs_by_namespace = None
+        self._pdb_matches.clear()
+
+    def sorted_pdbs(self) -> list[PodDisruptionBudget]:
+        """The budgets in a fixed order; `matching_pdbs` indexes into this list."""
+        if self._sorted_pdbs is None:
+            self._sorted_pdbs = sorted(self.pdbs.values(), key=lambda pdb: pdb.key)
+            by_namespace: dict[str, list[int]] = {}
+            for index, pdb in enumerate(self._sorted_pdbs):
+                by_namespace.setdefault(pdb.namespace, []).append(index)
+            self._pdbs_by_namespace = by_namespace
+        return self._sorted_pdbs
+
+    def matching_pdbs(self, pod: Pod) -> tuple[int, ...]:
+        """Indexes of the budgets whose selector selects the pod: same namespace, non-empty
+        valid selector (upstream: a nil, empty or invalid selector matches nothing)."""
+        cached = self._pdb_matches.get(pod.uid)
+        if cached is not None:
+            return cached
+        pdbs = self.sorted_pdbs()
+        assert self._pdbs_by_namespace is not None
+        matches: tuple[int, ...] = ()
+        if pod.labels:
+            candidates = self._pdbs_by_namespace.get(pod.namespace, ())
+            found = []
+            for index in candidates:
+                selector = pdbs[index].selector
+                if selector is None or not selector.valid or selector.is_empty():
+                    continue
+                if label_selector_matches(selector, pod.labels):
+                    found.append(index)
+            matches = tuple(found)
+        self._pdb_matches[pod.uid] = matches
+        return matches

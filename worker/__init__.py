@@ -1,0 +1,1 @@
+"""The process that runs beside a cluster: CLI, configuration, Temporal worker, trigger loop."""

@@ -1,0 +1,70 @@
+"""`preemptctl plan`: the planner on its own, over a snapshot file (DESIGN.md, the planner contract)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+
+from preemption.decision import Strategy
+from preemption.errors import PlannerInputError
+from preemption.explain import render_explanation
+from preemption.planner import plan
+from preemption.snapshot import ClusterSnapshot
+from worker.errors import UsageError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="decide a preemption from a snapshot, without Temporal or a database",
+        description="Print the preemption decision for one pod as JSON "
+        "(kubectl get nodes,pods,pdb -A -o json makes a snapshot).",
+    )
+    parser.add_argument("--snapshot", required=True, metavar="FILE", help="v1 List of nodes, pods, PDBs")
+    parser.add_argument("--pod", required=True, metavar="NAMESPACE/NAME", help="the preemptor")
+    parser.add_argument(
+        "--strategy",
+        choices=[s.value for s in Strategy],
+        default=Strategy.DEFAULT.value,
+        help="default: kube-scheduler's DefaultPreemption; critical-admission: the kubelet's",
+    )
+    parser.add_argument(
+        "--explain", action="store_true", help="print a readable table of the rationale instead"
+    )
+    parser.set_defaults(handler=run)
+
+
+def load_snapshot(path: str) -> ClusterSnapshot:
+    """Read and decode a snapshot file, turning every kind of bad input into a UsageError."""
+    try:
+        with open(path, "rb") as file:
+            raw = file.read()
+    except OSError as error:
+        raise UsageError(f"cannot read snapshot {path}: {error.strerror}") from None
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise UsageError(f"snapshot {path} is not valid JSON: {error}") from None
+    try:
+        return ClusterSnapshot.from_list(document)
+    except PlannerInputError as error:
+        raise UsageError(f"snapshot {path}: {error}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.pod.count("/") != 1 or not all(args.pod.split("/")):
+        raise UsageError(f"--pod must be NAMESPACE/NAME, not {args.pod!r}")
+    snapshot = load_snapshot(args.snapshot)
+    try:
+        decision = plan(snapshot, args.pod, Strategy(args.strategy))
+    except PlannerInputError as error:
+        raise UsageError(str(error)) from None
+    if args.explain:
+        sys.stdout.write(render_explanation(decision))
+    else:
+        sys.stdout.buffer.write(orjson.dumps(decision.to_json(), option=orjson.OPT_INDENT_2))
+        sys.stdout.write("\n")
+    return 0

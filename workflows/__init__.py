@@ -1,0 +1,1 @@
+"""Temporal workflow definitions: deterministic orchestration and state, no I/O."""
