@@ -1,1 +1,18 @@
-"""The audit ledger: append-only preemption events in Postgres (SQLite for a first run)."""
+"""The audit ledger: append-only preemption events in Postgres (SQLite for a first run).
+
+One table, `preemption_events`, holds every decision and action as an immutable row; the
+database refuses UPDATE, DELETE and TRUNCATE on it. Everything a reader sees (one row per
+preemption, one per victim) is folded from those events, never stored separately, so the
+ledger cannot disagree with itself.
+
+Layers, each a small module:
+
+- `kinds`: the event kinds, whose values are the names stored in the `kind` column.
+- `events`: `LedgerEvent`, the frozen value activities build, and `idempotency_key`.
+- `models`: the SQLAlchemy table (what the migrations must agree with).
+- `engine`: one engine from one URL, for Postgres or the embedded SQLite default.
+- `writer`: idempotent appends, sync and async.
+- `views`: pure folds from events to the per-preemption and per-victim views.
+- `queries`: the reads behind `preemptctl history` and `preemptctl explain`.
+- `narrative`: the decision's rationale put into words.
+"""

@@ -1,0 +1,174 @@
+"""One SQLAlchemy engine from one URL, for Postgres (production) or SQLite (a first run).
+
+Where the ledger lives is decided here, once: `PREEMPT_DATABASE_URL`, or else an embedded
+SQLite file under the XDG state directory (`$XDG_STATE_HOME/preemptctl/ledger.sqlite`,
+by default `~/.local/state/preemptctl/ledger.sqlite`). State, not cache or config: it is
+the audit record, and it must survive a `cd`, which a file in the working directory would
+not.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    InterfaceError,
+    OperationalError,
+    ProgrammingError,
+)
+
+from ledger.errors import LedgerError, LedgerNotMigratedError, LedgerUnavailableError
+from ledger.models import EVENTS_TABLE
+
+DATABASE_URL_ENV = "PREEMPT_DATABASE_URL"
+CONNECT_TIMEOUT_SECONDS = 5
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def default_sqlite_path(environ: Mapping[str, str] | None = None) -> Path:
+    """The embedded ledger's file when no URL is given (see the module docstring)."""
+    environ = os.environ if environ is None else environ
+    state = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "preemptctl" / "ledger.sqlite"
+
+
+def configured_url(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """The URL to use: an explicit one (a CLI flag), the environment's, or the SQLite default."""
+    environ = os.environ if environ is None else environ
+    if explicit:
+        return explicit
+    if environ.get(DATABASE_URL_ENV):
+        return environ[DATABASE_URL_ENV]
+    return f"sqlite:///{default_sqlite_path(environ)}"
+
+
+def normalise_url(url: str | URL) -> URL:
+    """Parse a URL and give `postgresql://` the psycopg 3 driver, which is the one installed.
+
+    SQLAlchemy would otherwise pick psycopg2 for a bare `postgresql://`, and people copy
+    URLs from `psql` and docker-compose files, which never name a driver.
+    """
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except ArgumentError:
+        raise LedgerError(f"not a database URL: {url!r}") from None
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() not in ("postgresql", "sqlite"):
+        raise LedgerError(
+            f"unsupported database {parsed.drivername!r}: use postgresql:// or sqlite:///"
+        )
+    return parsed
+
+
+def display_url(url: str | URL) -> str:
+    """A URL safe to print in an error: the password masked."""
+    try:
+        return normalise_url(url).render_as_string(hide_password=True)
+    except LedgerError:
+        return str(url)
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The file behind a SQLite URL, or None for Postgres and in-memory SQLite."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return Path(url.database)
+
+
+def _json_serializer(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def create_ledger_engine(url: str | URL, *, pool_size: int = 5, echo: bool = False) -> Engine:
+    """An engine for the ledger; every connection is checked before use.
+
+    `pool_pre_ping` matters for the "lose the database for a while" promise: after a
+    Postgres restart the pool's connections are dead, and without the ping the first
+    append after recovery would fail once more for no reason.
+    """
+    parsed = normalise_url(url)
+    options: dict[str, Any] = {
+        "pool_pre_ping": True,
+        "json_serializer": _json_serializer,
+        "json_deserializer": orjson.loads,
+        "echo": echo,
+    }
+    if parsed.get_backend_name() == "postgresql":
+        options["pool_size"] = pool_size
+        options["max_overflow"] = pool_size
+        if "connect_timeout" not in parsed.query:
+            options["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_SECONDS}
+        return create_engine(parsed, **options)
+    options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+    engine = create_engine(parsed, **options)
+    event.listen(engine, "connect", _configure_sqlite)
+    return engine
+
+
+def _configure_sqlite(dbapi_connection: Any, _record: Any) -> None:
+    """WAL so that readers (`history`) never block the worker's appends, and the reverse."""
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    finally:
+        cursor.close()
+
+
+def _first_line(error: BaseException) -> str:
+    original = getattr(error, "orig", None) or error
+    lines = [line.strip() for line in str(original).splitlines() if line.strip()]
+    return lines[0] if lines else type(original).__name__
+
+
+@contextmanager
+def translated_errors(engine: Engine) -> Iterator[None]:
+    """Turn driver errors a user or a retry policy can act on into `LedgerError`s.
+
+    Unreachable → `LedgerUnavailableError` (retry as is); no table → `LedgerNotMigratedError`
+    (run `preemptctl migrate`). Anything else is a bug and propagates unchanged.
+    """
+    try:
+        yield
+    except (OperationalError, InterfaceError) as error:
+        if _is_missing_table(error):
+            raise LedgerNotMigratedError(_not_migrated(engine)) from error
+        if isinstance(error, OperationalError) or error.connection_invalidated:
+            where = display_url(engine.url)
+            raise LedgerUnavailableError(
+                f"cannot reach the ledger database {where}: {_first_line(error)}"
+            ) from error
+        raise
+    except ProgrammingError as error:
+        if _is_missing_table(error):
+            raise LedgerNotMigratedError(_not_migrated(engine)) from error
+        raise
+    except DBAPIError as error:
+        if error.connection_invalidated:
+            where = display_url(engine.url)
+            raise LedgerUnavailableError(
+                f"lost the ledger database {where}: {_first_line(error)}"
+            ) from error
+        raise
+
+
+def _is_missing_table(error: DBAPIError) -> bool:
+    text = str(error.orig)
+    return "no such table" in text or (EVENTS_TABLE in text and "does not exist" in text)
+
+
+def _not_migrated(engine: Engine) -> str:
+    return (
+        f"the ledger database {display_url(engine.url)} has no ledger schema; "
+        "run `preemptctl migrate` first"
+    )

@@ -1,0 +1,108 @@
+"""The value an activity appends: `LedgerEvent`, and the key that makes appends idempotent.
+
+Activities build these without touching ORM classes, so the table can change shape (via a
+migration) without the workflow's code changing. Pods are the planner's `PodRef`, one name
+for one thing from the decision to the ledger.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ledger.kinds import EventKind
+from preemption.decision import PodRef
+
+
+def idempotency_key(
+    preemption_id: str,
+    run_id: str,
+    kind: EventKind,
+    victim_uid: str | None = None,
+    step: str | int = "",
+) -> str:
+    """The key for one event of one run: an activity retried after a crash computes it again.
+
+    `step` tells apart events of the same kind, run and victim that are genuinely distinct
+    (for example each cleared nomination, keyed by that pod's UID). It must come from the
+    workflow's state, never from the clock, or a retry would not find its first attempt.
+    """
+    return f"{preemption_id}/{run_id}/{kind.value}/{victim_uid or ''}/{step}"
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEvent:
+    """One event to append; `idempotency_key` defaults to `idempotency_key(...)` of its fields.
+
+    `occurred_at` should be when the thing happened (for a workflow, `workflow.now()`), not
+    when the append ran: a retry an hour later must not move the event in time, and it does
+    not, because the first attempt's row is the one that stays.
+    """
+
+    preemption_id: str
+    run_id: str
+    kind: EventKind
+    preemptor: PodRef
+    node: str | None = None
+    victim: PodRef | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+    occurred_at: datetime = field(default_factory=utc_now)
+    step: str | int = ""
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        if self.occurred_at.tzinfo is None:
+            raise ValueError("occurred_at must be timezone-aware")
+        if not self.preemption_id or not self.run_id:
+            raise ValueError("an event needs its preemption_id and run_id")
+        if not self.key:
+            key = idempotency_key(
+                self.preemption_id,
+                self.run_id,
+                self.kind,
+                self.victim.uid if self.victim else None,
+                self.step,
+            )
+            object.__setattr__(self, "key", key)
+
+    def to_row(self) -> dict[str, Any]:
+        """The column values of `preemption_events`, as the writer inserts them."""
+        victim = self.victim
+        return {
+            "preemption_id": self.preemption_id,
+            "run_id": self.run_id,
+            "kind": self.kind.value,
+            "occurred_at": self.occurred_at,
+            "preemptor_namespace": self.preemptor.namespace,
+            "preemptor_name": self.preemptor.name,
+            "preemptor_uid": self.preemptor.uid,
+            "preemptor_priority": self.preemptor.priority,
+            "node": self.node,
+            "victim_namespace": victim.namespace if victim else None,
+            "victim_name": victim.name if victim else None,
+            "victim_uid": victim.uid if victim else None,
+            "victim_priority": victim.priority if victim else None,
+            "payload": self.payload,
+            "idempotency_key": self.key,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    """An event as read back: what was appended plus its ledger order (`id`)."""
+
+    id: int
+    preemption_id: str
+    run_id: str
+    kind: EventKind
+    occurred_at: datetime
+    preemptor: PodRef
+    node: str | None
+    victim: PodRef | None
+    payload: dict[str, Any]
+    idempotency_key: str

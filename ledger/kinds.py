@@ -1,0 +1,77 @@
+"""What can happen to a preemption: the `kind` of each ledger event.
+
+The enum values are what the `kind` column stores, so renaming a member is a data
+migration, and adding one is free (the column is plain text, not a database enum, so old
+rows stay valid and an older reader can be upgraded after a newer writer).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class EventKind(StrEnum):
+    """One thing that happened; the comment names the payload fields writers put in."""
+
+    # The planner's decisions; the payload is `Decision.to_json()` whole.
+    DECISION_MADE = "decision_made"  # status Preempt or FitsWithoutPreemption
+    NO_CANDIDATE = "no_candidate"  # status Unschedulable: no node where preemption helps
+    INELIGIBLE = "ineligible"  # status Ineligible: e.g. preemptionPolicy Never
+    THROTTLED = "throttled"  # a decision held back by a rate budget {"budget", "retryAfter"}
+    DRY_RUN = "dry_run"  # the worker runs dry: decided, recorded, nothing touched
+
+    # The preemptor's nomination and the nominations it displaces.
+    NOMINATED = "nominated"  # node column: the nominated node
+    NOMINATION_CLEARED = "nomination_cleared"  # {"pod": "ns/name", "uid"}
+
+    # Each victim's fate; the victim columns name it.
+    VICTIM_MARKED = "victim_marked"  # DisruptionTarget condition patched
+    VICTIM_DELETED = "victim_deleted"  # deleted with a UID precondition
+    VICTIM_ALREADY_GONE = "victim_already_gone"  # NotFound: someone else removed it
+    VICTIM_REPLACED = "victim_replaced"  # same name, new UID {"observedUid"}
+    VICTIM_FAILED = "victim_failed"  # the write failed for good {"error"}
+
+    # How the preemption ended.
+    PREEMPTION_ABORTED = "preemption_aborted"  # preemptor gone or bound elsewhere {"reason"}
+    PREEMPTOR_SCHEDULED = "preemptor_scheduled"  # {"secondsSinceDecision"}; node column
+    COMPLETED = "completed"
+    FAILED = "failed"  # {"error"}
+    RETRIED = "retried"  # a new run takes over {"newRunId"}
+
+
+DECISION_KINDS = frozenset({EventKind.DECISION_MADE, EventKind.NO_CANDIDATE, EventKind.INELIGIBLE})
+"""Events whose payload is the planner's decision JSON."""
+
+VICTIM_KINDS = frozenset(
+    {
+        EventKind.VICTIM_MARKED,
+        EventKind.VICTIM_DELETED,
+        EventKind.VICTIM_ALREADY_GONE,
+        EventKind.VICTIM_REPLACED,
+        EventKind.VICTIM_FAILED,
+    }
+)
+"""Events about one victim, with the victim columns filled in."""
+
+TERMINAL_KINDS = frozenset(
+    {
+        EventKind.COMPLETED,
+        EventKind.FAILED,
+        EventKind.PREEMPTION_ABORTED,
+        EventKind.DRY_RUN,
+        EventKind.NO_CANDIDATE,
+        EventKind.INELIGIBLE,
+    }
+)
+"""Events after which a run does nothing more; a later `retried` reopens the preemption."""
+
+
+def kind_for_decision(status: str) -> EventKind:
+    """The event kind that records a planner decision with this `status`."""
+    if status == "Unschedulable":
+        return EventKind.NO_CANDIDATE
+    if status == "Ineligible":
+        return EventKind.INELIGIBLE
+    if status in ("Preempt", "FitsWithoutPreemption"):
+        return EventKind.DECISION_MADE
+    raise ValueError(f"unknown decision status {status!r}")

@@ -1,0 +1,115 @@
+"""The `preemption_events` table, as SQLAlchemy 2 typed declarative models.
+
+This is what the migrations must produce (a test compares them); it is not how the schema
+changes. The column set is flat rather than normalised because every question the ledger
+answers filters on the preemptor, the victim, the node or the time, and each of those has
+an index here.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+EVENTS_TABLE = "preemption_events"
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """`timestamptz` on Postgres; on SQLite, which has no zone, UTC stored and UTC read back.
+
+    Without this, SQLite hands back naive datetimes and comparisons with aware ones fail.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("ledger times must be timezone-aware")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+Payload = JSON().with_variant(JSONB(), "postgresql")
+"""JSONB on Postgres (indexable, compact), JSON text on SQLite."""
+
+EventId = BigInteger().with_variant(Integer(), "sqlite")
+"""SQLite only makes `INTEGER PRIMARY KEY` an auto-incrementing rowid."""
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class PreemptionEvent(Base):
+    """One row per event; never updated, never deleted (the database refuses)."""
+
+    __tablename__ = EVENTS_TABLE
+
+    id: Mapped[int] = mapped_column(EventId, Identity(always=True), primary_key=True)
+    preemption_id: Mapped[str] = mapped_column(String(255))
+    run_id: Mapped[str] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(40))
+    occurred_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    preemptor_namespace: Mapped[str] = mapped_column(String(253))
+    preemptor_name: Mapped[str] = mapped_column(String(253))
+    preemptor_uid: Mapped[str] = mapped_column(String(64))
+    preemptor_priority: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str | None] = mapped_column(String(253))
+    victim_namespace: Mapped[str | None] = mapped_column(String(253))
+    victim_name: Mapped[str | None] = mapped_column(String(253))
+    victim_uid: Mapped[str | None] = mapped_column(String(64))
+    victim_priority: Mapped[int | None] = mapped_column(Integer)
+    payload: Mapped[dict[str, Any]] = mapped_column(Payload)
+    idempotency_key: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (
+        UniqueConstraint("idempotency_key"),
+        # Explicit names: the convention's would pass Postgres's 63-character limit.
+        Index(
+            "ix_preemption_events_preemptor", "preemptor_namespace", "preemptor_name", "occurred_at"
+        ),
+        Index("ix_preemption_events_victim", "victim_namespace", "victim_name", "occurred_at"),
+        Index("ix_preemption_events_node", "node", "occurred_at"),
+        Index("ix_preemption_events_occurred_at", "occurred_at"),
+        Index("ix_preemption_events_kind", "kind", "occurred_at"),
+        Index("ix_preemption_events_preemption", "preemption_id", "id"),
+    )
+
+
+events: Table = Base.metadata.tables[EVENTS_TABLE]
+"""The table, for Core statements (inserts, keyset scans) where the ORM adds nothing."""

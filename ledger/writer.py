@@ -1,0 +1,88 @@
+"""Appending events: idempotent, one at a time or in a batch, sync or async.
+
+Idempotency lives in the database, not in the caller: the insert is
+`INSERT ... ON CONFLICT (idempotency_key) DO NOTHING`, so an activity retried after a crash
+(or after the database came back) appends again and the second row simply never appears,
+even when two attempts race.
+
+Why `asyncio.to_thread` over the sync engine rather than SQLAlchemy's asyncio extension:
+the embedded SQLite default has no async driver among our dependencies (aiosqlite is not
+one), and one sync engine serves the worker, the CLI and Alembic alike, with one
+connection pool and one error translation. An append is one short transaction, so a
+thread per in-flight append costs nothing next to the Kubernetes calls around it, and the
+worker's event loop never blocks on the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Insert
+from sqlalchemy.dialects import postgresql, sqlite
+
+from ledger.engine import translated_errors
+from ledger.events import LedgerEvent
+from ledger.models import events
+
+
+def _insert_ignoring_duplicates(dialect_name: str) -> Insert:
+    """The dialect's `INSERT ... ON CONFLICT (idempotency_key) DO NOTHING RETURNING id`."""
+    if dialect_name == "postgresql":
+        pg_insert = postgresql.insert(events).on_conflict_do_nothing(
+            index_elements=[events.c.idempotency_key]
+        )
+        return pg_insert.returning(events.c.id)
+    lite_insert = sqlite.insert(events).on_conflict_do_nothing(
+        index_elements=[events.c.idempotency_key]
+    )
+    return lite_insert.returning(events.c.id)
+
+
+def _unique_rows(batch: Iterable[LedgerEvent]) -> list[dict[str, Any]]:
+    """The rows to insert, first occurrence of each key only, in the caller's order."""
+    seen: set[str] = set()
+    rows = []
+    for ledger_event in batch:
+        if ledger_event.key not in seen:
+            seen.add(ledger_event.key)
+            rows.append(ledger_event.to_row())
+    return rows
+
+
+def append_batch_on(connection: Connection, batch: Sequence[LedgerEvent]) -> int:
+    """Append within the caller's transaction; the number of rows that were new."""
+    rows = _unique_rows(batch)
+    if not rows:
+        return 0
+    statement = _insert_ignoring_duplicates(connection.dialect.name)
+    # Postgres and SQLite both return ids only for rows actually inserted.
+    if len(rows) == 1:
+        return len(connection.execute(statement, rows[0]).all())
+    return len(connection.execute(statement, rows).all())
+
+
+def append_batch(engine: Engine, batch: Sequence[LedgerEvent]) -> int:
+    """Append several events in one transaction; the number that were new (not duplicates).
+
+    All or nothing: if the database goes away midway, nothing of the batch is kept and the
+    caller's retry appends the whole batch again.
+    """
+    with translated_errors(engine), engine.begin() as connection:
+        return append_batch_on(connection, batch)
+
+
+def append(engine: Engine, ledger_event: LedgerEvent) -> bool:
+    """Append one event; False when its key was already in the ledger (a retry)."""
+    return append_batch(engine, [ledger_event]) == 1
+
+
+async def append_async(engine: Engine, ledger_event: LedgerEvent) -> bool:
+    """`append` off the event loop, for async activities."""
+    return await asyncio.to_thread(append, engine, ledger_event)
+
+
+async def append_batch_async(engine: Engine, batch: Sequence[LedgerEvent]) -> int:
+    """`append_batch` off the event loop, for async activities."""
+    return await asyncio.to_thread(append_batch, engine, list(batch))

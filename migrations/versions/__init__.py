@@ -1,0 +1,1 @@
+"""Migration scripts; a package so that a built wheel ships them."""
