@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger.kinds import EventKind
+from ledger.kinds import EventKind, kind_for_decision
 from preemption.decision import PodRef
 
 
@@ -106,3 +106,47 @@ class RecordedEvent:
     victim: PodRef | None
     payload: dict[str, Any]
     idempotency_key: str
+
+
+def decision_events(
+    preemption_id: str,
+    run_id: str,
+    preemptor: PodRef,
+    decision: dict[str, Any],
+    occurred_at: datetime,
+    kind: EventKind | None = None,
+) -> list[LedgerEvent]:
+    """The batch that records a decision: the decision itself, then one `victim_chosen` each.
+
+    Append it with `append_batch` before touching the first victim: the decision and its
+    victims land together or not at all, and every victim can be found by the victim index
+    from then on, even in a dry run where nothing else is ever written about it.
+    `kind` defaults to the one the decision's `status` calls for (`kind_for_decision`).
+    """
+    node = decision.get("nominatedNode")
+    recorded = [
+        LedgerEvent(
+            preemption_id=preemption_id,
+            run_id=run_id,
+            kind=kind or kind_for_decision(str(decision.get("status"))),
+            preemptor=preemptor,
+            node=node,
+            payload=decision,
+            occurred_at=occurred_at,
+        )
+    ]
+    for index, victim in enumerate(decision.get("victims", ())):
+        ref = PodRef(victim["namespace"], victim["name"], victim["uid"], int(victim["priority"]))
+        recorded.append(
+            LedgerEvent(
+                preemption_id=preemption_id,
+                run_id=run_id,
+                kind=EventKind.VICTIM_CHOSEN,
+                preemptor=preemptor,
+                node=node,
+                victim=ref,
+                payload={"rank": index},
+                occurred_at=occurred_at,
+            )
+        )
+    return recorded

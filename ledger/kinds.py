@@ -24,7 +24,10 @@ class EventKind(StrEnum):
     NOMINATED = "nominated"  # node column: the nominated node
     NOMINATION_CLEARED = "nomination_cleared"  # {"pod": "ns/name", "uid"}
 
-    # Each victim's fate; the victim columns name it.
+    # Each victim's fate; the victim columns name it. `victim_chosen` is appended with the
+    # decision (see `ledger.events.decision_events`) so a victim is found by an index even
+    # when nothing was done to it yet (or ever: a dry run).
+    VICTIM_CHOSEN = "victim_chosen"
     VICTIM_MARKED = "victim_marked"  # DisruptionTarget condition patched
     VICTIM_DELETED = "victim_deleted"  # deleted with a UID precondition
     VICTIM_ALREADY_GONE = "victim_already_gone"  # NotFound: someone else removed it
@@ -44,6 +47,7 @@ DECISION_KINDS = frozenset({EventKind.DECISION_MADE, EventKind.NO_CANDIDATE, Eve
 
 VICTIM_KINDS = frozenset(
     {
+        EventKind.VICTIM_CHOSEN,
         EventKind.VICTIM_MARKED,
         EventKind.VICTIM_DELETED,
         EventKind.VICTIM_ALREADY_GONE,

@@ -1,0 +1,198 @@
+"""The reads behind `preemptctl history` and `preemptctl explain`.
+
+Both work in two steps so that they stay fast on millions of events: first find a few
+preemption IDs through an index (newest first, stopping as soon as there are enough),
+then read only those preemptions' events and fold them into views (`ledger.views`). No
+query ever aggregates the whole table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, Engine, and_, func, or_, select
+
+from ledger.engine import translated_errors
+from ledger.events import RecordedEvent
+from ledger.kinds import EventKind
+from ledger.models import events
+from ledger.views import Outcome, PreemptionView, VictimView, fold_preemptions, kinds_ending_in
+from preemption.decision import PodRef
+
+SEED_PAGE = 1000
+"""Events read per step while looking for the newest matching preemptions."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryQuery:
+    """What `preemptctl history` asks: every field narrows, `limit` caps the answer."""
+
+    pod: tuple[str, str] | None = None
+    node: str | None = None
+    since: datetime | None = None
+    outcome: Outcome | None = None
+    limit: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class PodStory:
+    """Everything the ledger knows about one pod name, newest preemption first."""
+
+    namespace: str
+    name: str
+    as_preemptor: tuple[PreemptionView, ...]
+    as_victim: tuple[tuple[PreemptionView, VictimView], ...]
+
+    @property
+    def known(self) -> bool:
+        return bool(self.as_preemptor or self.as_victim)
+
+
+def recorded_event(row: Any) -> RecordedEvent:
+    """A `preemption_events` row as the value the views fold."""
+    victim = None
+    if row.victim_uid is not None:
+        victim = PodRef(row.victim_namespace, row.victim_name, row.victim_uid, row.victim_priority)
+    return RecordedEvent(
+        id=row.id,
+        preemption_id=row.preemption_id,
+        run_id=row.run_id,
+        kind=EventKind(row.kind),
+        occurred_at=row.occurred_at,
+        preemptor=PodRef(
+            row.preemptor_namespace, row.preemptor_name, row.preemptor_uid, row.preemptor_priority
+        ),
+        node=row.node,
+        victim=victim,
+        payload=row.payload,
+        idempotency_key=row.idempotency_key,
+    )
+
+
+def events_of(connection: Connection, preemption_ids: Sequence[str]) -> list[RecordedEvent]:
+    """All events of these preemptions, in ledger order."""
+    if not preemption_ids:
+        return []
+    statement = (
+        select(events).where(events.c.preemption_id.in_(list(preemption_ids))).order_by(events.c.id)
+    )
+    return [recorded_event(row) for row in connection.execute(statement)]
+
+
+def _involves(namespace: str, name: str) -> ColumnElement[bool]:
+    """The pod is the preemptor or a victim (two indexes, one bitmap OR on Postgres)."""
+    return or_(
+        and_(events.c.preemptor_namespace == namespace, events.c.preemptor_name == name),
+        and_(events.c.victim_namespace == namespace, events.c.victim_name == name),
+    )
+
+
+def _conditions(query: HistoryQuery) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if query.pod is not None:
+        conditions.append(_involves(*query.pod))
+    if query.node is not None:
+        conditions.append(events.c.node == query.node)
+    if query.since is not None:
+        conditions.append(events.c.occurred_at >= query.since)
+    if query.outcome is not None:
+        conditions.append(events.c.kind.in_([k.value for k in kinds_ending_in(query.outcome)]))
+    return conditions
+
+
+def history(engine: Engine, query: HistoryQuery) -> list[PreemptionView]:
+    """The newest preemptions matching `query` (most recent activity first).
+
+    Walks matching events newest first, a page at a time, collecting preemption IDs until
+    `limit` preemptions qualify. An outcome filter is checked on the folded view, because
+    a `failed` event followed by `retried` and `completed` is a completed preemption.
+    """
+    if query.limit <= 0:
+        return []
+    conditions = _conditions(query)
+    found: list[PreemptionView] = []
+    seen: set[str] = set()
+    cursor: tuple[datetime, int] | None = None
+    with translated_errors(engine), engine.connect() as connection:
+        while len(found) < query.limit:
+            page = _seed_page(connection, conditions, cursor)
+            if not page:
+                break
+            cursor = (page[-1].occurred_at, page[-1].id)
+            fresh = []
+            for row in page:
+                if row.preemption_id not in seen:
+                    seen.add(row.preemption_id)
+                    fresh.append(row.preemption_id)
+            views = fold_preemptions(events_of(connection, fresh))
+            for preemption_id in fresh:
+                view = views[preemption_id]
+                if query.outcome is None or view.outcome is query.outcome:
+                    found.append(view)
+            if len(page) < SEED_PAGE:
+                break
+    return found[: query.limit]
+
+
+def _seed_page(
+    connection: Connection,
+    conditions: Sequence[ColumnElement[bool]],
+    cursor: tuple[datetime, int] | None,
+) -> Sequence[Any]:
+    statement = select(events.c.preemption_id, events.c.occurred_at, events.c.id).where(*conditions)
+    if cursor is not None:
+        at, event_id = cursor
+        statement = statement.where(
+            or_(
+                events.c.occurred_at < at,
+                and_(events.c.occurred_at == at, events.c.id < event_id),
+            )
+        )
+    statement = statement.order_by(events.c.occurred_at.desc(), events.c.id.desc()).limit(SEED_PAGE)
+    return connection.execute(statement).all()
+
+
+def _newest_preemptions(
+    connection: Connection, namespace_column: Any, name_column: Any, ns: str, name: str, limit: int
+) -> list[str]:
+    newest = func.max(events.c.occurred_at)
+    statement = (
+        select(events.c.preemption_id)
+        .where(namespace_column == ns, name_column == name)
+        .group_by(events.c.preemption_id)
+        .order_by(newest.desc())
+        .limit(limit)
+    )
+    return list(connection.execute(statement).scalars())
+
+
+def explain(engine: Engine, namespace: str, name: str, limit: int = 10) -> PodStory:
+    """The pod's preemptions, as preemptor and as victim (the newest `limit` of each)."""
+    with translated_errors(engine), engine.connect() as connection:
+        as_preemptor = _newest_preemptions(
+            connection,
+            events.c.preemptor_namespace,
+            events.c.preemptor_name,
+            namespace,
+            name,
+            limit,
+        )
+        as_victim = _newest_preemptions(
+            connection, events.c.victim_namespace, events.c.victim_name, namespace, name, limit
+        )
+        views = fold_preemptions(events_of(connection, sorted({*as_preemptor, *as_victim})))
+    victim_stories = []
+    for preemption_id in as_victim:
+        view = views[preemption_id]
+        for victim in view.victims:
+            if (victim.victim.namespace, victim.victim.name) == (namespace, name):
+                victim_stories.append((view, victim))
+    return PodStory(
+        namespace=namespace,
+        name=name,
+        as_preemptor=tuple(views[pid] for pid in as_preemptor),
+        as_victim=tuple(victim_stories),
+    )

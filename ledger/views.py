@@ -1,0 +1,292 @@
+"""The per-preemption and per-victim views, folded from events and never stored.
+
+Pure functions over `RecordedEvent`s (no database here): the same fold serves `history`,
+`explain` and tests, and a view can never disagree with the events it came from, because
+it is nothing but those events read in ledger order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from ledger.events import RecordedEvent
+from ledger.kinds import DECISION_KINDS, TERMINAL_KINDS, VICTIM_KINDS, EventKind
+from preemption.decision import PodRef
+
+
+class Outcome(StrEnum):
+    """How a preemption ended; what `history --outcome` filters on."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+    DRY_RUN = "dry-run"
+    NO_CANDIDATE = "no-candidate"
+    INELIGIBLE = "ineligible"
+
+
+OUTCOME_OF_KIND: dict[EventKind, Outcome] = {
+    EventKind.COMPLETED: Outcome.COMPLETED,
+    EventKind.FAILED: Outcome.FAILED,
+    EventKind.PREEMPTION_ABORTED: Outcome.ABORTED,
+    EventKind.DRY_RUN: Outcome.DRY_RUN,
+    EventKind.NO_CANDIDATE: Outcome.NO_CANDIDATE,
+    EventKind.INELIGIBLE: Outcome.INELIGIBLE,
+}
+assert set(OUTCOME_OF_KIND) == TERMINAL_KINDS
+
+
+def kinds_ending_in(outcome: Outcome) -> frozenset[EventKind]:
+    """The event kinds that give a preemption this outcome."""
+    return frozenset(kind for kind, result in OUTCOME_OF_KIND.items() if result is outcome)
+
+
+class Status(StrEnum):
+    """Where a preemption stands, read from its latest events."""
+
+    DECIDING = "deciding"  # events, but no decision yet
+    HELD = "held"  # throttled by a rate budget
+    PREEMPTING = "preempting"  # victims chosen, not all settled
+    WAITING = "waiting"  # victims settled, preemptor not scheduled yet
+    SCHEDULED = "scheduled"  # preemptor scheduled, run not closed yet
+    FINISHED = "finished"  # a terminal event, not followed by a retry
+
+
+class Fate(StrEnum):
+    """What happened to one victim."""
+
+    CHOSEN = "chosen"  # in the decision, nothing done yet
+    MARKED = "marked"  # DisruptionTarget set, not deleted yet
+    DELETED = "deleted"
+    ALREADY_GONE = "already-gone"
+    REPLACED = "replaced"  # a new pod with the same name: left alone
+    FAILED = "failed"
+    SPARED = "spared"  # the preemption ended before touching it
+
+    @property
+    def settled(self) -> bool:
+        return self not in (Fate.CHOSEN, Fate.MARKED)
+
+
+FATE_OF_KIND: dict[EventKind, Fate] = {
+    EventKind.VICTIM_CHOSEN: Fate.CHOSEN,
+    EventKind.VICTIM_MARKED: Fate.MARKED,
+    EventKind.VICTIM_DELETED: Fate.DELETED,
+    EventKind.VICTIM_ALREADY_GONE: Fate.ALREADY_GONE,
+    EventKind.VICTIM_REPLACED: Fate.REPLACED,
+    EventKind.VICTIM_FAILED: Fate.FAILED,
+}
+assert set(FATE_OF_KIND) == VICTIM_KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class VictimView:
+    """One victim of one preemption: who it was and what became of it."""
+
+    preemption_id: str
+    victim: PodRef
+    preemptor: PodRef
+    node: str | None
+    fate: Fate
+    chosen_at: datetime | None
+    settled_at: datetime | None
+    error: str | None = None
+    replaced_by_uid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionView:
+    """One preemption (one workflow ID, any number of runs), as its events tell it."""
+
+    preemption_id: str
+    run_id: str
+    runs: tuple[str, ...]
+    preemptor: PodRef
+    node: str | None
+    status: Status
+    outcome: Outcome | None
+    started: datetime
+    finished: datetime | None
+    decided_at: datetime | None
+    decision: dict[str, Any] | None
+    victims: tuple[VictimView, ...]
+    scheduled_at: datetime | None
+    scheduled_node: str | None
+    seconds_to_schedule: float | None
+    error: str | None
+    abort_reason: str | None
+    events: tuple[RecordedEvent, ...]
+
+    @property
+    def victim_count(self) -> int:
+        return len(self.victims)
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.finished is None:
+            return None
+        return (self.finished - self.started).total_seconds()
+
+
+def _victims_of(decision: dict[str, Any] | None) -> list[PodRef]:
+    if not decision:
+        return []
+    return [
+        PodRef(v["namespace"], v["name"], v["uid"], int(v["priority"]))
+        for v in decision.get("victims", ())
+    ]
+
+
+def _fold_victims(
+    ordered: Sequence[RecordedEvent],
+    decision: dict[str, Any] | None,
+    decided_at: datetime | None,
+    node: str | None,
+    finished: bool,
+) -> tuple[VictimView, ...]:
+    """The latest decision's victims in its order, then any other pod something was done to.
+
+    A pod only chosen by an earlier run's decision, and left alone, is not a victim.
+    """
+    preemption_id, preemptor = ordered[0].preemption_id, ordered[-1].preemptor
+    chosen: dict[str, PodRef] = {ref.uid: ref for ref in _victims_of(decision)}
+    touched: dict[str, list[RecordedEvent]] = {}
+    for recorded in ordered:
+        if recorded.kind in VICTIM_KINDS and recorded.victim is not None:
+            touched.setdefault(recorded.victim.uid, []).append(recorded)
+            if recorded.kind is not EventKind.VICTIM_CHOSEN:
+                chosen.setdefault(recorded.victim.uid, recorded.victim)
+    views = []
+    for uid, ref in chosen.items():
+        history = touched.get(uid, [])
+        last = history[-1] if history else None
+        fate = FATE_OF_KIND[last.kind] if last is not None else Fate.CHOSEN
+        if fate is Fate.CHOSEN and finished:
+            fate = Fate.SPARED
+        settled = [e for e in history if FATE_OF_KIND[e.kind].settled]
+        payload = last.payload if last is not None else {}
+        views.append(
+            VictimView(
+                preemption_id=preemption_id,
+                victim=ref,
+                preemptor=preemptor,
+                node=(last.node if last is not None and last.node else node),
+                fate=fate,
+                chosen_at=decided_at,
+                settled_at=settled[-1].occurred_at if settled else None,
+                error=_text(payload.get("error")),
+                replaced_by_uid=_text(payload.get("observedUid"))
+                if fate is Fate.REPLACED
+                else None,
+            )
+        )
+    return tuple(views)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def fold_preemption(events: Iterable[RecordedEvent]) -> PreemptionView:
+    """The view of one preemption from all of its events (any order; ledger order is used)."""
+    ordered = sorted(events, key=lambda e: e.id)
+    if not ordered:
+        raise ValueError("a preemption view needs at least one event")
+    if len({e.preemption_id for e in ordered}) != 1:
+        raise ValueError("events of several preemptions cannot fold into one view")
+
+    runs: list[str] = []
+    decision: dict[str, Any] | None = None
+    decided_at: datetime | None = None
+    outcome: Outcome | None = None
+    finished_at: datetime | None = None
+    nominated: str | None = None
+    scheduled: RecordedEvent | None = None
+    error: str | None = None
+    abort_reason: str | None = None
+    for recorded in ordered:
+        if recorded.run_id not in runs:
+            runs.append(recorded.run_id)
+        kind = recorded.kind
+        if kind in DECISION_KINDS:
+            decision, decided_at = recorded.payload, recorded.occurred_at
+        if kind is EventKind.NOMINATED and recorded.node:
+            nominated = recorded.node
+        if kind is EventKind.PREEMPTOR_SCHEDULED:
+            scheduled = recorded
+        if kind in TERMINAL_KINDS:
+            outcome, finished_at = OUTCOME_OF_KIND[kind], recorded.occurred_at
+        if kind is EventKind.RETRIED:
+            outcome, finished_at = None, None
+            new_run = _text(recorded.payload.get("newRunId"))
+            if new_run and new_run not in runs:
+                runs.append(new_run)
+        if kind in (EventKind.FAILED, EventKind.VICTIM_FAILED) and "error" in recorded.payload:
+            error = _text(recorded.payload["error"])
+        if kind is EventKind.PREEMPTION_ABORTED:
+            abort_reason = _text(recorded.payload.get("reason"))
+
+    node = (decision or {}).get("nominatedNode") or nominated
+    if node is None:
+        node = next((e.node for e in ordered if e.node), None)
+    victims = _fold_victims(ordered, decision, decided_at, node, outcome is not None)
+    seconds_to_schedule = None
+    if scheduled is not None:
+        given = scheduled.payload.get("secondsSinceDecision")
+        if given is not None:
+            seconds_to_schedule = float(given)
+        elif decided_at is not None:
+            seconds_to_schedule = (scheduled.occurred_at - decided_at).total_seconds()
+
+    return PreemptionView(
+        preemption_id=ordered[0].preemption_id,
+        run_id=runs[-1],
+        runs=tuple(runs),
+        preemptor=ordered[-1].preemptor,
+        node=node,
+        status=_status(ordered, decision, victims, scheduled, outcome),
+        outcome=outcome,
+        started=ordered[0].occurred_at,
+        finished=finished_at,
+        decided_at=decided_at,
+        decision=decision,
+        victims=victims,
+        scheduled_at=scheduled.occurred_at if scheduled else None,
+        scheduled_node=(scheduled.node or node) if scheduled else None,
+        seconds_to_schedule=seconds_to_schedule,
+        error=error,
+        abort_reason=abort_reason,
+        events=tuple(ordered),
+    )
+
+
+def _status(
+    ordered: Sequence[RecordedEvent],
+    decision: dict[str, Any] | None,
+    victims: Sequence[VictimView],
+    scheduled: RecordedEvent | None,
+    outcome: Outcome | None,
+) -> Status:
+    if outcome is not None:
+        return Status.FINISHED
+    if ordered[-1].kind is EventKind.THROTTLED:
+        return Status.HELD
+    if decision is None:
+        return Status.DECIDING
+    if scheduled is not None:
+        return Status.SCHEDULED
+    if any(not v.fate.settled for v in victims):
+        return Status.PREEMPTING
+    return Status.WAITING
+
+
+def fold_preemptions(events: Iterable[RecordedEvent]) -> dict[str, PreemptionView]:
+    """One view per preemption among `events`, keyed by preemption ID."""
+    grouped: dict[str, list[RecordedEvent]] = {}
+    for recorded in events:
+        grouped.setdefault(recorded.preemption_id, []).append(recorded)
+    return {pid: fold_preemption(group) for pid, group in grouped.items()}
