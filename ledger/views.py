@@ -97,6 +97,15 @@ class VictimView:
     error: str | None = None
     replaced_by_uid: str | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        """The victim as `history --json` prints it (camelCase, like the planner's JSON)."""
+        return {
+            **self.victim.to_json(),
+            "fate": str(self.fate),
+            "settledAt": _iso(self.settled_at),
+            "error": self.error,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class PreemptionView:
@@ -130,6 +139,29 @@ class PreemptionView:
         if self.finished is None:
             return None
         return (self.finished - self.started).total_seconds()
+
+    def to_json(self) -> dict[str, Any]:
+        """One line of `history --json`; the events and full decision stay in the ledger."""
+        return {
+            "preemptionId": self.preemption_id,
+            "runId": self.run_id,
+            "runs": list(self.runs),
+            "preemptor": self.preemptor.to_json(),
+            "node": self.node,
+            "status": str(self.status),
+            "outcome": None if self.outcome is None else str(self.outcome),
+            "started": _iso(self.started),
+            "finished": _iso(self.finished),
+            "durationSeconds": self.duration_seconds,
+            "victims": [victim.to_json() for victim in self.victims],
+            "scheduledAt": _iso(self.scheduled_at),
+            "secondsToSchedule": self.seconds_to_schedule,
+            "error": self.error,
+        }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
 
 
 def _victims_of(decision: dict[str, Any] | None) -> list[PodRef]:

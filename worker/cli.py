@@ -13,10 +13,10 @@ import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from worker import plan_command
+from worker import ledger_commands, plan_command
 from worker.errors import UsageError
 
-COMMANDS: tuple[ModuleType, ...] = (plan_command,)
+COMMANDS: tuple[ModuleType, ...] = (plan_command, ledger_commands)
 
 EXIT_USAGE = 2
 
