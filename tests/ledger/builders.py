@@ -1,0 +1,154 @@
+"""Ledger events as the workflow will write them, built from the planner's own types.
+
+The decision payloads come from `preemption.decision.Decision.to_json()`, so a change to
+the planner's JSON shows up here rather than drifting from a hand-written copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ledger.events import LedgerEvent, decision_events
+from ledger.kinds import EventKind
+from preemption.decision import (
+    Decision,
+    NodeVerdict,
+    Outcome,
+    PodRef,
+    Rationale,
+    SelectionStep,
+    Strategy,
+)
+
+T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
+API = PodRef("prod", "api-0", "uid-api-0", 1000)
+BATCH_7 = PodRef("default", "batch-7", "uid-batch-7", 100)
+BATCH_8 = PodRef("default", "batch-8", "uid-batch-8", 50)
+
+
+def four_candidate_decision(
+    preemptor: PodRef = API,
+    victims: Sequence[PodRef] = (BATCH_7, BATCH_8),
+    node: str = "node-3",
+) -> dict[str, Any]:
+    """A Preempt decision where `node` wins by minHighestPriority among four candidates."""
+    others = [n for n in ("node-1", "node-2", "node-3", "node-4") if n != node]
+    rationale = Rationale(
+        strategy=Strategy.DEFAULT,
+        nodes_total=6,
+        filtered={"Insufficient cpu": 6},
+        potential_nodes=5,
+        candidates_wanted=5,
+        evaluated=[
+            NodeVerdict(node, True, victims=tuple(victims)),
+            *(
+                NodeVerdict(n, True, victims=(PodRef("default", f"w-{n}", f"u-{n}", 500),))
+                for n in others
+            ),
+            NodeVerdict("node-5", False, reasons=("Insufficient memory",)),
+        ],
+        selection=[
+            SelectionStep("minNumPDBViolations", (node, *others)),
+            SelectionStep("minHighestPriority", (node,)),
+        ],
+        deciding_criterion="minHighestPriority",
+    )
+    return Decision(
+        preemptor=preemptor,
+        status=Outcome.PREEMPT,
+        message=f"preempt {len(victims)} pod(s) on {node} (0 PDB violation(s)); "
+        "chosen by minHighestPriority among 4 candidate node(s)",
+        rationale=rationale,
+        nominated_node=node,
+        victims=tuple(victims),
+    ).to_json()
+
+
+def unschedulable_decision(preemptor: PodRef = API) -> dict[str, Any]:
+    return Decision(
+        preemptor=preemptor,
+        status=Outcome.UNSCHEDULABLE,
+        message="0/6 nodes are available: 6 Insufficient cpu.",
+        rationale=Rationale(strategy=Strategy.DEFAULT, nodes_total=6),
+    ).to_json()
+
+
+def event(
+    preemption_id: str,
+    kind: EventKind,
+    at: datetime,
+    *,
+    preemptor: PodRef = API,
+    node: str | None = "node-3",
+    victim: PodRef | None = None,
+    payload: dict[str, Any] | None = None,
+    run_id: str = "run-1",
+    step: str | int = "",
+) -> LedgerEvent:
+    return LedgerEvent(
+        preemption_id=preemption_id,
+        run_id=run_id,
+        kind=kind,
+        preemptor=preemptor,
+        node=node,
+        victim=victim,
+        payload=payload or {},
+        occurred_at=at,
+        step=step,
+    )
+
+
+def completed_preemption(
+    preemption_id: str = "preempt-uid-api-0",
+    *,
+    preemptor: PodRef = API,
+    victims: Sequence[PodRef] = (BATCH_7, BATCH_8),
+    node: str = "node-3",
+    start: datetime = T0,
+    outcome: EventKind = EventKind.COMPLETED,
+) -> list[LedgerEvent]:
+    """Decision, nomination, each victim marked and deleted, scheduled, then `outcome`."""
+    at = start
+    story = decision_events(
+        preemption_id, "run-1", preemptor, four_candidate_decision(preemptor, victims, node), at
+    )
+    story.append(event(preemption_id, EventKind.NOMINATED, at, preemptor=preemptor, node=node))
+    for victim in victims:
+        at += timedelta(seconds=1)
+        story.append(
+            event(
+                preemption_id,
+                EventKind.VICTIM_MARKED,
+                at,
+                preemptor=preemptor,
+                node=node,
+                victim=victim,
+            )
+        )
+        at += timedelta(seconds=1)
+        story.append(
+            event(
+                preemption_id,
+                EventKind.VICTIM_DELETED,
+                at,
+                preemptor=preemptor,
+                node=node,
+                victim=victim,
+            )
+        )
+    at += timedelta(seconds=4)
+    story.append(
+        event(
+            preemption_id,
+            EventKind.PREEMPTOR_SCHEDULED,
+            at,
+            preemptor=preemptor,
+            node=node,
+            payload={"secondsSinceDecision": (at - start).total_seconds()},
+        )
+    )
+    payload = {"error": "victim delete kept failing"} if outcome is EventKind.FAILED else {}
+    story.append(event(preemption_id, outcome, at, preemptor=preemptor, node=node, payload=payload))
+    return story

@@ -1,0 +1,146 @@
+"""Appending events: idempotent by key, in batches, from threads and from coroutines.
+
+Scenarios:
+- appending an event stores it and reports it as new
+- appending the same event again (a retry) adds no row and reports it as a duplicate
+- a batch reports how many events were new, skipping keys already in the ledger
+- a batch that repeats a key stores it once
+- a batch is all or nothing (a bad row keeps the good ones out too)
+- many threads appending the same key at once store exactly one row
+- async appends from many coroutines store every distinct event once
+- events read back keep their time zone, payload and pods
+- the decision batch stores the decision and one victim_chosen per victim
+- the idempotency key depends only on what identifies the event, not on when it ran
+- an event refuses a naive timestamp
+- SQLite appends are idempotent too
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import DBAPIError
+
+from ledger.events import LedgerEvent, decision_events, idempotency_key
+from ledger.kinds import EventKind
+from ledger.models import events
+from ledger.queries import events_of
+from ledger.writer import append, append_async, append_batch, append_batch_async
+from tests.ledger.builders import API, BATCH_7, BATCH_8, T0, event, four_candidate_decision
+
+
+def _count(engine: Engine) -> int:
+    with engine.connect() as connection:
+        return connection.execute(select(func.count()).select_from(events)).scalar_one()
+
+
+def test_append_stores_the_event_and_reports_it_new(pg_engine: Engine) -> None:
+    assert append(pg_engine, event("p-1", EventKind.NOMINATED, T0)) is True
+    assert _count(pg_engine) == 1
+
+
+def test_appending_the_same_event_again_adds_nothing(pg_engine: Engine) -> None:
+    first = event("p-1", EventKind.VICTIM_DELETED, T0, victim=BATCH_7)
+    retry = event("p-1", EventKind.VICTIM_DELETED, T0 + timedelta(minutes=5), victim=BATCH_7)
+    append(pg_engine, first)
+    assert append(pg_engine, retry) is False
+    with pg_engine.connect() as connection:
+        (stored,) = events_of(connection, ["p-1"])
+    assert stored.occurred_at == T0
+
+
+def test_a_batch_counts_only_new_events(pg_engine: Engine) -> None:
+    old = event("p-1", EventKind.NOMINATED, T0)
+    append(pg_engine, old)
+    new = [event("p-1", EventKind.VICTIM_MARKED, T0, victim=v) for v in (BATCH_7, BATCH_8)]
+    assert append_batch(pg_engine, [old, *new]) == 2
+    assert _count(pg_engine) == 3
+
+
+def test_a_batch_that_repeats_a_key_stores_it_once(pg_engine: Engine) -> None:
+    twice = event("p-1", EventKind.NOMINATED, T0)
+    assert append_batch(pg_engine, [twice, twice]) == 1
+    assert _count(pg_engine) == 1
+
+
+def test_a_batch_is_all_or_nothing(pg_engine: Engine) -> None:
+    good = event("p-1", EventKind.NOMINATED, T0)
+    too_long = event("p-1", EventKind.VICTIM_MARKED, T0, node="n" * 300, victim=BATCH_7)
+    with pytest.raises(DBAPIError):
+        append_batch(pg_engine, [good, too_long])
+    assert _count(pg_engine) == 0
+
+
+def test_threads_racing_on_one_key_store_one_row(pg_engine: Engine) -> None:
+    same = event("p-1", EventKind.VICTIM_DELETED, T0, victim=BATCH_7)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda _: append(pg_engine, same), range(32)))
+    assert results.count(True) == 1
+    assert _count(pg_engine) == 1
+
+
+async def test_async_appends_store_each_distinct_event_once(pg_engine: Engine) -> None:
+    distinct = [event(f"p-{i}", EventKind.NOMINATED, T0) for i in range(20)]
+    results = await asyncio.gather(
+        *(append_async(pg_engine, e) for e in distinct),
+        *(append_async(pg_engine, e) for e in distinct),
+        append_batch_async(pg_engine, distinct),
+    )
+    assert sum(results[:40]) + results[40] == 20
+    assert _count(pg_engine) == 20
+
+
+def test_events_read_back_as_written(pg_engine: Engine) -> None:
+    written = event(
+        "p-1",
+        EventKind.VICTIM_FAILED,
+        T0.astimezone(timezone(timedelta(hours=2))),
+        victim=BATCH_7,
+        payload={"error": "Forbidden", "nested": {"n": [1, 2]}},
+    )
+    append(pg_engine, written)
+    with pg_engine.connect() as connection:
+        (read,) = events_of(connection, ["p-1"])
+    assert (read.occurred_at, read.occurred_at.utcoffset()) == (T0, timedelta(0))
+    assert (read.preemptor, read.victim, read.payload) == (API, BATCH_7, written.payload)
+    assert (read.kind, read.idempotency_key) == (EventKind.VICTIM_FAILED, written.key)
+
+
+def test_the_decision_batch_names_every_victim(pg_engine: Engine) -> None:
+    decision = four_candidate_decision()
+    assert append_batch(pg_engine, decision_events("p-1", "run-1", API, decision, T0)) == 3
+    with pg_engine.connect() as connection:
+        stored = events_of(connection, ["p-1"])
+    assert [(e.kind, e.victim) for e in stored] == [
+        (EventKind.DECISION_MADE, None),
+        (EventKind.VICTIM_CHOSEN, BATCH_7),
+        (EventKind.VICTIM_CHOSEN, BATCH_8),
+    ]
+    assert stored[0].payload == decision
+
+
+def test_the_key_identifies_the_event_not_the_attempt() -> None:
+    first = event("p-1", EventKind.VICTIM_DELETED, T0, victim=BATCH_7)
+    later = event("p-1", EventKind.VICTIM_DELETED, T0 + timedelta(hours=1), victim=BATCH_7)
+    assert (
+        first.key
+        == later.key
+        == idempotency_key("p-1", "run-1", EventKind.VICTIM_DELETED, BATCH_7.uid)
+    )
+    assert first.key != event("p-1", EventKind.VICTIM_DELETED, T0, victim=BATCH_8).key
+
+
+def test_an_event_refuses_a_naive_time() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        LedgerEvent("p-1", "run-1", EventKind.COMPLETED, API, occurred_at=datetime(2026, 1, 1))
+
+
+def test_sqlite_appends_are_idempotent(sqlite_engine: Engine) -> None:
+    same = event("p-1", EventKind.VICTIM_DELETED, T0, victim=BATCH_7)
+    assert [append(sqlite_engine, same), append(sqlite_engine, same)] == [True, False]
+    assert append_batch(sqlite_engine, [same, event("p-1", EventKind.COMPLETED, T0)]) == 1
+    assert _count(sqlite_engine) == 2

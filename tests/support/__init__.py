@@ -1,0 +1,1 @@
+"""Test helpers shared across suites (real services the tests create and tear down)."""
