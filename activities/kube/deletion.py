@@ -1,0 +1,65 @@
+"""Deleting a victim, safely under retries.
+
+The delete carries a UID precondition, so the API server itself refuses to delete a pod
+recreated under the victim's name (a StatefulSet's `web-1`); that refusal, like a 404, means
+the victim is gone and the preemption may go on. Neither is ever retried into a delete.
+
+With `use_eviction`, the policy/v1 Eviction API is used instead of DELETE, so the API server
+enforces PodDisruptionBudgets at the moment of deletion (the planner's PDB check works on a
+view that may be a moment old). An exhausted budget is a 429, hence retryable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from activities.kube.classify import Call, api_status, classify_status, is_uid_precondition_conflict
+from activities.kube.client import KubeClient
+from activities.kube.outcomes import PodRef, Verdict, WriteOutcome
+from activities.kube.pods import pod_path
+
+
+def delete_victim(
+    kube: KubeClient,
+    victim: PodRef,
+    *,
+    grace_period_seconds: int | None = None,
+    use_eviction: bool = False,
+) -> WriteOutcome:
+    """Delete (or evict) exactly the pod `victim` names, UID included."""
+    options: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "preconditions": {"uid": victim.uid},
+    }
+    if grace_period_seconds is not None:
+        options["gracePeriodSeconds"] = grace_period_seconds
+    if use_eviction:
+        call = Call("create", "pods/eviction", victim.key)
+        method, path = "POST", pod_path(victim.namespace, victim.name, "eviction")
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": victim.name, "namespace": victim.namespace},
+            "deleteOptions": options,
+        }
+    else:
+        call = Call("delete", "pods", victim.key)
+        method, path, body = "DELETE", pod_path(victim.namespace, victim.name), options
+    try:
+        kube.request(method, path, call, body=body)
+    except ApiException as error:
+        status = api_status(error)
+        if status.code == 404:
+            return WriteOutcome(Verdict.ALREADY_GONE, victim.key, "victim is already gone")
+        if is_uid_precondition_conflict(status):
+            return WriteOutcome(
+                Verdict.REPLACED,
+                victim.key,
+                f"victim was replaced by a pod with another UID; not deleted ({status.message})",
+            )
+        raise classify_status(status, call) from None
+    verb = "evicted" if use_eviction else "deleted"
+    return WriteOutcome(Verdict.DONE, victim.key, f"victim {verb}")

@@ -1,0 +1,96 @@
+"""`status.nominatedNodeName`: setting it on the preemptor, clearing it on lower-priority pods.
+
+KEP-5278 lets components other than the scheduler nominate (a cluster autoscaler, a
+Kueue-like controller), so a nomination found on the pod is not assumed to be ours: it is
+overwritten only when the decision requires it (`overwrite=True`), and the outcome says
+what was there, so the caller can record the overwrite, or the nomination it kept, in the
+ledger. Clearing removes only a nomination to the node the decision names; one that has
+moved elsewhere since is someone else's and is left.
+
+Each patch carries the resourceVersion read before deciding, so a concurrent change makes
+it fail with a retryable conflict instead of overwriting what was not seen.
+"""
+
+from __future__ import annotations
+
+from kubernetes.client.exceptions import ApiException
+
+from activities.kube.classify import Call, api_status, classify_status
+from activities.kube.client import MERGE_PATCH, KubeClient
+from activities.kube.outcomes import PodRef, Verdict, WriteOutcome
+from activities.kube.pods import PodLookup, Presence, get_pod, pod_path
+
+
+def _settled(lookup: PodLookup, ref: PodRef) -> WriteOutcome | None:
+    if lookup.presence is Presence.GONE:
+        return WriteOutcome(Verdict.ALREADY_GONE, ref.key, "pod is gone")
+    if lookup.presence is Presence.REPLACED:
+        return WriteOutcome(
+            Verdict.REPLACED, ref.key, "pod was replaced by one with another UID; left alone"
+        )
+    return None
+
+
+def _patch_nomination(kube: KubeClient, ref: PodRef, lookup: PodLookup, node: str | None) -> None:
+    call = Call("patch", "pods/status", ref.key)
+    patch = {
+        "metadata": {"resourceVersion": lookup.resource_version},
+        "status": {"nominatedNodeName": node},
+    }
+    try:
+        kube.request(
+            "PATCH",
+            pod_path(ref.namespace, ref.name, "status"),
+            call,
+            body=patch,
+            content_type=MERGE_PATCH,
+        )
+    except ApiException as error:
+        raise classify_status(api_status(error), call) from None
+
+
+def nominate(kube: KubeClient, preemptor: PodRef, node: str, *, overwrite: bool) -> WriteOutcome:
+    """Nominate `preemptor` to `node`. A different nomination already there is kept unless
+    `overwrite`; either way `previous` names it."""
+    lookup = get_pod(kube, preemptor)
+    settled = _settled(lookup, preemptor)
+    if settled is not None:
+        return settled
+    current = lookup.status.get("nominatedNodeName") or None
+    if current == node:
+        return WriteOutcome(Verdict.UNCHANGED, preemptor.key, f"already nominated to {node}")
+    if current is not None and not overwrite:
+        return WriteOutcome(
+            Verdict.KEPT_OTHER_NOMINATION,
+            preemptor.key,
+            f"kept the nomination to {current} set by another component",
+            previous=current,
+        )
+    _patch_nomination(kube, preemptor, lookup, node)
+    message = f"nominated to {node}"
+    if current is not None:
+        message += f", overwriting the nomination to {current}"
+    return WriteOutcome(Verdict.DONE, preemptor.key, message, previous=current)
+
+
+def clear_nomination(kube: KubeClient, pod: PodRef, node: str) -> WriteOutcome:
+    """Clear `pod`'s nomination to `node` (upstream's `ClearNominatedNodeName` for the
+    lower-priority pods nominated to the node a preemption takes)."""
+    lookup = get_pod(kube, pod)
+    settled = _settled(lookup, pod)
+    if settled is not None:
+        return settled
+    current = lookup.status.get("nominatedNodeName") or None
+    if current is None:
+        return WriteOutcome(Verdict.UNCHANGED, pod.key, "not nominated")
+    if current != node:
+        return WriteOutcome(
+            Verdict.KEPT_OTHER_NOMINATION,
+            pod.key,
+            f"nominated to {current} now, not {node}; left alone",
+            previous=current,
+        )
+    _patch_nomination(kube, pod, lookup, None)
+    return WriteOutcome(
+        Verdict.DONE, pod.key, f"cleared the nomination to {node}", previous=current
+    )

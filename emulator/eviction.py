@@ -1,0 +1,132 @@
+"""The policy/v1 Eviction subresource: a delete that the API server refuses when a
+PodDisruptionBudget has no disruptions left.
+
+Mirrors the checks of `pkg/registry/core/pod/storage/eviction.go` that a preemption can meet:
+terminal or already-terminating pods skip the budget, more than one matching budget is a 500,
+an exhausted budget is a 429 with a `DisruptionBudget` cause, and an allowed eviction spends
+one disruption (`status.disruptionsAllowed`, `status.disruptedPods`) before deleting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from emulator import status
+from emulator.resources import PDBS, PODS
+from emulator.status import ApiError
+from emulator.store import Obj, Store, now_rfc3339
+
+EVICTION_REFUSED = "Cannot evict pod as it would violate the pod's disruption budget."
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """`metav1.LabelSelectorAsSelector` semantics; a nil or empty selector matches nothing
+    for a PDB (policy/v1)."""
+    if not selector:
+        return False
+    match_labels = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    if not match_labels and not expressions:
+        return False
+    if any(labels.get(key) != value for key, value in match_labels.items()):
+        return False
+    for expression in expressions:
+        key, operator = expression.get("key"), expression.get("operator")
+        values = expression.get("values") or []
+        present = key in labels
+        if operator == "In" and not (present and labels[key] in values):
+            return False
+        if operator == "NotIn" and present and labels[key] in values:
+            return False
+        if operator == "Exists" and not present:
+            return False
+        if operator == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def evict(store: Store, namespace: str, name: str, eviction: Mapping[str, Any]) -> Obj:
+    """Evict a pod; returns the `Status` success body the API server answers with (201)."""
+    options = eviction.get("deleteOptions") or {}
+    preconditions = options.get("preconditions") or {}
+    with store.transaction():
+        pod = store.get(PODS, namespace, name)
+        _check_preconditions(pod, preconditions)
+        if _needs_budget(pod):
+            _spend_disruption(store, namespace, pod)
+        store.delete(
+            PODS,
+            namespace,
+            name,
+            grace_period=options.get("gracePeriodSeconds"),
+        )
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "code": 201,
+    }
+
+
+def _check_preconditions(pod: Obj, preconditions: Mapping[str, Any]) -> None:
+    """Checked before the budget is spent, so a refused eviction costs no disruption."""
+    meta = pod["metadata"]
+    uid, rv = preconditions.get("uid"), preconditions.get("resourceVersion")
+    if uid is not None and uid != meta["uid"]:
+        raise status.precondition_failed(PODS, meta["name"], "UID", uid, meta["uid"])
+    if rv is not None and rv != meta["resourceVersion"]:
+        raise status.precondition_failed(
+            PODS, meta["name"], "ResourceVersion", rv, meta["resourceVersion"]
+        )
+
+
+def _needs_budget(pod: Obj) -> bool:
+    phase = (pod.get("status") or {}).get("phase")
+    return phase not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp")
+
+
+def _spend_disruption(store: Store, namespace: str, pod: Obj) -> None:
+    labels = pod["metadata"].get("labels") or {}
+    budgets = [
+        pdb
+        for pdb in store.objects(PDBS, namespace)
+        if selector_matches((pdb.get("spec") or {}).get("selector"), labels)
+    ]
+    if not budgets:
+        return
+    if len(budgets) > 1:
+        raise ApiError(
+            500,
+            status.status_body(
+                500,
+                "InternalError",
+                "This pod has more than one PodDisruptionBudget, which the eviction "
+                "subresource does not support.",
+            ),
+        )
+    budget = budgets[0]
+    budget_status = budget.get("status") or {}
+    if int(budget_status.get("disruptionsAllowed", 0)) <= 0:
+        raise status.too_many_requests(
+            EVICTION_REFUSED,
+            retry_after=None,
+            causes=[
+                {
+                    "reason": "DisruptionBudget",
+                    "message": (
+                        f"The disruption budget {budget['metadata']['name']} needs "
+                        f"{budget_status.get('desiredHealthy', 0)} healthy pods and has "
+                        f"{budget_status.get('currentHealthy', 0)} currently"
+                    ),
+                }
+            ],
+        )
+    spent = dict(budget_status)
+    spent["disruptionsAllowed"] = int(budget_status["disruptionsAllowed"]) - 1
+    spent["disruptedPods"] = dict(budget_status.get("disruptedPods") or {})
+    spent["disruptedPods"][pod["metadata"]["name"]] = now_rfc3339()
+    store.update(
+        PDBS, namespace, budget["metadata"]["name"], {"status": spent}, subresource="status"
+    )

@@ -1,0 +1,222 @@
+"""The wire: a threaded HTTP/1.1 server that parses requests, applies injected faults, calls
+the REST handlers and writes JSON (or a chunked watch stream) back.
+
+Standard library only (`http.server`): the official client is synchronous, tests drive the
+emulator from plain threads, and one thread per connection is plenty for a test cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import orjson
+
+from emulator import status
+from emulator.faults import Action, Faults
+from emulator.handlers import handle, predicate
+from emulator.requestlog import Request, RequestLog
+from emulator.routing import Route, route
+from emulator.status import ApiError
+from emulator.store import Store
+from emulator.watch import WatchRequest, serve_watch
+
+_VERSION = {
+    "major": "1",
+    "minor": "34",
+    "gitVersion": "v1.34.0-preemptctl-emulator",
+    "platform": "linux/amd64",
+}
+
+
+class EmulatorServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        store: Store,
+        faults: Faults,
+        requests: RequestLog,
+        bookmark_interval: float,
+    ) -> None:
+        super().__init__(address, _Handler)
+        self.store = store
+        self.faults = faults
+        self.requests = requests
+        self.bookmark_interval = bookmark_interval
+        self.stopping = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """Cut every open connection (idle keep-alives and watches), as a dying server does."""
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: EmulatorServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the request log is the record tests read."""
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_PUT(self) -> None:
+        self._serve("PUT")
+
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    def _serve(self, method: str) -> None:
+        split = urlsplit(self.path)
+        query = dict(parse_qsl(split.query))
+        content_type = self.headers.get("Content-Type", "")
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        watch = query.get("watch") in ("true", "1")
+        target = route(method, split.path, watch)
+        if target is None:
+            self._serve_other(method, split.path)
+            return
+        try:
+            body = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            body = None
+        code = 0
+        try:
+            code = self._respond(target, query, body, content_type)
+        finally:
+            self.server.requests.append(
+                Request(
+                    target.verb,
+                    target.rbac_resource,
+                    target.namespace,
+                    target.name,
+                    method,
+                    split.path,
+                    query,
+                    content_type,
+                    body,
+                    code,
+                )
+            )
+
+    def _respond(self, target: Route, query: dict[str, str], body: Any, content_type: str) -> int:
+        decision = self.server.faults.decide(
+            target.verb, target.rbac_resource, target.namespace, target.name
+        )
+        if decision.delay:
+            time.sleep(decision.delay)
+        try:
+            fault = decision.fault
+            if fault is not None and fault.action is Action.DROP:
+                self._drop()
+                return 0
+            if fault is not None and fault.action is Action.DENY:
+                raise status.forbidden(
+                    target.resource,
+                    target.subresource,
+                    target.name,
+                    target.namespace,
+                    target.verb,
+                    fault.user,
+                )
+            if fault is not None:
+                raise status.for_code(fault.code, fault.message, fault.retry_after)
+            if target.verb == "watch":
+                self._watch(target, query)
+                return 200
+            response = handle(self.server.store, target, query, body, content_type)
+            self._send_json(response.code, response.body)
+            return response.code
+        except ApiError as error:
+            headers = {"Retry-After": str(error.retry_after)} if error.retry_after else {}
+            self._send_json(error.code, error.body, headers)
+            return error.code
+
+    def _drop(self) -> None:
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _send_json(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        payload = orjson.dumps(body)
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _watch(self, target: Route, query: dict[str, str]) -> None:
+        text = query.get("resourceVersion") or ""
+        try:
+            since = int(text) if text not in ("", "0") else None
+        except ValueError:
+            raise status.bad_request(f"resourceVersion: invalid value {text!r}") from None
+        timeout_text = query.get("timeoutSeconds")
+        request = WatchRequest(
+            resource=target.resource,
+            namespace=target.namespace,
+            predicate=predicate(target, query),
+            since=since,
+            bookmarks=query.get("allowWatchBookmarks") in ("true", "1"),
+            bookmark_interval=self.server.bookmark_interval,
+            timeout=float(timeout_text) if timeout_text else None,
+        )
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            serve_watch(self.server.store, request, self._write_chunk, self.server.stopping)
+            self._write_chunk(b"")
+        except OSError:
+            self.close_connection = True
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _serve_other(self, method: str, path: str) -> None:
+        """Discovery stubs, enough for `kubectl version` and health checks."""
+        if method == "GET" and path == "/version":
+            self._send_json(200, _VERSION)
+        elif method == "GET" and path in ("/healthz", "/readyz", "/livez"):
+            self._send_json(200, "ok")
+        elif method == "GET" and path == "/api":
+            self._send_json(200, {"kind": "APIVersions", "versions": ["v1"]})
+        else:
+            body = status.status_body(
+                404, "NotFound", "the server could not find the requested resource"
+            )
+            self._send_json(404, body)

@@ -1,0 +1,53 @@
+"""The resources the emulator serves: the few a preemption controller reads or writes.
+
+A table rather than generic discovery, because each entry carries behaviour the emulator
+must get right (which are namespaced, which have a status subresource).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    subresources: frozenset[str] = frozenset()
+
+    @property
+    def key(self) -> str:
+        """The store's name for it: `pods`, `poddisruptionbudgets`, `events.k8s.io/events`.
+
+        core/v1 and events.k8s.io/v1 Events are stored apart (the real server shares one
+        storage and converts; nothing here reads an Event through both APIs)."""
+        return (
+            f"{self.group}/{self.plural}" if self.group and self.group != "policy" else self.plural
+        )
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def qualified(self) -> str:
+        """`schema.GroupResource.String()`, as error messages name the resource."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+PODS = Resource("", "v1", "pods", "Pod", True, frozenset({"status", "eviction"}))
+NODES = Resource("", "v1", "nodes", "Node", False, frozenset({"status"}))
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False, frozenset({"status"}))
+EVENTS = Resource("", "v1", "events", "Event", True)
+PDBS = Resource(
+    "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, frozenset({"status"})
+)
+EVENTS_V1 = Resource("events.k8s.io", "v1", "events", "Event", True)
+
+ALL = (PODS, NODES, NAMESPACES, EVENTS, PDBS, EVENTS_V1)
+BY_PATH = {(r.group, r.version, r.plural): r for r in ALL}
+BY_KEY = {r.key: r for r in ALL}
+BY_KIND = {r.kind: r for r in ALL if r is not EVENTS_V1}

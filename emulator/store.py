@@ -1,0 +1,458 @@
+"""The emulator's storage: objects, one global resourceVersion, and the event history watches read.
+
+It plays etcd plus the generic registry: every write bumps the one global revision (as etcd's
+does) and becomes the object's `metadata.resourceVersion`; every change is appended to a
+bounded history, so a watch can resume from any revision still in it and gets 410 Gone for
+one compacted away. Stored objects are never mutated, only replaced, so a list or a watch
+can hand out references without copying under the lock.
+
+Pod deletion is graceful as on a real cluster: a pod bound to a node is only marked
+(`deletionTimestamp`, `deletionGracePeriodSeconds`) and disappears when its grace period
+ends (the kubelet's part, played by `reap`) or a test calls `finalize`.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import queue
+import threading
+import time
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from emulator import status
+from emulator.patch import apply_patch
+from emulator.resources import BY_KEY, PODS, Resource
+from emulator.status import ApiError
+
+Obj = dict[str, Any]
+Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
+
+ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+DEFAULT_GRACE_SECONDS = 30
+_LIST_SNAPSHOTS = 64
+
+
+def now_rfc3339(offset: float = 0.0) -> str:
+    moment = datetime.fromtimestamp(time.time() + offset, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _copy(obj: Mapping[str, Any]) -> Obj:
+    copied: Obj = orjson.loads(orjson.dumps(obj))
+    return copied
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    rv: int
+    type: str
+    resource: str
+    obj: Obj
+    previous: Obj | None = None
+
+
+@dataclass(eq=False)
+class Watcher:
+    """One open watch: the store pushes its resource's events here, the HTTP layer drains."""
+
+    resource: str
+    events: queue.SimpleQueue[WatchEvent | None] = field(default_factory=queue.SimpleQueue)
+    closed: bool = False
+
+    def close(self) -> None:
+        self.closed = True
+        self.events.put(None)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    items: list[Obj]
+    resource_version: int
+    continue_token: str | None
+    remaining: int | None
+
+
+class Store:
+    """Thread-safe; every public method is atomic with respect to the others."""
+
+    def __init__(self, history_limit: int = 200_000) -> None:
+        self.lock = threading.RLock()
+        self._objects: dict[str, dict[Key, Obj]] = {key: {} for key in BY_KEY}
+        self._revision = 0
+        self._history: deque[WatchEvent] = deque()
+        self._history_limit = history_limit
+        self._compacted = 0  # a watch may start from any revision >= this
+        self._watchers: set[Watcher] = set()
+        self._snapshots: OrderedDict[int, tuple[int, list[Obj]]] = OrderedDict()
+        self._snapshot_ids = itertools.count(1)
+        self._deadlines: dict[Key, float] = {}  # terminating pods -> monotonic deadline
+
+    # -- reading ----------------------------------------------------------------------------
+
+    @property
+    def revision(self) -> int:
+        return self._revision
+
+    def get(self, resource: Resource, namespace: str, name: str) -> Obj:
+        obj = self._objects[resource.key].get((namespace, name))
+        if obj is None:
+            raise status.not_found(resource, name)
+        return obj
+
+    def find(self, resource: Resource, namespace: str, name: str) -> Obj | None:
+        return self._objects[resource.key].get((namespace, name))
+
+    def objects(self, resource: Resource, namespace: str = "") -> list[Obj]:
+        """Current objects of a resource (all namespaces when `namespace` is empty), by key."""
+        with self.lock:
+            return [
+                obj
+                for key, obj in sorted(self._objects[resource.key].items())
+                if not namespace or key[0] == namespace
+            ]
+
+    def list_page(
+        self,
+        resource: Resource,
+        namespace: str,
+        predicate: Callable[[Obj], bool],
+        limit: int = 0,
+        continue_token: str | None = None,
+    ) -> Page:
+        """A consistent list: later pages come from the snapshot the first page was cut from,
+        as etcd serves them at the first page's revision; an evicted snapshot is 410 Gone."""
+        with self.lock:
+            if continue_token:
+                snapshot_id, offset = _decode_continue(continue_token)
+                snapshot = self._snapshots.get(snapshot_id)
+                if snapshot is None:
+                    raise status.gone(
+                        "The provided continue parameter is too old to display a consistent "
+                        "list result. You can start a new list without the continue parameter."
+                    )
+                revision, items = snapshot
+            else:
+                offset = 0
+                revision = self._revision
+                items = [
+                    obj
+                    for key, obj in sorted(self._objects[resource.key].items())
+                    if (not namespace or key[0] == namespace) and predicate(obj)
+                ]
+                snapshot_id = 0
+            end = offset + limit if limit > 0 else len(items)
+            if end >= len(items):
+                if snapshot_id:
+                    self._snapshots.pop(snapshot_id, None)
+                return Page(items[offset:], revision, None, None)
+            if not snapshot_id:
+                snapshot_id = next(self._snapshot_ids)
+                self._snapshots[snapshot_id] = (revision, items)
+                while len(self._snapshots) > _LIST_SNAPSHOTS:
+                    self._snapshots.popitem(last=False)
+            return Page(
+                items[offset:end], revision, _encode_continue(snapshot_id, end), len(items) - end
+            )
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def create(self, resource: Resource, namespace: str, body: Mapping[str, Any]) -> Obj:
+        obj = _copy(body)
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
+        name = meta.get("name")
+        if not name:
+            raise status.invalid(
+                resource.kind,
+                "",
+                "metadata.name",
+                "Required value: name or generateName is required",
+            )
+        with self.lock:
+            objects = self._objects[resource.key]
+            key = (namespace if resource.namespaced else "", name)
+            if key in objects:
+                raise status.already_exists(resource, name)
+            if resource.namespaced:
+                meta["namespace"] = namespace
+            else:
+                meta.pop("namespace", None)
+            meta["uid"] = str(uuid.uuid4())
+            meta.setdefault("creationTimestamp", now_rfc3339())
+            meta.pop("deletionTimestamp", None)
+            obj.setdefault("apiVersion", resource.api_version)
+            obj.setdefault("kind", resource.kind)
+            if resource is PODS:
+                obj.setdefault("status", {}).setdefault("phase", "Pending")
+            return self._commit(resource, key, obj, ADDED)
+
+    def load(self, resource: Resource, body: Mapping[str, Any]) -> Obj:
+        """Put an object as given (keeping its uid), replacing any with the same name: how a
+        scenario file seeds the cluster."""
+        obj = _copy(body)
+        meta = obj.setdefault("metadata", {})
+        namespace = (meta.get("namespace") or "default") if resource.namespaced else ""
+        if resource.namespaced:
+            meta["namespace"] = namespace
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", now_rfc3339())
+        obj.setdefault("apiVersion", resource.api_version)
+        obj.setdefault("kind", resource.kind)
+        with self.lock:
+            key = (namespace, meta["name"])
+            kind = MODIFIED if key in self._objects[resource.key] else ADDED
+            return self._commit(resource, key, obj, kind)
+
+    def update(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        body: Mapping[str, Any],
+        subresource: str = "",
+    ) -> Obj:
+        """PUT: optimistic concurrency on `metadata.resourceVersion` when the body carries one;
+        the main resource cannot change status, the status subresource only changes status."""
+        with self.lock:
+            current = self.get(resource, namespace, name)
+            wanted_rv = (body.get("metadata") or {}).get("resourceVersion")
+            if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
+                raise status.conflict(resource, name, status.MODIFIED)
+            return self._replace(resource, current, _copy(body), subresource)
+
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        content_type: str,
+        body: Any,
+        subresource: str = "",
+    ) -> Obj:
+        with self.lock:
+            current = self.get(resource, namespace, name)
+            patched = apply_patch(content_type, current, body)
+            wanted_rv = (patched.get("metadata") or {}).get("resourceVersion")
+            if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
+                raise status.conflict(resource, name, status.MODIFIED)
+            wanted_uid = (patched.get("metadata") or {}).get("uid")
+            if wanted_uid and wanted_uid != current["metadata"]["uid"]:
+                raise status.invalid(
+                    resource.kind,
+                    name,
+                    "metadata.uid",
+                    f'Invalid value: "{wanted_uid}": field is immutable',
+                )
+            return self._replace(resource, current, patched, subresource)
+
+    def _replace(self, resource: Resource, current: Obj, new: Obj, subresource: str) -> Obj:
+        meta = dict(current["metadata"])
+        if subresource == "status":
+            merged = dict(current)
+            merged["status"] = new.get("status", {})
+        else:
+            merged = new
+            for immutable in (
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "namespace",
+                "name",
+                "deletionGracePeriodSeconds",
+            ):
+                new_meta = merged.setdefault("metadata", {})
+                if immutable in meta:
+                    new_meta[immutable] = meta[immutable]
+            meta = merged["metadata"]
+            if "status" in resource.subresources:
+                merged["status"] = current.get("status", {})
+        merged["metadata"] = meta
+        key = (meta.get("namespace", ""), meta["name"])
+        updated = self._commit(resource, key, merged, MODIFIED, previous=current)
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and (resource is not PODS or key not in self._deadlines)
+        ):
+            self._remove(resource, key)
+        return updated
+
+    def delete(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        grace_period: int | None = None,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> Obj:
+        """DELETE with preconditions; a pod bound to a node terminates gracefully."""
+        with self.lock:
+            current = self.get(resource, namespace, name)
+            meta = current["metadata"]
+            if uid is not None and uid != meta["uid"]:
+                raise status.precondition_failed(resource, name, "UID", uid, meta["uid"])
+            if resource_version is not None and resource_version != meta["resourceVersion"]:
+                raise status.precondition_failed(
+                    resource, name, "ResourceVersion", resource_version, meta["resourceVersion"]
+                )
+            key = (meta.get("namespace", ""), name)
+            if resource is PODS and self._graceful(current, grace_period):
+                return self._terminate(key, current, grace_period)
+            if meta.get("finalizers"):
+                return self._mark_deleting(resource, key, current, 0)
+            return self._remove(resource, key)
+
+    @staticmethod
+    def _graceful(pod: Obj, grace_period: int | None) -> bool:
+        """`podStrategy.CheckGracefulDelete`: only a scheduled, non-terminal pod with a
+        positive grace period terminates; anything else is deleted at once."""
+        if grace_period == 0:
+            return False
+        if not (pod.get("spec") or {}).get("nodeName"):
+            return False
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            return False
+        if grace_period is None:
+            grace_period = (pod.get("spec") or {}).get(
+                "terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS
+            )
+        return bool(grace_period and grace_period > 0)
+
+    def _terminate(self, key: Key, pod: Obj, grace_period: int | None) -> Obj:
+        meta = pod["metadata"]
+        if grace_period is None:
+            grace_period = (pod.get("spec") or {}).get(
+                "terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS
+            )
+        assert grace_period is not None
+        current_grace = meta.get("deletionGracePeriodSeconds")
+        if current_grace is not None and current_grace <= grace_period:
+            return pod  # already terminating at least as fast: a repeated delete is a no-op
+        self._deadlines[key] = time.monotonic() + grace_period
+        return self._mark_deleting(PODS, key, pod, grace_period)
+
+    def _mark_deleting(self, resource: Resource, key: Key, obj: Obj, grace: int) -> Obj:
+        marked = dict(obj)
+        marked["metadata"] = dict(obj["metadata"])
+        marked["metadata"]["deletionTimestamp"] = now_rfc3339(grace)
+        marked["metadata"]["deletionGracePeriodSeconds"] = grace
+        return self._commit(resource, key, marked, MODIFIED, previous=obj)
+
+    def finalize(self, namespace: str, name: str) -> Obj:
+        """End a terminating pod now (the kubelet confirming its containers stopped)."""
+        with self.lock:
+            self.get(PODS, namespace, name)  # 404 when there is nothing to finalize
+            return self._remove(PODS, (namespace, name))
+
+    def reap(self) -> int:
+        """Delete the terminating pods whose grace period is over; how many went."""
+        moment = time.monotonic()
+        with self.lock:
+            due = [key for key, deadline in self._deadlines.items() if deadline <= moment]
+            for key in due:
+                if key in self._objects[PODS.key]:
+                    self._remove(PODS, key)
+                self._deadlines.pop(key, None)
+            return len(due)
+
+    def _remove(self, resource: Resource, key: Key) -> Obj:
+        current = self._objects[resource.key][key]
+        if resource is PODS:
+            self._deadlines.pop(key, None)
+        self._revision += 1
+        gone = dict(current)
+        gone["metadata"] = dict(current["metadata"], resourceVersion=str(self._revision))
+        del self._objects[resource.key][key]
+        self._publish(WatchEvent(self._revision, DELETED, resource.key, gone, current))
+        return gone
+
+    def _commit(
+        self, resource: Resource, key: Key, obj: Obj, kind: str, previous: Obj | None = None
+    ) -> Obj:
+        self._revision += 1
+        obj["metadata"]["resourceVersion"] = str(self._revision)
+        self._objects[resource.key][key] = obj
+        self._publish(WatchEvent(self._revision, kind, resource.key, obj, previous))
+        return obj
+
+    # -- history and watches ----------------------------------------------------------------
+
+    def _publish(self, event: WatchEvent) -> None:
+        if len(self._history) >= self._history_limit:
+            self._compacted = self._history.popleft().rv
+        self._history.append(event)
+        for watcher in self._watchers:
+            if watcher.resource == event.resource:
+                watcher.events.put(event)
+
+    def compact(self) -> int:
+        """Forget all history (etcd compaction): every watch from an older revision gets 410."""
+        with self.lock:
+            self._history.clear()
+            self._compacted = self._revision
+            self._snapshots.clear()
+            return self._revision
+
+    def watch(self, resource: Resource, since: int | None) -> tuple[Watcher, list[WatchEvent]]:
+        """Open a watch from `since` (None: from now, preceded by the current objects as ADDED).
+
+        Returns the watcher and the events to replay first. Raises Expired (410 body in
+        `ApiError`) when `since` is older than the retained history."""
+        with self.lock:
+            watcher = Watcher(resource.key)
+            if since is None:
+                backlog = [
+                    WatchEvent(self._revision, ADDED, resource.key, obj)
+                    for _, obj in sorted(self._objects[resource.key].items())
+                ]
+            else:
+                if since < self._compacted:
+                    raise ApiError(410, status.too_old_resource_version(since, self._compacted))
+                backlog = [
+                    event
+                    for event in self._history
+                    if event.rv > since and event.resource == resource.key
+                ]
+            self._watchers.add(watcher)
+            return watcher, backlog
+
+    def unwatch(self, watcher: Watcher) -> None:
+        with self.lock:
+            self._watchers.discard(watcher)
+
+    def close_watches(self) -> None:
+        with self.lock:
+            for watcher in self._watchers:
+                watcher.close()
+            self._watchers.clear()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Hold the store still across several calls (an eviction reads a PDB and a pod)."""
+        with self.lock:
+            yield
+
+
+def _encode_continue(snapshot_id: int, offset: int) -> str:
+    raw = orjson.dumps({"s": snapshot_id, "o": offset})
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_continue(token: str) -> tuple[int, int]:
+    try:
+        data = orjson.loads(base64.urlsafe_b64decode(token.encode()))
+        return int(data["s"]), int(data["o"])
+    except (ValueError, KeyError, TypeError):
+        raise status.bad_request(f"invalid continue token: {token!r}") from None
