@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ledger.events import LedgerEvent, decision_events
+from ledger.events import LedgerEvent, RecordedEvent, decision_events
 from ledger.kinds import EventKind
 from preemption.decision import (
     Decision,
@@ -38,15 +38,11 @@ def four_candidate_decision(
     rationale = Rationale(
         strategy=Strategy.DEFAULT,
         nodes_total=6,
-        filtered={"Insufficient cpu": 6},
         potential_nodes=5,
         candidates_wanted=5,
         evaluated=[
-            NodeVerdict(node, True, victims=tuple(victims)),
-            *(
-                NodeVerdict(n, True, victims=(PodRef("default", f"w-{n}", f"u-{n}", 500),))
-                for n in others
-            ),
+            NodeVerdict(node, True, victims=tuple(v.key for v in victims)),
+            *(NodeVerdict(n, True, victims=(f"default/w-{n}",)) for n in others),
             NodeVerdict("node-5", False, reasons=("Insufficient memory",)),
         ],
         selection=[
@@ -152,3 +148,22 @@ def completed_preemption(
     payload = {"error": "victim delete kept failing"} if outcome is EventKind.FAILED else {}
     story.append(event(preemption_id, outcome, at, preemptor=preemptor, node=node, payload=payload))
     return story
+
+
+def recorded(story: Sequence[LedgerEvent]) -> list[RecordedEvent]:
+    """Events as the ledger would hand them back, ids in append order (no database)."""
+    return [
+        RecordedEvent(
+            id=index,
+            preemption_id=e.preemption_id,
+            run_id=e.run_id,
+            kind=e.kind,
+            occurred_at=e.occurred_at,
+            preemptor=e.preemptor,
+            node=e.node,
+            victim=e.victim,
+            payload=e.payload,
+            idempotency_key=e.key,
+        )
+        for index, e in enumerate(story, start=1)
+    ]
