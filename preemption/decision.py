@@ -60,13 +60,16 @@ class NodeVerdict:
     node: str
     candidate: bool
     reasons: tuple[str, ...] = ()
-    victims: tuple[PodRef, ...] = ()
+    victims: tuple[str, ...] = ()
     num_pdb_violations: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        shown: dict[str, Any] = {"node": self.node, "result": "candidate" if self.candidate else "rejected"}
+        shown: dict[str, Any] = {
+            "node": self.node,
+            "result": "candidate" if self.candidate else "rejected",
+        }
         if self.candidate:
-            shown["victims"] = [v.key for v in self.victims]
+            shown["victims"] = list(self.victims)
             shown["numPDBViolations"] = self.num_pdb_violations
         else:
             shown["reasons"] = list(self.reasons)
@@ -90,7 +93,7 @@ class Rationale:
 
     strategy: Strategy
     nodes_total: int = 0
-    filtered: dict[str, list[str]] = field(default_factory=dict)
+    filtered: dict[str, int] = field(default_factory=dict)
     unresolvable: dict[str, list[str]] = field(default_factory=dict)
     fits: list[str] = field(default_factory=list)
     potential_nodes: int = 0

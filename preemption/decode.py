@@ -1,4 +1,4 @@
-"""Reading Kubernetes JSON (as `kubectl get -o json` or a watch prints it) into the planner's structs.
+"""Kubernetes JSON (as `kubectl get -o json` or a watch prints it) read as the planner's structs.
 
 Every error names the object at fault (`pod default/web-1: malformed quantity "5x" (cpu)`),
 because the person reading it has a snapshot of thousands of objects in front of them.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from preemption.errors import PlannerInputError
 from preemption.objects import (
@@ -24,20 +24,22 @@ from preemption.objects import (
     Taint,
     Toleration,
 )
-from preemption.resources import resource_amounts, pod_requests, qos_class, to_resources
 from preemption.quantity import parse_quantity, to_value
+from preemption.resources import pod_requests, qos_class, resource_amounts, to_resources
 
 _LABEL_OPERATORS = {"In", "NotIn", "Exists", "DoesNotExist"}
 _NODE_OPERATORS = _LABEL_OPERATORS | {"Gt", "Lt"}
 
 # Most pods share the same handful of tolerations and host-port lists; one tuple each.
 _interned: dict[Any, Any] = {}
+_T = TypeVar("_T")
 
 
-def _intern(value: Any) -> Any:
+def _intern(value: _T) -> _T:
     if len(_interned) > 100_000:
         return value
-    return _interned.setdefault(value, value)
+    interned: _T = _interned.setdefault(value, value)
+    return interned
 
 
 def _mapping(value: Any, what: str) -> Mapping[str, Any]:
@@ -161,11 +163,8 @@ def _requirements(raw: Any, operators: set[str]) -> tuple[tuple[Requirement, ...
     for expression in raw or ():
         operator = expression.get("operator") or ""
         values = tuple(str(v) for v in expression.get("values") or ())
-        if operator not in operators:
-            valid = False
-        elif operator in ("In", "NotIn") and not values:
-            valid = False
-        elif operator in ("Exists", "DoesNotExist") and values:
+        needs_values = operator in ("In", "NotIn", "Gt", "Lt")
+        if operator not in operators or needs_values != bool(values):
             valid = False
         requirements.append(Requirement(str(expression.get("key") or ""), operator, values))
     return tuple(requirements), valid
@@ -178,7 +177,9 @@ def _required_affinity(spec: Mapping[str, Any]) -> tuple[NodeSelectorTerm, ...] 
         return None
     terms = []
     for term in required.get("nodeSelectorTerms") or ():
-        expressions, valid_expressions = _requirements(term.get("matchExpressions"), _NODE_OPERATORS)
+        expressions, valid_expressions = _requirements(
+            term.get("matchExpressions"), _NODE_OPERATORS
+        )
         fields, valid_fields = _requirements(term.get("matchFields"), {"In", "NotIn"})
         if valid_expressions and valid_fields:
             terms.append(NodeSelectorTerm(expressions, fields))
@@ -244,7 +245,11 @@ def decode_pdb(obj: Mapping[str, Any]) -> PodDisruptionBudget:
     )
 
 
-_LIST_ITEM_KINDS = {"PodList": "Pod", "NodeList": "Node", "PodDisruptionBudgetList": "PodDisruptionBudget"}
+_LIST_ITEM_KINDS = {
+    "PodList": "Pod",
+    "NodeList": "Node",
+    "PodDisruptionBudgetList": "PodDisruptionBudget",
+}
 SNAPSHOT_KINDS = ("Node", "Pod", "PodDisruptionBudget")
 
 

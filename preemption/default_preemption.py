@@ -32,12 +32,14 @@ from preemption.filters import (
     SUCCESS,
     Code,
     Status,
+    fits_request,
     node_ports,
     node_resources_fit,
     ports_conflict,
     static_filters,
+    status_of,
 )
-from preemption.objects import PREEMPT_NEVER, Pod, Resources
+from preemption.objects import PREEMPT_NEVER, HostPort, Pod, Resources
 from preemption.snapshot import ClusterSnapshot, NodeInfo, importance_key
 
 ERR_NO_VICTIMS = "No preemption victims found for incoming pod"
@@ -72,7 +74,7 @@ class _Extra:
 
     requests: Resources
     count: int
-    ports: tuple
+    ports: tuple[HostPort, ...]
 
     @classmethod
     def of(cls, pods: Sequence[Pod]) -> _Extra:
@@ -177,7 +179,9 @@ def preempt(
 
 
 def nominated_extra(snapshot: ClusterSnapshot, preemptor: Pod, node: str) -> _Extra:
-    """`addGENominatedPods`: pods nominated here with priority >= the preemptor's count as placed."""
+    """`addGENominatedPods`: pods nominated here at >= the preemptor's priority count as placed."""
+    if not snapshot.has_nominations(node):
+        return _NO_EXTRA
     nominated = [
         pod
         for pod in snapshot.nominated_pods(node)
@@ -188,34 +192,70 @@ def nominated_extra(snapshot: ClusterSnapshot, preemptor: Pod, node: str) -> _Ex
 
 def filter_node(snapshot: ClusterSnapshot, preemptor: Pod, info: NodeInfo) -> Status:
     """`RunFilterPluginsWithNominatedPods` on one node, as it stands."""
-    assert info.node is not None
-    status = static_filters(preemptor, info.node)
-    if not status.ok:
-        return status
+    node = info.node
+    assert node is not None
+    if node.unschedulable or node.taints or preemptor.node_selector or preemptor.required_affinity:
+        status = static_filters(preemptor, node)
+        if not status.ok:
+            return status
     extra = nominated_extra(snapshot, preemptor, info.name)
     if preemptor.host_ports:
         status = node_ports(preemptor.host_ports, [*info.used_ports(), *extra.ports])
         if not status.ok:
             return status
-    return node_resources_fit(
-        preemptor.requests, info.node, info.requested() + extra.requests, len(info.pods) + extra.count
+    nominated = extra.requests
+    return fits_request(
+        preemptor.requests,
+        node,
+        info.milli_cpu + nominated.milli_cpu,
+        info.memory + nominated.memory,
+        info.ephemeral_storage + nominated.ephemeral_storage,
+        {
+            name: info.scalars.get(name, 0) + nominated.get(name)
+            for name, _ in preemptor.requests.scalars
+        },
+        len(info.pods) + extra.count,
     )
 
 
 def filter_nodes(snapshot: ClusterSnapshot, preemptor: Pod) -> dict[str, Status]:
-    """The scheduling cycle's `Diagnosis.NodeToStatus`: each node's filter status."""
-    return {info.name: filter_node(snapshot, preemptor, info) for info in snapshot.nodes()}
+    """The scheduling cycle's `Diagnosis.NodeToStatus`: each node's filter status.
+
+    Most nodes need only the resource check (no taints, no nominations, a pod without
+    selectors or host ports); they take a direct path to `fits_request`.
+    """
+    statuses: dict[str, Status] = {}
+    want = preemptor.requests
+    plain_pod = not (
+        preemptor.node_selector
+        or preemptor.required_affinity is not None
+        or preemptor.host_ports
+        or want.scalars
+    )
+    for info in snapshot.nodes():
+        node = info.node
+        assert node is not None
+        if plain_pod and not (
+            node.unschedulable or node.taints or snapshot.has_nominations(info.name)
+        ):
+            statuses[info.name] = fits_request(
+                want, node, info.milli_cpu, info.memory, info.ephemeral_storage, {}, len(info.pods)
+            )
+        else:
+            statuses[info.name] = filter_node(snapshot, preemptor, info)
+    return statuses
 
 
 def _summarise_filters(rationale: Rationale, statuses: dict[str, Status]) -> None:
+    """Count failures by reason; name the nodes that fit and those preemption cannot help."""
     filtered: Counter[str] = Counter()
-    for name, status in statuses.items():
-        if status.ok:
-            rationale.fits.append(name)
-            continue
+    for status, count in Counter(statuses.values()).items():
         for reason in status.reasons:
-            filtered[reason] += 1
-        if status.code is Code.UNRESOLVABLE:
+            filtered[reason] += count
+    for name, status in statuses.items():
+        if status.code is Code.SUCCESS:
+            rationale.fits.append(name)
+        elif status.code is Code.UNRESOLVABLE:
             rationale.unresolvable.setdefault(status.reasons[0], []).append(name)
     rationale.filtered = dict(sorted(filtered.items()))
 
@@ -304,7 +344,7 @@ def dry_run_preemption(
                 NodeVerdict(
                     info.name,
                     True,
-                    victims=tuple(PodRef.of(v) for v in victims),
+                    victims=tuple(f"{v.namespace}/{v.name}" for v in victims),
                     num_pdb_violations=num_violations,
                 )
             )
@@ -313,7 +353,7 @@ def dry_run_preemption(
                 break
             continue
         if status.ok:
-            status = Status(Code.UNSCHEDULABLE, (f"{ERR_EXPECTED_VICTIM} {info.name}",))
+            status = status_of(Code.UNSCHEDULABLE, (f"{ERR_EXPECTED_VICTIM} {info.name}",))
         rejected[info.name] = status
         rationale.evaluated.append(NodeVerdict(info.name, False, reasons=status.reasons))
     return non_violating + violating, rejected
@@ -326,32 +366,54 @@ def select_victims_on_node(
 
     Remove every lower-priority pod; if the preemptor then fits, reprieve pods back one by
     one (PDB-violating ones first, each group most important first) as long as it still fits.
-    Resource fit is checked incrementally: after removal the free capacity is known, and
-    reprieving a pod fits exactly when its request is within what is still free.
+    Fit is checked incrementally: with the pods removed the free capacity is known, and a
+    reprieved pod fits exactly when its request is within what is still free.
     """
-    assert info.node is not None
-    potential = info.lower_priority_pods(preemptor.priority)
+    start = info.lower_priority_start(preemptor.priority)
+    ordered = info.pods_by_importance()
+    potential = ordered[start:]
     if not potential:
-        return [], 0, Status(Code.UNRESOLVABLE, (ERR_NO_VICTIMS,))
+        return [], 0, status_of(Code.UNRESOLVABLE, (ERR_NO_VICTIMS,))
 
     extra = nominated_extra(snapshot, preemptor, info.name)
-    removed = Resources()
-    for pod in potential:
-        removed = removed + pod.requests
-    free = _free_after_removal(preemptor, info, extra, removed, len(potential))
+    free = _free_after_removal(preemptor, info, extra, start)
     wanted_ports = preemptor.host_ports
     if not free.fits() or (wanted_ports and _ports_blocked(preemptor, info, extra, potential)):
-        return [], 0, _why_not(preemptor, info, extra, removed, len(potential))
+        return [], 0, _why_not(preemptor, info, extra, start)
 
-    violating, non_violating = filter_pods_with_pdb_violation(potential, snapshot)
+    matches = info.pdb_matches(snapshot)[start:]
+    if any(matches):
+        violating, non_violating = filter_pods_with_pdb_violation(potential, snapshot, matches)
+    else:
+        violating, non_violating = [], potential
     victims: list[Pod] = []
     num_violating = 0
     for group, counts_as_violation in ((violating, True), (non_violating, False)):
+        if free.scalars or wanted_ports:
+            for pod in group:
+                if not free.reprieve(pod, wanted_ports):
+                    victims.append(pod)
+                    num_violating += counts_as_violation
+            continue
+        # The common case, `_Free.reprieve` inlined: this loop runs for every pod on every
+        # node the dry run visits, so it is the planner's hot path.
+        slots, cpu, memory, ephemeral = free.slots, free.cpu, free.memory, free.ephemeral
         for pod in group:
-            if free.reprieve(pod, wanted_ports):
-                continue
-            victims.append(pod)
-            num_violating += counts_as_violation
+            r = pod.requests
+            if (
+                slots >= 1
+                and r.milli_cpu <= cpu
+                and r.memory <= memory
+                and r.ephemeral_storage <= ephemeral
+            ):
+                slots -= 1
+                cpu -= r.milli_cpu
+                memory -= r.memory
+                ephemeral -= r.ephemeral_storage
+            else:
+                victims.append(pod)
+                num_violating += counts_as_violation
+        free.slots, free.cpu, free.memory, free.ephemeral = slots, cpu, memory, ephemeral
     if violating and non_violating:
         victims.sort(key=importance_key)
     return victims, num_violating, SUCCESS
@@ -370,15 +432,11 @@ class _Free:
         self.slots = slots
 
     def fits(self) -> bool:
-        return (
-            self.slots >= 0
-            and self.cpu >= 0
-            and self.memory >= 0
-            and self.ephemeral >= 0
-            and all(amount >= 0 for amount in self.scalars.values())
-        )
+        if self.slots < 0 or self.cpu < 0 or self.memory < 0 or self.ephemeral < 0:
+            return False
+        return not self.scalars or all(amount >= 0 for amount in self.scalars.values())
 
-    def reprieve(self, pod: Pod, wanted_ports: tuple) -> bool:
+    def reprieve(self, pod: Pod, wanted_ports: tuple[HostPort, ...]) -> bool:
         """Put `pod` back if the preemptor still fits with it; say whether it was."""
         r = pod.requests
         if (
@@ -403,89 +461,96 @@ class _Free:
         return True
 
 
-def _free_after_removal(
-    preemptor: Pod, info: NodeInfo, extra: _Extra, removed: Resources, removed_count: int
-) -> _Free:
+def _free_after_removal(preemptor: Pod, info: NodeInfo, extra: _Extra, start: int) -> _Free:
+    """What is free for the preemptor once the pods from `start` on are gone; resources the
+    preemptor does not request are never checked (upstream skips them), so they are unlimited."""
     node = info.node
     assert node is not None
     want = preemptor.requests
-    slots = node.allowed_pods - (len(info.pods) - removed_count) - extra.count - 1
+    removed_count = len(info.pods) - start
+    slots = node.allowed_pods - start - extra.count - 1
     if want.is_zero():
         return _Free(_UNLIMITED, _UNLIMITED, _UNLIMITED, {}, slots)
-
-    def left(want_amount: int, allocatable: int, used: int, nominated: int, freed: int) -> int:
-        if want_amount <= 0:
-            return _UNLIMITED
-        return allocatable - (used - freed) - nominated - want_amount
-
-    scalars = {
-        name: node.allocatable.get(name)
-        - (info.scalars.get(name, 0) - removed.get(name))
-        - extra.requests.get(name)
-        - amount
-        for name, amount in want.scalars
-        if amount > 0
-    }
-    return _Free(
-        left(want.milli_cpu, node.allocatable.milli_cpu, info.milli_cpu, extra.requests.milli_cpu, removed.milli_cpu),
-        left(want.memory, node.allocatable.memory, info.memory, extra.requests.memory, removed.memory),
-        left(
-            want.ephemeral_storage,
-            node.allocatable.ephemeral_storage,
-            info.ephemeral_storage,
-            extra.requests.ephemeral_storage,
-            removed.ephemeral_storage,
-        ),
-        scalars,
-        slots,
-    )
+    freed_cpu, freed_memory, freed_ephemeral = info.suffix_requests(start)
+    allocatable, nominated = node.allocatable, extra.requests
+    cpu = memory = ephemeral = _UNLIMITED
+    if want.milli_cpu > 0:
+        cpu = (
+            allocatable.milli_cpu
+            - info.milli_cpu
+            + freed_cpu
+            - nominated.milli_cpu
+            - want.milli_cpu
+        )
+    if want.memory > 0:
+        memory = allocatable.memory - info.memory + freed_memory - nominated.memory - want.memory
+    if want.ephemeral_storage > 0:
+        ephemeral = (
+            allocatable.ephemeral_storage
+            - info.ephemeral_storage
+            + freed_ephemeral
+            - nominated.ephemeral_storage
+            - want.ephemeral_storage
+        )
+    scalars: dict[str, int] = {}
+    if want.scalars:
+        removed = info.pods_by_importance()[start:]
+        for name, amount in want.scalars:
+            if amount > 0:
+                freed = sum(pod.requests.get(name) for pod in removed)
+                scalars[name] = (
+                    allocatable.get(name)
+                    - info.scalars.get(name, 0)
+                    + freed
+                    - nominated.get(name)
+                    - amount
+                )
+    assert removed_count >= 0
+    return _Free(cpu, memory, ephemeral, scalars, slots)
 
 
 def _ports_blocked(preemptor: Pod, info: NodeInfo, extra: _Extra, removed: list[Pod]) -> bool:
     removed_uids = {pod.uid for pod in removed}
-    remaining = [p for pod in info.pods.values() if pod.uid not in removed_uids for p in pod.host_ports]
+    remaining = [
+        port for pod in info.pods.values() if pod.uid not in removed_uids for port in pod.host_ports
+    ]
     return not node_ports(preemptor.host_ports, [*remaining, *extra.ports]).ok
 
 
-def _why_not(
-    preemptor: Pod, info: NodeInfo, extra: _Extra, removed: Resources, removed_count: int
-) -> Status:
-    """The filter status with every lower-priority pod gone (only computed on rejection)."""
+def _why_not(preemptor: Pod, info: NodeInfo, extra: _Extra, start: int) -> Status:
+    """The filter status with every lower-priority pod gone (computed only on rejection)."""
     assert info.node is not None
-    if preemptor.host_ports:
-        removed_pods = info.lower_priority_pods(preemptor.priority)
-        if _ports_blocked(preemptor, info, extra, removed_pods):
-            return Status(Code.UNSCHEDULABLE, (ERR_PORTS,))
-    requested = info.requested()
-    remaining = Resources(
-        requested.milli_cpu - removed.milli_cpu,
-        requested.memory - removed.memory,
-        requested.ephemeral_storage - removed.ephemeral_storage,
-        tuple((name, amount - removed.get(name)) for name, amount in requested.scalars),
-    )
+    removed_pods = info.pods_by_importance()[start:]
+    if preemptor.host_ports and _ports_blocked(preemptor, info, extra, removed_pods):
+        return status_of(Code.UNSCHEDULABLE, (ERR_PORTS,))
+    remaining = Resources()
+    for pod in info.pods_by_importance()[:start]:
+        remaining = remaining + pod.requests
     return node_resources_fit(
-        preemptor.requests,
-        info.node,
-        remaining + extra.requests,
-        len(info.pods) - removed_count + extra.count,
+        preemptor.requests, info.node, remaining + extra.requests, start + extra.count
     )
 
 
 def filter_pods_with_pdb_violation(
-    pods: Sequence[Pod], snapshot: ClusterSnapshot
+    pods: Sequence[Pod],
+    snapshot: ClusterSnapshot,
+    matches: Sequence[tuple[int, ...]] | None = None,
 ) -> tuple[list[Pod], list[Pod]]:
     """`filterPodsWithPDBViolation`: split pods into those whose eviction would exceed a budget.
 
-    Budgets are counted afresh for each node. A pod already listed in a PDB's
+    Budgets are counted afresh for each node. `matches` (the budgets selecting each pod) may
+    be passed in when the caller has them cached. A pod already listed in a PDB's
     `disruptedPods` has been counted by the API server and does not spend budget again.
     """
     pdbs = snapshot.sorted_pdbs()
     spent: dict[int, int] = {}
     violating: list[Pod] = []
     non_violating: list[Pod] = []
-    for pod in pods:
+    if matches is None:
+        matches = [snapshot.matching_pdbs(pod) for pod in pods]
+    for pod, pod_matches in zip(pods, matches, strict=True):
         violated = False
-        for index in snapshot.matching_pdbs(pod):
+        for index in pod_matches:
             pdb = pdbs[index]
             if pod.name in pdb.disrupted_pods:
                 continue
@@ -524,7 +589,9 @@ SCORE_FUNCTIONS: tuple[tuple[str, Callable[[Candidate], float]], ...] = (
 )
 
 
-def pick_one_node_for_preemption(candidates: Sequence[Candidate]) -> tuple[Candidate, list[SelectionStep]]:
+def pick_one_node_for_preemption(
+    candidates: Sequence[Candidate],
+) -> tuple[Candidate, list[SelectionStep]]:
     """`pickOneNodeForPreemption`: apply the criteria in order until one node is left.
 
     Upstream's final tie-break is the first node in Go map order; ours is the node name.
@@ -553,7 +620,7 @@ def select_candidate(candidates: Sequence[Candidate], rationale: Rationale) -> C
     return best
 
 
-# -- step 5: what else the decision touches ---------------------------------------------------------
+# -- step 5: what else the decision touches ----------------------------------------------------
 
 
 def lower_priority_nominated_pods(
@@ -576,9 +643,11 @@ def fit_error_message(
     for status in statuses.values():
         for reason in status.reasons:
             counts[reason] += 1
-    message = f"0/{num_nodes} nodes are available: " + ", ".join(
-        f"{count} {reason}" for reason, count in sorted(counts.items())
-    ) + "."
+    message = (
+        f"0/{num_nodes} nodes are available: "
+        + ", ".join(f"{count} {reason}" for reason, count in sorted(counts.items()))
+        + "."
+    )
     if rejected:
         preemption: Counter[str] = Counter()
         for name, status in statuses.items():
@@ -587,7 +656,9 @@ def fit_error_message(
             elif name in rejected:
                 for reason in rejected[name].reasons:
                     preemption[reason] += 1
-        message += f" preemption: 0/{num_nodes} nodes are available: " + ", ".join(
-            f"{count} {reason}" for reason, count in sorted(preemption.items())
-        ) + "."
+        message += (
+            f" preemption: 0/{num_nodes} nodes are available: "
+            + ", ".join(f"{count} {reason}" for reason, count in sorted(preemption.items()))
+            + "."
+        )
     return message

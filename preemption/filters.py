@@ -8,11 +8,11 @@ Filters run in the default profile's order and the first failure is the node's s
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from preemption.objects import CPU, EPHEMERAL_STORAGE, MEMORY, HostPort, Node, Pod, Resources
+from preemption.objects import HostPort, Node, Pod, Resources
 from preemption.selectors import (
     UNSCHEDULABLE_TAINT,
     first_untolerated_taint,
@@ -39,6 +39,18 @@ class Status:
 
 SUCCESS = Status(Code.SUCCESS)
 
+_interned_statuses: dict[tuple[Code, tuple[str, ...]], Status] = {}
+
+
+def status_of(code: Code, reasons: tuple[str, ...]) -> Status:
+    """One shared Status per distinct (code, reasons): thousands of nodes fail alike."""
+    key = (code, reasons)
+    status = _interned_statuses.get(key)
+    if status is None:
+        status = _interned_statuses.setdefault(key, Status(code, reasons))
+    return status
+
+
 ERR_NODE_NAME = "node(s) didn't match the requested node name"
 ERR_UNSCHEDULABLE = "node(s) were unschedulable"
 ERR_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
@@ -49,22 +61,27 @@ ERR_TOO_MANY_PODS = "Too many pods"
 def node_unschedulable(pod: Pod, node: Node) -> Status:
     """`NodeUnschedulable.Filter`: a cordoned node, unless the pod tolerates the cordon taint."""
     if node.unschedulable and not any(tolerates(t, UNSCHEDULABLE_TAINT) for t in pod.tolerations):
-        return Status(Code.UNRESOLVABLE, (ERR_UNSCHEDULABLE,))
+        return status_of(Code.UNRESOLVABLE, (ERR_UNSCHEDULABLE,))
     return SUCCESS
 
 
 def node_name(pod: Pod, node: Node) -> Status:
     """`NodeName.Filter`: a pod that names its node fits nowhere else."""
     if pod.node_name and pod.node_name != node.name:
-        return Status(Code.UNRESOLVABLE, (ERR_NODE_NAME,))
+        return status_of(Code.UNRESOLVABLE, (ERR_NODE_NAME,))
     return SUCCESS
 
 
-def taint_toleration(pod: Pod, node: Node) -> Status:
-    """`TaintToleration.Filter`: NoSchedule and NoExecute taints must be tolerated."""
-    taint = first_untolerated_taint(node.taints, pod.tolerations, ("NoSchedule", "NoExecute"))
+def taint_toleration(
+    pod: Pod, node: Node, effects: tuple[str, ...] = ("NoSchedule", "NoExecute")
+) -> Status:
+    """`TaintToleration.Filter`: NoSchedule and NoExecute taints must be tolerated.
+
+    The kubelet's admission checks only NoExecute, so it passes `effects` to say so.
+    """
+    taint = first_untolerated_taint(node.taints, pod.tolerations, effects)
     if taint is not None:
-        return Status(
+        return status_of(
             Code.UNRESOLVABLE, (f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}",)
         )
     return SUCCESS
@@ -75,12 +92,12 @@ def node_affinity(pod: Pod, node: Node) -> Status:
     labels = node.labels
     for key, value in pod.node_selector:
         if labels.get(key) != value:
-            return Status(Code.UNRESOLVABLE, (ERR_AFFINITY,))
+            return status_of(Code.UNRESOLVABLE, (ERR_AFFINITY,))
     terms = pod.required_affinity
     if terms is not None and not any(
         node_selector_term_matches(term, node.name, labels) for term in terms
     ):
-        return Status(Code.UNRESOLVABLE, (ERR_AFFINITY,))
+        return status_of(Code.UNRESOLVABLE, (ERR_AFFINITY,))
     return SUCCESS
 
 
@@ -97,7 +114,7 @@ def static_filters(pod: Pod, node: Node) -> Status:
 
 
 def ports_conflict(wanted: HostPort, used: HostPort) -> bool:
-    """`HostPortInfo.CheckConflict`: same protocol and port, and the IPs overlap (0.0.0.0 is all)."""
+    """`HostPortInfo.CheckConflict`: same protocol and port, overlapping IPs (0.0.0.0 is all)."""
     if wanted.port != used.port or wanted.protocol != used.protocol:
         return False
     return wanted.ip == used.ip or "0.0.0.0" in (wanted.ip, used.ip)
@@ -108,41 +125,65 @@ def node_ports(wanted: Iterable[HostPort], used: Iterable[HostPort]) -> Status:
     used_list = list(used)
     for port in wanted:
         if any(ports_conflict(port, other) for other in used_list):
-            return Status(Code.UNSCHEDULABLE, (ERR_PORTS,))
+            return status_of(Code.UNSCHEDULABLE, (ERR_PORTS,))
     return SUCCESS
 
 
 def node_resources_fit(
-    request: Resources, node: Node, requested: Resources, pod_count: int
+    request: Resources,
+    node: Node,
+    used: Resources,
+    pod_count: int,
 ) -> Status:
     """`NodeResourcesFit.Filter` (`fitsRequest`): every requested resource within what is free.
 
+    `used` is what the pods on the node (and nominated pods counted with them) request.
     A request larger than the node's whole allocatable is unresolvable: no preemption frees
     more than the node has (upstream since 1.31).
     """
-    reasons: list[str] = []
+    return fits_request(
+        request,
+        node,
+        used.milli_cpu,
+        used.memory,
+        used.ephemeral_storage,
+        dict(used.scalars) if request.scalars else {},
+        pod_count,
+    )
+
+
+def fits_request(
+    request: Resources,
+    node: Node,
+    used_cpu: int,
+    used_memory: int,
+    used_ephemeral: int,
+    used_scalars: Mapping[str, int],
+    pod_count: int,
+) -> Status:
+    """`fitsRequest` over plain integers, for the filter pass that runs on every node."""
+    allocatable = node.allocatable
+    reasons: list[str] | None = None
     unresolvable = False
     if pod_count + 1 > node.allowed_pods:
-        reasons.append(ERR_TOO_MANY_PODS)
-    if not request.is_zero():
-        checks = [
-            (CPU, request.milli_cpu, node.allocatable.milli_cpu, requested.milli_cpu),
-            (MEMORY, request.memory, node.allocatable.memory, requested.memory),
-            (
-                EPHEMERAL_STORAGE,
-                request.ephemeral_storage,
-                node.allocatable.ephemeral_storage,
-                requested.ephemeral_storage,
-            ),
-        ]
-        checks.extend(
-            (name, amount, node.allocatable.get(name), requested.get(name))
-            for name, amount in request.scalars
-        )
-        for name, want, allocatable, used in checks:
-            if want > 0 and want > allocatable - used:
-                reasons.append(f"Insufficient {name}")
-                unresolvable = unresolvable or want > allocatable
-    if not reasons:
+        reasons = [ERR_TOO_MANY_PODS]
+    want = request.milli_cpu
+    if want > 0 and want > allocatable.milli_cpu - used_cpu:
+        reasons = [*(reasons or ()), "Insufficient cpu"]
+        unresolvable = want > allocatable.milli_cpu
+    want = request.memory
+    if want > 0 and want > allocatable.memory - used_memory:
+        reasons = [*(reasons or ()), "Insufficient memory"]
+        unresolvable = unresolvable or want > allocatable.memory
+    want = request.ephemeral_storage
+    if want > 0 and want > allocatable.ephemeral_storage - used_ephemeral:
+        reasons = [*(reasons or ()), "Insufficient ephemeral-storage"]
+        unresolvable = unresolvable or want > allocatable.ephemeral_storage
+    for name, want in request.scalars:
+        total = allocatable.get(name)
+        if want > 0 and want > total - used_scalars.get(name, 0):
+            reasons = [*(reasons or ()), f"Insufficient {name}"]
+            unresolvable = unresolvable or want > total
+    if reasons is None:
         return SUCCESS
-    return Status(Code.UNRESOLVABLE if unresolvable else Code.UNSCHEDULABLE, tuple(reasons))
+    return status_of(Code.UNRESOLVABLE if unresolvable else Code.UNSCHEDULABLE, tuple(reasons))

@@ -69,7 +69,7 @@ class Resources:
         return tuple(named)
 
     def is_zero(self) -> bool:
-        """True when nothing at all is requested (NodeResourcesFit then checks only the pod count)."""
+        """Nothing at all is requested (NodeResourcesFit then checks only the pod count)."""
         return not (
             self.milli_cpu
             or self.memory
@@ -151,7 +151,7 @@ class LabelSelector:
     valid: bool = True
 
     def is_empty(self) -> bool:
-        """`selector.Empty()`: no requirement at all (a PDB with such a selector matches nothing)."""
+        """`selector.Empty()`: no requirement (a PDB with such a selector matches nothing)."""
         return not self.match_labels and not self.match_expressions
 
 

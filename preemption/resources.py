@@ -1,4 +1,4 @@
-"""A pod's effective resource request and QoS class, computed from its JSON spec as upstream does."""
+"""A pod's effective resource request and QoS class, from its spec as upstream computes them."""
 
 from __future__ import annotations
 
@@ -26,12 +26,24 @@ def is_scalar_resource(name: str) -> bool:
     return "/" in name or name.startswith("hugepages-")
 
 
+# (is cpu, quantity text) → amount: the same few strings fill a whole cluster's pod specs.
+_amount_cache: dict[tuple[bool, str], int] = {}
+
+
 def resource_amount(name: str, quantity: Any) -> int:
     """One requested amount in the scheduler's units; negative amounts are refused."""
+    is_cpu = name == CPU
+    if isinstance(quantity, str):
+        cached = _amount_cache.get((is_cpu, quantity))
+        if cached is not None:
+            return cached
     value = parse_quantity(quantity)
     if value < 0:
         raise QuantityError(f"negative request {quantity!r} for {name}")
-    return to_milli_value(value) if name == CPU else to_value(value)
+    amount = to_milli_value(value) if is_cpu else to_value(value)
+    if isinstance(quantity, str) and len(_amount_cache) < 65_536:
+        _amount_cache[(is_cpu, quantity)] = amount
+    return amount
 
 
 def resource_amounts(resource_list: Mapping[str, Any] | None) -> _Amounts:
@@ -138,9 +150,10 @@ def qos_class(spec: Mapping[str, Any], status: Mapping[str, Any] | None = None) 
     requests, limits, guaranteed = _qos_parts(containers)
     if not requests and not limits:
         return QOS_BEST_EFFORT
-    if guaranteed and requests.keys() <= limits.keys():
-        if all(limits.get(name) == amount for name, amount in requests.items()) and len(
-            requests
-        ) == len(limits):
-            return QOS_GUARANTEED
+    if (
+        guaranteed
+        and requests.keys() == limits.keys()
+        and all(limits[name] == amount for name, amount in requests.items())
+    ):
+        return QOS_GUARANTEED
     return QOS_BURSTABLE

@@ -48,7 +48,7 @@ def label_selector_matches(selector: LabelSelector, labels: Mapping[str, str]) -
 def node_selector_term_matches(
     term: NodeSelectorTerm, node_name: str, labels: Mapping[str, str]
 ) -> bool:
-    """One required node-affinity term: all expressions and fields hold (an empty term never does)."""
+    """A required node-affinity term: all expressions and fields hold (an empty one never does)."""
     if not term.match_expressions and not term.match_fields:
         return False
     for requirement in term.match_fields:

@@ -37,9 +37,12 @@ class NodeInfo:
     __slots__ = (
         "_by_importance",
         "_descending_priorities",
-        "milli_cpu",
-        "memory",
+        "_pdb_generation",
+        "_pdb_matches",
+        "_suffix_sums",
         "ephemeral_storage",
+        "memory",
+        "milli_cpu",
         "name",
         "node",
         "pods",
@@ -55,7 +58,10 @@ class NodeInfo:
         self.ephemeral_storage = 0
         self.scalars: dict[str, int] = {}
         self._by_importance: list[Pod] | None = None
-        self._descending_priorities: list[int] | None = None
+        self._descending_priorities: list[int] = []
+        self._suffix_sums: list[tuple[int, int, int]] = []
+        self._pdb_matches: list[tuple[int, ...]] = []
+        self._pdb_generation = -1
 
     def add_pod(self, pod: Pod) -> None:
         self.pods[pod.uid] = pod
@@ -74,7 +80,6 @@ class NodeInfo:
         for name, amount in requests.scalars:
             self.scalars[name] = self.scalars.get(name, 0) + sign * amount
         self._by_importance = None
-        self._descending_priorities = None
 
     def requested(self) -> Resources:
         """The summed requests of the pods on the node (`NodeInfo.Requested`)."""
@@ -88,16 +93,42 @@ class NodeInfo:
     def pods_by_importance(self) -> list[Pod]:
         """The node's pods, most important first (cached until the node's pods change)."""
         if self._by_importance is None:
-            self._by_importance = sorted(self.pods.values(), key=importance_key)
-            self._descending_priorities = [-p.priority for p in self._by_importance]
+            ordered = sorted(self.pods.values(), key=importance_key)
+            self._descending_priorities = [-p.priority for p in ordered]
+            sums = [(0, 0, 0)] * (len(ordered) + 1)
+            cpu = memory = ephemeral = 0
+            for index in range(len(ordered) - 1, -1, -1):
+                r = ordered[index].requests
+                cpu += r.milli_cpu
+                memory += r.memory
+                ephemeral += r.ephemeral_storage
+                sums[index] = (cpu, memory, ephemeral)
+            self._suffix_sums = sums
+            self._pdb_generation = -1
+            self._by_importance = ordered
         return self._by_importance
 
+    def lower_priority_start(self, priority: int) -> int:
+        """Where the pods below `priority` begin in the importance order (they are a suffix)."""
+        self.pods_by_importance()
+        return bisect.bisect_right(self._descending_priorities, -priority)
+
     def lower_priority_pods(self, priority: int) -> list[Pod]:
-        """The pods below `priority`, most important first: a suffix of the importance order."""
+        """The pods below `priority`, most important first."""
+        return self.pods_by_importance()[self.lower_priority_start(priority) :]
+
+    def suffix_requests(self, start: int) -> tuple[int, int, int]:
+        """Summed cpu, memory and ephemeral-storage requests of the pods from `start` on."""
+        self.pods_by_importance()
+        return self._suffix_sums[start]
+
+    def pdb_matches(self, snapshot: ClusterSnapshot) -> list[tuple[int, ...]]:
+        """For each pod in importance order, the budgets that select it (cached per node)."""
         ordered = self.pods_by_importance()
-        assert self._descending_priorities is not None
-        start = bisect.bisect_right(self._descending_priorities, -priority)
-        return ordered[start:]
+        if self._pdb_generation != snapshot.pdb_generation:
+            self._pdb_matches = [snapshot.matching_pdbs(pod) for pod in ordered]
+            self._pdb_generation = snapshot.pdb_generation
+        return self._pdb_matches
 
     def used_ports(self) -> list[HostPort]:
         return [port for pod in self.pods.values() for port in pod.host_ports]
@@ -116,6 +147,7 @@ class ClusterSnapshot:
         self._sorted_pdbs: list[PodDisruptionBudget] | None = None
         self._pdbs_by_namespace: dict[str, list[int]] | None = None
         self._pdb_matches: dict[str, tuple[int, ...]] = {}
+        self.pdb_generation = 0
 
     # -- building ---------------------------------------------------------------------------
 
@@ -245,7 +277,11 @@ class ClusterSnapshot:
 
     def nominated_pods(self, node_name: str) -> list[Pod]:
         """Pods not yet bound whose `status.nominatedNodeName` is this node (the nominator)."""
-        return list(self._nominated.get(node_name, {}).values())
+        nominated = self._nominated.get(node_name)
+        return list(nominated.values()) if nominated else []
+
+    def has_nominations(self, node_name: str) -> bool:
+        return node_name in self._nominated
 
     # -- budgets ----------------------------------------------------------------------------
 
@@ -258,6 +294,7 @@ class ClusterSnapshot:
             self._invalidate_pdbs()
 
     def _invalidate_pdbs(self) -> None:
+        self.pdb_generation += 1
         self._sorted_pdbs = None
         self._pdbs_by_namespace = None
         self._pdb_matches.clear()

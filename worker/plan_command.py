@@ -1,4 +1,4 @@
-"""`preemptctl plan`: the planner on its own, over a snapshot file (DESIGN.md, the planner contract)."""
+"""`preemptctl plan`: the planner alone, over a snapshot file (DESIGN.md's planner contract)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ def register(subparsers: Any) -> None:
         description="Print the preemption decision for one pod as JSON "
         "(kubectl get nodes,pods,pdb -A -o json makes a snapshot).",
     )
-    parser.add_argument("--snapshot", required=True, metavar="FILE", help="v1 List of nodes, pods, PDBs")
+    parser.add_argument(
+        "--snapshot", required=True, metavar="FILE", help="v1 List of nodes, pods, PDBs"
+    )
     parser.add_argument("--pod", required=True, metavar="NAMESPACE/NAME", help="the preemptor")
     parser.add_argument(
         "--strategy",

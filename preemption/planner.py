@@ -1,0 +1,24 @@
+"""The planner's front door: one decision for one pod, by the strategy asked for."""
+
+from __future__ import annotations
+
+from preemption.critical_admission import preempt_for_admission
+from preemption.decision import Decision, Strategy
+from preemption.default_preemption import PreemptionArgs, preempt
+from preemption.errors import UnknownPodError
+from preemption.snapshot import ClusterSnapshot
+
+
+def plan(
+    snapshot: ClusterSnapshot,
+    pod_key: str,
+    strategy: Strategy = Strategy.DEFAULT,
+    args: PreemptionArgs | None = None,
+) -> Decision:
+    """Decide the preemption for the pod `namespace/name` in `snapshot`."""
+    pod = snapshot.pod_by_key(pod_key)
+    if pod is None:
+        raise UnknownPodError(f"pod {pod_key} is not in the snapshot")
+    if strategy is Strategy.CRITICAL_ADMISSION:
+        return preempt_for_admission(snapshot, pod)
+    return preempt(snapshot, pod, args)
