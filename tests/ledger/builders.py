@@ -46,7 +46,7 @@ def four_candidate_decision(
             NodeVerdict("node-5", False, reasons=("Insufficient memory",)),
         ],
         selection=[
-            SelectionStep("minNumPDBViolations", (node, *others)),
+            SelectionStep("minNumPDBViolations", tuple(sorted((node, *others)))),
             SelectionStep("minHighestPriority", (node,)),
         ],
         deciding_criterion="minHighestPriority",

@@ -1,0 +1,176 @@
+"""`history` and `explain` read the ledger through its indexes, newest first.
+
+Scenarios:
+- history lists preemptions most recently active first
+- history --pod finds the pod as preemptor and as victim
+- history --node keeps preemptions on that node
+- history --since keeps preemptions active since then
+- history --outcome keeps preemptions whose final outcome it is (a failure later retried
+  and completed is completed)
+- history --limit caps the answer
+- history pages through more events than one read returns
+- filters combine
+- explain finds a pod as victim, with the preemption that took it
+- explain finds a pod as preemptor, with each of its preemptions
+- explain finds a victim the dry run only chose
+- explain of a pod the ledger never saw knows nothing
+- history works on SQLite too
+- a ledger without the schema is reported as not migrated
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Engine
+
+import ledger.queries
+from ledger.engine import create_ledger_engine
+from ledger.errors import LedgerNotMigratedError
+from ledger.events import decision_events
+from ledger.kinds import EventKind
+from ledger.queries import HistoryQuery, explain, history
+from ledger.views import Fate, Outcome
+from ledger.writer import append_batch
+from preemption.decision import PodRef
+from tests.ledger.builders import (
+    API,
+    BATCH_7,
+    BATCH_8,
+    T0,
+    completed_preemption,
+    event,
+    four_candidate_decision,
+)
+
+WEB = PodRef("prod", "web-1", "uid-web-1", 900)
+LOW = PodRef("default", "low-1", "uid-low-1", 10)
+
+
+@pytest.fixture
+def three_preemptions(pg_engine: Engine) -> Engine:
+    """api-0 on node-3 (completed, oldest), web-1 on node-1 (failed), api-0 again (newest)."""
+    append_batch(pg_engine, completed_preemption("p-api-first", start=T0))
+    append_batch(
+        pg_engine,
+        completed_preemption(
+            "p-web",
+            preemptor=WEB,
+            victims=[LOW],
+            node="node-1",
+            start=T0 + timedelta(hours=1),
+            outcome=EventKind.FAILED,
+        ),
+    )
+    append_batch(
+        pg_engine,
+        completed_preemption("p-api-second", victims=[BATCH_8], start=T0 + timedelta(hours=2)),
+    )
+    return pg_engine
+
+
+def _ids(engine: Engine, query: HistoryQuery) -> list[str]:
+    return [view.preemption_id for view in history(engine, query)]
+
+
+def test_history_lists_the_most_recently_active_first(three_preemptions: Engine) -> None:
+    assert _ids(three_preemptions, HistoryQuery()) == ["p-api-second", "p-web", "p-api-first"]
+
+
+def test_history_by_pod_finds_preemptor_and_victim(three_preemptions: Engine) -> None:
+    assert _ids(three_preemptions, HistoryQuery(pod=("prod", "api-0"))) == [
+        "p-api-second",
+        "p-api-first",
+    ]
+    assert _ids(three_preemptions, HistoryQuery(pod=("default", "batch-7"))) == ["p-api-first"]
+
+
+def test_history_by_node(three_preemptions: Engine) -> None:
+    assert _ids(three_preemptions, HistoryQuery(node="node-1")) == ["p-web"]
+
+
+def test_history_since(three_preemptions: Engine) -> None:
+    since = T0 + timedelta(hours=1)
+    assert _ids(three_preemptions, HistoryQuery(since=since)) == ["p-api-second", "p-web"]
+
+
+def test_history_by_outcome(three_preemptions: Engine) -> None:
+    assert _ids(three_preemptions, HistoryQuery(outcome=Outcome.FAILED)) == ["p-web"]
+    assert _ids(three_preemptions, HistoryQuery(outcome=Outcome.ABORTED)) == []
+
+
+def test_history_by_outcome_judges_the_final_outcome(pg_engine: Engine) -> None:
+    story = [
+        *decision_events("p-1", "run-1", API, four_candidate_decision(), T0),
+        event("p-1", EventKind.FAILED, T0 + timedelta(seconds=1)),
+        event("p-1", EventKind.RETRIED, T0 + timedelta(seconds=2), payload={"newRunId": "r2"}),
+        event("p-1", EventKind.COMPLETED, T0 + timedelta(seconds=3), run_id="r2"),
+    ]
+    append_batch(pg_engine, story)
+    assert _ids(pg_engine, HistoryQuery(outcome=Outcome.FAILED)) == []
+    assert _ids(pg_engine, HistoryQuery(outcome=Outcome.COMPLETED)) == ["p-1"]
+
+
+def test_history_limit(three_preemptions: Engine) -> None:
+    assert _ids(three_preemptions, HistoryQuery(limit=2)) == ["p-api-second", "p-web"]
+
+
+def test_history_pages_through_many_events(
+    three_preemptions: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ledger.queries, "SEED_PAGE", 3)
+    assert _ids(three_preemptions, HistoryQuery()) == ["p-api-second", "p-web", "p-api-first"]
+    assert _ids(three_preemptions, HistoryQuery(outcome=Outcome.COMPLETED)) == [
+        "p-api-second",
+        "p-api-first",
+    ]
+
+
+def test_history_filters_combine(three_preemptions: Engine) -> None:
+    query = HistoryQuery(pod=("prod", "api-0"), since=T0 + timedelta(minutes=30), node="node-3")
+    assert _ids(three_preemptions, query) == ["p-api-second"]
+
+
+def test_explain_a_victim(three_preemptions: Engine) -> None:
+    story = explain(three_preemptions, "default", "batch-7")
+    ((view, victim),) = story.as_victim
+    assert (view.preemption_id, view.preemptor, victim.fate) == ("p-api-first", API, Fate.DELETED)
+    assert story.as_preemptor == ()
+
+
+def test_explain_a_preemptor(three_preemptions: Engine) -> None:
+    story = explain(three_preemptions, "prod", "api-0")
+    assert [v.preemption_id for v in story.as_preemptor] == ["p-api-second", "p-api-first"]
+    assert story.as_victim == ()
+
+
+def test_explain_finds_a_victim_only_chosen_by_a_dry_run(pg_engine: Engine) -> None:
+    decided = decision_events("p-dry", "run-1", API, four_candidate_decision(), T0)
+    append_batch(pg_engine, [*decided, event("p-dry", EventKind.DRY_RUN, T0)])
+    ((view, victim),) = explain(pg_engine, "default", "batch-8").as_victim
+    assert (view.outcome, victim.victim, victim.fate) == (Outcome.DRY_RUN, BATCH_8, Fate.SPARED)
+
+
+def test_explain_an_unknown_pod(three_preemptions: Engine) -> None:
+    assert not explain(three_preemptions, "default", "nobody").known
+
+
+def test_history_on_sqlite(sqlite_engine: Engine) -> None:
+    append_batch(sqlite_engine, completed_preemption("p-1", start=T0))
+    append_batch(sqlite_engine, completed_preemption("p-2", start=T0 + timedelta(hours=1)))
+    assert _ids(sqlite_engine, HistoryQuery()) == ["p-2", "p-1"]
+    assert _ids(sqlite_engine, HistoryQuery(since=T0 + timedelta(minutes=1))) == ["p-2"]
+    assert [v.victim for _, v in explain(sqlite_engine, "default", "batch-7").as_victim] == [
+        BATCH_7,
+        BATCH_7,
+    ]
+
+
+def test_a_ledger_without_the_schema_is_not_migrated(postgres_url: str) -> None:
+    engine = create_ledger_engine(postgres_url)
+    try:
+        with pytest.raises(LedgerNotMigratedError, match="preemptctl migrate"):
+            history(engine, HistoryQuery())
+    finally:
+        engine.dispose()
