@@ -1,0 +1,290 @@
+"""`preemptctl migrate`, `history` and `explain`, run the way a user runs them.
+
+Scenarios:
+- migrate brings an empty Postgres database to head and says so; running it again is harmless
+- migrate with no URL creates the embedded SQLite ledger under $XDG_STATE_HOME
+- PREEMPT_DATABASE_URL selects the database; --database-url overrides it
+- a postgresql:// URL (no driver) works
+- history prints a table, most recent first
+- history --json prints one JSON object per line
+- history on an empty ledger says nothing matches
+- explain tells a victim's story: by whom, where, why, its fate
+- explain tells a preemptor's story: decision, victims' fates, scheduling
+- each bad input exits 2 with one line naming the problem: unparseable --since, unknown
+  --outcome, bad --limit, malformed pod, unreachable database, unmigrated database, missing
+  SQLite ledger, unsupported URL, a pod not in the ledger
+- the installed `preemptctl` script reports an unreachable database in one line, exit 2
+- durations and ISO times are both accepted by --since
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import orjson
+import pytest
+
+import migrations
+from ledger.engine import DATABASE_URL_ENV, create_ledger_engine
+from ledger.kinds import EventKind
+from ledger.writer import append_batch
+from tests.ledger.builders import BATCH_8, T0, completed_preemption
+from tests.support.postgres import fresh_database
+from worker.cli import main
+from worker.errors import UsageError
+from worker.ledger_commands import parse_since
+
+PREEMPTCTL = Path(sys.executable).with_name("preemptctl")
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_ledger(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No test may read or write the developer's own ledger."""
+    monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
+@pytest.fixture
+def empty_postgres() -> Iterator[str]:
+    with fresh_database() as url:
+        yield url
+
+
+@pytest.fixture
+def ledger_url(empty_postgres: str) -> str:
+    """A migrated ledger with two preemptions by prod/api-0 on node-3: completed, then failed."""
+    migrations.upgrade(empty_postgres)
+    engine = create_ledger_engine(empty_postgres)
+    append_batch(engine, completed_preemption("p-first", start=T0))
+    append_batch(
+        engine,
+        completed_preemption(
+            "p-second", victims=[BATCH_8], start=T0 + timedelta(hours=2), outcome=EventKind.FAILED
+        ),
+    )
+    engine.dispose()
+    return empty_postgres
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_migrate_brings_postgres_to_head_twice_harmlessly(
+    capsys: pytest.CaptureFixture[str], empty_postgres: str
+) -> None:
+    first = _run(capsys, "migrate", "--database-url", empty_postgres)
+    second = _run(capsys, "migrate", "--database-url", empty_postgres)
+    head = migrations.head_revision()
+    assert first[0] == second[0] == 0
+    assert first[1].endswith(f"is at schema revision {head} (head)\n")
+    assert first[1] == second[1]
+
+
+def test_migrate_without_a_url_creates_the_embedded_sqlite_ledger(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, _ = _run(capsys, "migrate")
+    path = tmp_path / "state" / "preemptctl" / "ledger.sqlite"
+    assert (code, path.exists()) == (0, True)
+    assert str(path) in out
+    assert _run(capsys, "history")[:2] == (0, "no preemptions in the ledger match\n")
+
+
+def test_the_environment_selects_the_database_and_the_flag_overrides_it(
+    capsys: pytest.CaptureFixture[str], ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DATABASE_URL_ENV, ledger_url)
+    code, out, _ = _run(capsys, "history")
+    assert (code, out.count("prod/api-0")) == (0, 2)
+    code, _, err = _run(capsys, "history", "--database-url", f"sqlite:///{Path('/nonexistent/x')}")
+    assert (code, err) == (
+        2,
+        "preemptctl history: no ledger at /nonexistent/x; run `preemptctl migrate` first\n",
+    )
+
+
+def test_a_postgresql_url_without_a_driver_works(
+    capsys: pytest.CaptureFixture[str], ledger_url: str
+) -> None:
+    bare = ledger_url.replace("postgresql+psycopg://", "postgresql://")
+    assert _run(capsys, "history", "--limit", "1", "--database-url", bare)[0] == 0
+
+
+def test_history_prints_a_table_most_recent_first(
+    capsys: pytest.CaptureFixture[str], ledger_url: str
+) -> None:
+    code, out, err = _run(capsys, "history", "--database-url", ledger_url)
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        "STARTED               PREEMPTOR   NODE    VICTIMS  OUTCOME    DURATION",
+        "2026-11-21 14:00:00Z  prod/api-0  node-3  1        failed     6.0s",
+        "2026-11-21 12:00:00Z  prod/api-0  node-3  2        completed  8.0s",
+    ]
+
+
+def test_history_json_prints_one_object_per_line(
+    capsys: pytest.CaptureFixture[str], ledger_url: str
+) -> None:
+    code, out, _ = _run(
+        capsys, "history", "--json", "--outcome", "completed", "--database-url", ledger_url
+    )
+    (line,) = out.splitlines()
+    shown = orjson.loads(line)
+    assert code == 0
+    assert (shown["preemptionId"], shown["outcome"], shown["durationSeconds"]) == (
+        "p-first",
+        "completed",
+        8.0,
+    )
+    assert [v["fate"] for v in shown["victims"]] == ["deleted", "deleted"]
+
+
+def test_history_of_an_empty_ledger(capsys: pytest.CaptureFixture[str], ledger_url: str) -> None:
+    code, out, _ = _run(capsys, "history", "--node", "node-42", "--database-url", ledger_url)
+    assert (code, out) == (0, "no preemptions in the ledger match\n")
+
+
+def test_explain_a_victim(capsys: pytest.CaptureFixture[str], ledger_url: str) -> None:
+    code, out, _ = _run(capsys, "explain", "default/batch-7", "--database-url", ledger_url)
+    assert code == 0
+    assert out.splitlines()[:2] == [
+        "default/batch-7 as a victim (1, newest first):",
+        "",
+    ]
+    assert "preempted by prod/api-0 (priority 1000) on node-3 in preemption p-first" in out
+    assert "node-3 was chosen by minHighestPriority" in out
+    assert "fate: deleted at 2026-11-21 12:00:02Z (2.0s after the decision)" in out
+
+
+def test_explain_a_preemptor(capsys: pytest.CaptureFixture[str], ledger_url: str) -> None:
+    code, out, _ = _run(capsys, "explain", "prod/api-0", "--database-url", ledger_url)
+    assert code == 0
+    assert out.startswith("prod/api-0 as a preemptor (2, newest first):\n")
+    assert out.index("preemption p-second") < out.index("preemption p-first")
+    assert "victim default/batch-8 (priority 50): deleted at" in out
+    assert (
+        "prod/api-0 was scheduled on node-3 at 2026-11-21 12:00:08Z, 8.0s after the decision" in out
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["history", "--since", "yesterday"],
+            "preemptctl history: --since 'yesterday' is neither a duration (30m, 2h, 1d12h) "
+            "nor an ISO 8601 time",
+        ),
+        (
+            ["history", "--outcome", "won"],
+            "preemptctl history: unknown --outcome 'won'; use one of: "
+            "completed, failed, aborted, dry-run, no-candidate, ineligible",
+        ),
+        (
+            ["history", "--limit", "-3"],
+            "preemptctl history: --limit must be a positive whole number, not '-3'",
+        ),
+        (
+            ["history", "--pod", "api-0"],
+            "preemptctl history: --pod must be NAMESPACE/NAME, not 'api-0'",
+        ),
+        (["explain", "a/b/c"], "preemptctl explain: the pod must be NAMESPACE/NAME, not 'a/b/c'"),
+        (
+            ["explain", "default/nobody"],
+            "preemptctl explain: default/nobody is not in the ledger, as preemptor or as victim",
+        ),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], ledger_url: str, argv: list[str], message: str
+) -> None:
+    code, out, err = _run(capsys, *argv, "--database-url", ledger_url)
+    assert (code, out, err) == (2, "", message + "\n")
+
+
+def test_an_unreachable_database_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"postgresql://postgres@127.0.0.1:{_closed_port()}/ledger"
+    code, _, err = _run(capsys, "explain", "prod/api-0", "--database-url", url)
+    assert code == 2
+    assert err.startswith(
+        "preemptctl explain: cannot reach the ledger database postgresql+psycopg://"
+    )
+    assert err.count("\n") == 1
+
+
+def test_an_unmigrated_database_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], empty_postgres: str
+) -> None:
+    code, _, err = _run(capsys, "history", "--database-url", empty_postgres)
+    assert code == 2
+    assert err.endswith("has no ledger schema; run `preemptctl migrate` first\n")
+    assert err.count("\n") == 1
+
+
+def test_a_missing_embedded_ledger_exits_2_and_is_not_created(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = _run(capsys, "explain", "prod/api-0")
+    assert (code, err.count("\n")) == (2, 1)
+    assert "run `preemptctl migrate` first" in err
+    assert not (tmp_path / "state" / "preemptctl" / "ledger.sqlite").exists()
+
+
+def test_an_unsupported_url_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(capsys, "migrate", "--database-url", "mysql://db/ledger")
+    assert (code, err) == (
+        2,
+        "preemptctl migrate: unsupported database 'mysql': use postgresql:// or sqlite:///\n",
+    )
+
+
+def test_the_installed_script_reports_an_unreachable_database_in_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, DATABASE_URL_ENV: f"postgresql://postgres@127.0.0.1:{_closed_port()}/x"}
+    done = subprocess.run(
+        [str(PREEMPTCTL), "history", "--since", "2h"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("preemptctl history: cannot reach the ledger database")
+    assert done.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2h", datetime(2026, 1, 1, 10, tzinfo=UTC)),
+        ("1d12h", datetime(2025, 12, 31, 0, tzinfo=UTC)),
+        ("90m", datetime(2026, 1, 1, 10, 30, tzinfo=UTC)),
+        ("2026-01-01T08:00:00Z", datetime(2026, 1, 1, 8, tzinfo=UTC)),
+        ("2026-01-01T09:00:00+01:00", datetime(2026, 1, 1, 8, tzinfo=UTC)),
+        ("2026-01-01", datetime(2026, 1, 1, tzinfo=UTC)),
+    ],
+)
+def test_since_accepts_durations_and_iso_times(text: str, expected: datetime) -> None:
+    assert parse_since(text, now=datetime(2026, 1, 1, 12, tzinfo=UTC)) == expected
+
+
+def test_since_refuses_a_negative_or_unit_less_duration() -> None:
+    for text in ("-2h", "15", "2 h"):
+        with pytest.raises(UsageError):
+            parse_since(text, now=datetime(2026, 1, 1, tzinfo=UTC))
