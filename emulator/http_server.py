@@ -8,6 +8,7 @@ emulator from plain threads, and one thread per connection is plenty for a test 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 import threading
 import time
@@ -110,26 +111,28 @@ class _Handler(BaseHTTPRequestHandler):
             body = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
             body = None
-        code = 0
-        try:
-            code = self._respond(target, query, body, content_type)
-        finally:
-            self.server.requests.append(
-                Request(
-                    target.verb,
-                    target.rbac_resource,
-                    target.namespace,
-                    target.name,
-                    method,
-                    split.path,
-                    query,
-                    content_type,
-                    body,
-                    code,
-                )
-            )
+        record = Request(
+            target.verb,
+            target.rbac_resource,
+            target.namespace,
+            target.name,
+            method,
+            split.path,
+            query,
+            content_type,
+            body,
+            0,
+        )
+        self._respond(target, query, body, content_type, record)
 
-    def _respond(self, target: Route, query: dict[str, str], body: Any, content_type: str) -> int:
+    def _log(self, record: Request, code: int) -> None:
+        """Logged before the answer is written, so a caller that has its answer can already
+        find its request in the log."""
+        self.server.requests.append(dataclasses.replace(record, code=code))
+
+    def _respond(
+        self, target: Route, query: dict[str, str], body: Any, content_type: str, record: Request
+    ) -> None:
         decision = self.server.faults.decide(
             target.verb, target.rbac_resource, target.namespace, target.name
         )
@@ -138,8 +141,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             fault = decision.fault
             if fault is not None and fault.action is Action.DROP:
+                self._log(record, 0)
                 self._drop()
-                return 0
+                return
             if fault is not None and fault.action is Action.DENY:
                 raise status.forbidden(
                     target.resource,
@@ -152,15 +156,15 @@ class _Handler(BaseHTTPRequestHandler):
             if fault is not None:
                 raise status.for_code(fault.code, fault.message, fault.retry_after)
             if target.verb == "watch":
-                self._watch(target, query)
-                return 200
+                self._watch(target, query, record)
+                return
             response = handle(self.server.store, target, query, body, content_type)
+            self._log(record, response.code)
             self._send_json(response.code, response.body)
-            return response.code
         except ApiError as error:
+            self._log(record, error.code)
             headers = {"Retry-After": str(error.retry_after)} if error.retry_after else {}
             self._send_json(error.code, error.body, headers)
-            return error.code
 
     def _drop(self) -> None:
         self.close_connection = True
@@ -177,7 +181,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def _watch(self, target: Route, query: dict[str, str]) -> None:
+    def _watch(self, target: Route, query: dict[str, str], record: Request) -> None:
         text = query.get("resourceVersion") or ""
         try:
             since = int(text) if text not in ("", "0") else None
@@ -193,6 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
             bookmark_interval=self.server.bookmark_interval,
             timeout=float(timeout_text) if timeout_text else None,
         )
+        self._log(record, 200)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")

@@ -1,0 +1,106 @@
+"""The policy/v1 Eviction subresource and PodDisruptionBudgets.
+
+Scenarios:
+- evicting a pod its budget allows answers 201, spends one disruption, and deletes the pod;
+- evicting a pod whose budget has no disruptions left is a 429 worded as the API server words
+  it, with a DisruptionBudget cause, and the pod stays;
+- a pod no budget covers is evicted without a check;
+- a pod two budgets cover cannot be evicted (500), as upstream;
+- eviction honours a UID precondition, and a refused one spends no disruption.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from emulator import Emulator
+from emulator.resources import PDBS
+from tests.support.emulator import as_list, pdb, pod
+
+
+def _evict(core: Any, name: str, uid: str | None = None) -> Any:
+    body: dict[str, Any] = {"metadata": {"name": name, "namespace": "default"}}
+    if uid is not None:
+        body["deleteOptions"] = {"preconditions": {"uid": uid}}
+    return core.create_namespaced_pod_eviction(name, "default", body)
+
+
+def _allowed(emulator: Emulator, name: str = "budget") -> int:
+    allowed: int = emulator.store.get(PDBS, "default", name)["status"]["disruptionsAllowed"]
+    return allowed
+
+
+def test_allowed_eviction_spends_a_disruption_and_deletes(core: Any, emulator: Emulator) -> None:
+    emulator.load(
+        as_list(
+            pod("web", labels={"app": "web"}),
+            pdb("budget", match_labels={"app": "web"}, disruptions_allowed=1),
+        )
+    )
+    _evict(core, "web")
+    assert emulator.pod("default/web") is None
+    assert _allowed(emulator) == 0
+    assert emulator.requests.matching("create", "pods/eviction")[0].code == 201
+
+
+def test_exhausted_budget_refuses_with_429(core: Any, emulator: Emulator) -> None:
+    emulator.load(
+        as_list(
+            pod("web", labels={"app": "web"}),
+            pdb(
+                "budget",
+                match_labels={"app": "web"},
+                disruptions_allowed=0,
+                desired_healthy=2,
+                current_healthy=2,
+            ),
+        )
+    )
+    with pytest.raises(ApiException) as raised:
+        _evict(core, "web")
+    assert raised.value.status == 429
+    body = json.loads(raised.value.body)
+    assert body["message"] == "Cannot evict pod as it would violate the pod's disruption budget."
+    assert body["details"]["causes"] == [
+        {
+            "reason": "DisruptionBudget",
+            "message": "The disruption budget budget needs 2 healthy pods and has 2 currently",
+        }
+    ]
+    assert emulator.pod("default/web") is not None
+
+
+def test_pod_without_budget_is_evicted(core: Any, emulator: Emulator) -> None:
+    emulator.load(pod("web"))
+    _evict(core, "web")
+    assert emulator.pod("default/web") is None
+
+
+def test_pod_with_two_budgets_cannot_be_evicted(core: Any, emulator: Emulator) -> None:
+    emulator.load(
+        as_list(
+            pod("web", labels={"app": "web"}),
+            pdb("one", match_labels={"app": "web"}, disruptions_allowed=1),
+            pdb("two", match_labels={"app": "web"}, disruptions_allowed=1),
+        )
+    )
+    with pytest.raises(ApiException) as raised:
+        _evict(core, "web")
+    assert raised.value.status == 500
+
+
+def test_refused_uid_precondition_spends_no_disruption(core: Any, emulator: Emulator) -> None:
+    emulator.load(
+        as_list(
+            pod("web", labels={"app": "web"}, uid="new"),
+            pdb("budget", match_labels={"app": "web"}, disruptions_allowed=1),
+        )
+    )
+    with pytest.raises(ApiException) as raised:
+        _evict(core, "web", uid="old")
+    assert raised.value.status == 409
+    assert _allowed(emulator) == 1

@@ -1,0 +1,134 @@
+"""Fault injection and the request log.
+
+Scenarios:
+- "fail the next N calls": N matching requests get the code with a Kubernetes Status body,
+  the next one is served;
+- a 429 carries Retry-After and details.retryAfterSeconds;
+- a fault matches its verb and resource only;
+- latency delays a request and then serves it;
+- a dropped connection gives the client no answer at all;
+- an RBAC denial is a 403 worded exactly as the authorizer words it, for objects, subresources,
+  cluster-scoped lists;
+- the request log records verb, RBAC resource, object, body and answer code.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from emulator import Emulator
+from tests.support.emulator import pod
+
+
+@pytest.fixture
+def web(emulator: Emulator) -> None:
+    emulator.load(pod("web"))
+
+
+@pytest.mark.usefixtures("web")
+def test_fail_next_n_calls_then_serve(core: Any, emulator: Emulator) -> None:
+    emulator.faults.fail("get", "pods", 503, times=2)
+    codes = []
+    for _ in range(2):
+        with pytest.raises(ApiException) as raised:
+            core.read_namespaced_pod("web", "default")
+        codes.append(raised.value.status)
+        assert json.loads(raised.value.body)["kind"] == "Status"
+    assert codes == [503, 503]
+    assert core.read_namespaced_pod("web", "default").metadata.name == "web"
+
+
+@pytest.mark.usefixtures("web")
+def test_throttling_carries_retry_after(core: Any, emulator: Emulator) -> None:
+    emulator.faults.fail("get", "pods", 429, retry_after=7)
+    with pytest.raises(ApiException) as raised:
+        core.read_namespaced_pod("web", "default")
+    assert raised.value.headers["Retry-After"] == "7"
+    assert json.loads(raised.value.body)["details"]["retryAfterSeconds"] == 7
+
+
+@pytest.mark.usefixtures("web")
+def test_fault_matches_only_its_verb_and_resource(core: Any, emulator: Emulator) -> None:
+    emulator.faults.fail("delete", "pods", 500, times=None)
+    emulator.faults.fail("patch", "pods/status", 500, times=None)
+    core.read_namespaced_pod("web", "default")
+    core.patch_namespaced_pod("web", "default", {"metadata": {"labels": {"a": "b"}}})
+    with pytest.raises(ApiException):
+        core.delete_namespaced_pod("web", "default")
+
+
+@pytest.mark.usefixtures("web")
+def test_latency_delays_then_serves(core: Any, emulator: Emulator) -> None:
+    emulator.faults.delay("get", "pods", 0.3, times=1)
+    started = time.monotonic()
+    core.read_namespaced_pod("web", "default")
+    assert time.monotonic() - started >= 0.3
+
+
+@pytest.mark.usefixtures("web")
+def test_dropped_connection_gives_no_answer(core: Any, emulator: Emulator) -> None:
+    emulator.faults.drop("get", "pods")
+    with pytest.raises(urllib3.exceptions.HTTPError):
+        core.read_namespaced_pod("web", "default")
+    assert emulator.requests.matching("get", "pods")[0].code == 0
+
+
+@pytest.mark.parametrize(
+    ("call", "verb", "resource", "message"),
+    [
+        (
+            lambda core: core.delete_namespaced_pod("web", "default"),
+            "delete",
+            "pods",
+            'pods "web" is forbidden: User "system:serviceaccount:preemptctl:preemptctl" cannot '
+            'delete resource "pods" in API group "" in the namespace "default"',
+        ),
+        (
+            lambda core: core.patch_namespaced_pod_status("web", "default", {"status": {}}),
+            "patch",
+            "pods/status",
+            'pods "web" is forbidden: User "system:serviceaccount:preemptctl:preemptctl" cannot '
+            'patch resource "pods/status" in API group "" in the namespace "default"',
+        ),
+        (
+            lambda core: core.list_pod_for_all_namespaces(),
+            "list",
+            "pods",
+            'pods is forbidden: User "system:serviceaccount:preemptctl:preemptctl" cannot list '
+            'resource "pods" in API group "" at the cluster scope',
+        ),
+    ],
+)
+@pytest.mark.usefixtures("web")
+def test_rbac_denial_is_worded_as_the_authorizer_words_it(
+    core: Any, emulator: Emulator, call: Any, verb: str, resource: str, message: str
+) -> None:
+    emulator.faults.deny(verb, resource)
+    with pytest.raises(ApiException) as raised:
+        call(core)
+    body = json.loads(raised.value.body)
+    assert (raised.value.status, body["reason"], body["message"]) == (403, "Forbidden", message)
+
+
+def test_rbac_denial_names_the_api_group(policy: Any, emulator: Emulator) -> None:
+    emulator.faults.deny("list", "poddisruptionbudgets", user="alice")
+    with pytest.raises(ApiException) as raised:
+        policy.list_pod_disruption_budget_for_all_namespaces()
+    assert json.loads(raised.value.body)["message"] == (
+        'poddisruptionbudgets.policy is forbidden: User "alice" cannot list resource '
+        '"poddisruptionbudgets" in API group "policy" at the cluster scope'
+    )
+
+
+@pytest.mark.usefixtures("web")
+def test_request_log_records_what_was_sent(core: Any, emulator: Emulator) -> None:
+    core.delete_namespaced_pod("web", "default", body={"gracePeriodSeconds": 5})
+    [entry] = emulator.requests.matching("delete", "pods", "web")
+    assert (entry.namespace, entry.method, entry.code) == ("default", "DELETE", 200)
+    assert entry.body["gracePeriodSeconds"] == 5

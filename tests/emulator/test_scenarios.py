@@ -1,0 +1,68 @@
+"""Scenarios and kubeconfig: how a test, a benchmark or `preemptctl dev` seeds and reaches the
+emulator.
+
+Scenarios:
+- a YAML `v1 List` of Nodes, Pods and PDBs loads, keeping the objects' uids;
+- the same List as JSON loads;
+- an item of an unsupported kind is refused with a message naming it;
+- the generated kubeconfig is all the official client needs to connect;
+- a stopped emulator releases its port and refuses connections.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+from kubernetes import client, config
+
+from emulator import Emulator, ScenarioError
+from emulator.resources import NODES, PDBS
+from tests.support.emulator import as_list, node, pdb, pod, running_emulator
+
+SCENARIO = as_list(
+    node("n1"),
+    pod("web", node_name="n1", uid="uid-web", labels={"app": "web"}),
+    pdb("budget", match_labels={"app": "web"}, disruptions_allowed=1),
+)
+
+
+def test_yaml_list_loads_keeping_uids(emulator: Emulator, tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(SCENARIO))
+    assert emulator.load(path) == 3
+    stored = emulator.pod("default/web")
+    assert stored is not None and stored["metadata"]["uid"] == "uid-web"
+    assert [n["metadata"]["name"] for n in emulator.store.objects(NODES)] == ["n1"]
+    assert len(emulator.store.objects(PDBS)) == 1
+
+
+def test_json_list_loads(emulator: Emulator, tmp_path: Path) -> None:
+    path = tmp_path / "cluster.json"
+    path.write_bytes(orjson.dumps(SCENARIO))
+    assert emulator.load(path) == 3
+
+
+def test_unsupported_kind_is_refused(emulator: Emulator) -> None:
+    with pytest.raises(ScenarioError, match="item 0: unsupported kind 'Deployment'"):
+        emulator.load(as_list({"kind": "Deployment", "metadata": {"name": "d"}}))
+
+
+def test_kubeconfig_is_all_the_client_needs(emulator: Emulator) -> None:
+    emulator.load(SCENARIO)
+    api = config.new_client_from_config(config_file=str(emulator.kubeconfig_path))
+    with api:
+        names = [
+            p.metadata.name for p in client.CoreV1Api(api).list_namespaced_pod("default").items
+        ]
+    assert names == ["web"]
+
+
+def test_stopped_emulator_releases_its_port() -> None:
+    with running_emulator() as emulator:
+        port = int(emulator.base_url.rsplit(":", 1)[1])
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), 1):
+        pass
