@@ -127,11 +127,16 @@ def history(engine: Engine, query: HistoryQuery) -> list[PreemptionView]:
                 if row.preemption_id not in seen:
                     seen.add(row.preemption_id)
                     fresh.append(row.preemption_id)
-            views = fold_preemptions(events_of(connection, fresh))
-            for preemption_id in fresh:
-                view = views[preemption_id]
-                if query.outcome is None or view.outcome is query.outcome:
-                    found.append(view)
+            # Fold only as many as could still be needed: a page of 1,000 `failed` events
+            # names up to 1,000 preemptions, and reading all of them for 50 is the slow path.
+            while fresh and len(found) < query.limit:
+                chunk, fresh = fresh[: query.limit - len(found)], fresh[query.limit - len(found) :]
+                views = fold_preemptions(events_of(connection, chunk))
+                found.extend(
+                    views[pid]
+                    for pid in chunk
+                    if query.outcome is None or views[pid].outcome is query.outcome
+                )
             if len(page) < SEED_PAGE:
                 break
     return found[: query.limit]

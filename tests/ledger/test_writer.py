@@ -6,6 +6,7 @@ Scenarios:
 - a batch reports how many events were new, skipping keys already in the ledger
 - a batch that repeats a key stores it once
 - a batch is all or nothing (a bad row keeps the good ones out too)
+- a batch too big for one statement is still all or nothing
 - many threads appending the same key at once store exactly one row
 - async appends from many coroutines store every distinct event once
 - events read back keep their time zone, payload and pods
@@ -25,6 +26,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import DBAPIError
 
+import ledger.writer
 from ledger.events import LedgerEvent, decision_events, idempotency_key
 from ledger.kinds import EventKind
 from ledger.models import events
@@ -73,6 +75,18 @@ def test_a_batch_is_all_or_nothing(pg_engine: Engine) -> None:
     with pytest.raises(DBAPIError):
         append_batch(pg_engine, [good, too_long])
     assert _count(pg_engine) == 0
+
+
+def test_a_batch_too_big_for_one_statement_is_still_all_or_nothing(
+    pg_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ledger.writer, "ROWS_PER_STATEMENT", 2)
+    good = [event("p-1", EventKind.NOMINATED, T0, step=i) for i in range(3)]
+    too_long = event("p-1", EventKind.VICTIM_MARKED, T0, node="n" * 300, victim=BATCH_7)
+    with pytest.raises(DBAPIError):
+        append_batch(pg_engine, [*good, too_long])
+    assert _count(pg_engine) == 0
+    assert append_batch(pg_engine, good) == 3
 
 
 def test_threads_racing_on_one_key_store_one_row(pg_engine: Engine) -> None:
