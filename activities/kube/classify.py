@@ -94,7 +94,9 @@ def classify(error: BaseException, call: Call) -> KubeCallError:
         return error
     if isinstance(error, ApiException):
         return classify_status(api_status(error), call)
-    if isinstance(error, urllib3.exceptions.TimeoutError | TimeoutError):
+    # urllib3's NewConnectionError (connection refused) subclasses its ConnectTimeoutError.
+    timed_out = isinstance(error, urllib3.exceptions.TimeoutError | TimeoutError)
+    if timed_out and not isinstance(error, urllib3.exceptions.NewConnectionError):
         return Retryable(
             ErrorKind.TIMEOUT,
             f"{call.describe()}: the API server did not answer in time ({error}); will retry",

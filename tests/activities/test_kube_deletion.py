@@ -1,0 +1,95 @@
+"""Deleting a victim.
+
+Scenarios:
+- the delete carries the victim's UID as a precondition and the requested grace period;
+- a victim already gone (404) is success, reported as already gone;
+- a victim replaced by a same-named pod (new UID) is not deleted, and that is success;
+- a retried delete of a victim that is terminating is done again, not an error;
+- eviction mode goes through pods/eviction with the same UID precondition;
+- an eviction the budget refuses is retryable (429), and the pod stays;
+- an eviction of a replaced victim is success without deleting the new pod.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from activities.kube.client import KubeClient
+from activities.kube.deletion import delete_victim
+from activities.kube.outcomes import ErrorKind, PodRef, Retryable, Verdict
+from emulator import Emulator
+from tests.activities.conftest import ref_of
+from tests.support.emulator import as_list, pdb, pod
+
+
+@pytest.fixture
+def victim(emulator: Emulator) -> PodRef:
+    emulator.load(pod("web-1", node_name="n1", labels={"app": "web"}, grace_period=600))
+    return ref_of(emulator, "default/web-1")
+
+
+def test_delete_carries_uid_precondition_and_grace(
+    kube: KubeClient, emulator: Emulator, victim: PodRef
+) -> None:
+    outcome = delete_victim(kube, victim, grace_period_seconds=5)
+    assert outcome.verdict is Verdict.DONE
+    [sent] = emulator.requests.matching("delete", "pods")
+    assert sent.body["preconditions"] == {"uid": victim.uid}
+    assert sent.body["gracePeriodSeconds"] == 5
+
+
+def test_gone_victim_is_already_gone(kube: KubeClient) -> None:
+    outcome = delete_victim(kube, PodRef("default", "web-1", "u1"))
+    assert outcome.verdict is Verdict.ALREADY_GONE
+    assert outcome.succeeded
+
+
+def test_replaced_victim_is_not_deleted(
+    kube: KubeClient, emulator: Emulator, victim: PodRef
+) -> None:
+    emulator.finalize(victim.key)  # the StatefulSet's pod went away and was recreated
+    emulator.load(pod("web-1", node_name="n1", uid="replacement"))
+    outcome = delete_victim(kube, victim)
+    assert outcome.verdict is Verdict.REPLACED
+    assert outcome.succeeded
+    stored = emulator.pod("default/web-1")
+    assert stored is not None
+    assert stored["metadata"]["uid"] == "replacement"
+    assert "deletionTimestamp" not in stored["metadata"]
+
+
+def test_retried_delete_of_terminating_victim_is_done(
+    kube: KubeClient, emulator: Emulator, victim: PodRef
+) -> None:
+    delete_victim(kube, victim)
+    assert delete_victim(kube, victim).verdict is Verdict.DONE
+
+
+def test_eviction_mode_uses_the_eviction_api(
+    kube: KubeClient, emulator: Emulator, victim: PodRef
+) -> None:
+    outcome = delete_victim(kube, victim, use_eviction=True)
+    assert outcome.verdict is Verdict.DONE
+    [sent] = emulator.requests.matching("create", "pods/eviction")
+    assert sent.body["deleteOptions"]["preconditions"] == {"uid": victim.uid}
+    assert emulator.requests.matching("delete") == []
+
+
+def test_refused_eviction_is_retryable(
+    kube: KubeClient, emulator: Emulator, victim: PodRef
+) -> None:
+    emulator.load(pdb("budget", match_labels={"app": "web"}, disruptions_allowed=0))
+    with pytest.raises(Retryable) as raised:
+        delete_victim(kube, victim, use_eviction=True)
+    assert raised.value.kind is ErrorKind.THROTTLED
+    assert "would violate the pod's disruption budget" in raised.value.message
+    assert emulator.pod("default/web-1") is not None
+
+
+def test_eviction_of_replaced_victim_is_success_without_deleting(
+    kube: KubeClient, emulator: Emulator
+) -> None:
+    emulator.load(as_list(pod("web-1", uid="replacement")))
+    outcome = delete_victim(kube, PodRef("default", "web-1", "original"), use_eviction=True)
+    assert outcome.verdict is Verdict.REPLACED
+    assert emulator.pod("default/web-1") is not None

@@ -1,0 +1,59 @@
+"""The Preempted event on a victim.
+
+Scenarios:
+- the event is an events.k8s.io/v1 Event with upstream's reason, action, type and note,
+  regarding the victim and related to the preemptor, reported by preemptctl and the worker;
+- its eventTime has microseconds, as the API's MicroTime requires;
+- a retried call that already recorded it is unchanged, and one event exists.
+"""
+
+from __future__ import annotations
+
+import re
+
+from activities.kube.client import KubeClient
+from activities.kube.events import record_preempted
+from activities.kube.outcomes import PodRef, Verdict
+from emulator import Emulator
+from emulator.resources import EVENTS_V1
+
+VICTIM = PodRef("default", "web-1", "victim-uid")
+PREEMPTOR = PodRef("batch", "urgent", "preemptor-uid")
+
+
+def test_event_is_recorded_as_upstream_records_it(kube: KubeClient, emulator: Emulator) -> None:
+    outcome = record_preempted(kube, VICTIM, PREEMPTOR, "n1", "worker-7")
+    assert outcome.verdict is Verdict.DONE
+    [event] = emulator.store.objects(EVENTS_V1, "default")
+    assert {
+        key: event[key]
+        for key in ("reason", "action", "type", "note", "reportingController", "reportingInstance")
+    } == {
+        "reason": "Preempted",
+        "action": "Preempting",
+        "type": "Normal",
+        "note": "Preempted by pod preemptor-uid on node n1",
+        "reportingController": "preemptctl",
+        "reportingInstance": "worker-7",
+    }
+    assert event["regarding"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "default",
+        "name": "web-1",
+        "uid": "victim-uid",
+    }
+    assert event["related"]["uid"] == "preemptor-uid"
+
+
+def test_event_time_has_microseconds(kube: KubeClient, emulator: Emulator) -> None:
+    record_preempted(kube, VICTIM, PREEMPTOR, "n1", "worker-7")
+    [event] = emulator.store.objects(EVENTS_V1, "default")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", event["eventTime"])
+
+
+def test_retried_recording_is_unchanged(kube: KubeClient, emulator: Emulator) -> None:
+    record_preempted(kube, VICTIM, PREEMPTOR, "n1", "worker-7")
+    again = record_preempted(kube, VICTIM, PREEMPTOR, "n1", "worker-8")
+    assert again.verdict is Verdict.UNCHANGED
+    assert len(emulator.store.objects(EVENTS_V1, "default")) == 1
