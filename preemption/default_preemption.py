@@ -194,7 +194,12 @@ def filter_node(snapshot: ClusterSnapshot, preemptor: Pod, info: NodeInfo) -> St
     """`RunFilterPluginsWithNominatedPods` on one node, as it stands."""
     node = info.node
     assert node is not None
-    if node.unschedulable or node.taints or preemptor.node_selector or preemptor.required_affinity:
+    if (
+        node.unschedulable
+        or node.taints
+        or preemptor.node_selector
+        or preemptor.required_affinity is not None  # no terms at all matches no node
+    ):
         status = static_filters(preemptor, node)
         if not status.ok:
             return status

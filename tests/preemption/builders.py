@@ -1,0 +1,240 @@
+"""Kubernetes JSON for pods, nodes and PDBs, small enough to read in a test table.
+
+Every object is a plain dict shaped like `kubectl get -o json` prints it, and every snapshot
+is decoded through `preemption.decode`, so the tests exercise the real decoding too.
+Start times are minutes after `T0`; a pod given no `start` has none (it counts as newest).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from preemption.decision import Decision, Strategy
+from preemption.decode import decode_node, decode_pod
+from preemption.default_preemption import PreemptionArgs
+from preemption.objects import Node, Pod
+from preemption.planner import plan
+from preemption.snapshot import ClusterSnapshot
+
+Json = dict[str, Any]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def timestamp(minutes: float) -> str:
+    return (T0 + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def container(
+    cpu: str | None = None,
+    memory: str | None = None,
+    *,
+    limits: Mapping[str, str] | None = None,
+    extra: Mapping[str, str] | None = None,
+    host_ports: Sequence[int | tuple[int, str, str]] = (),
+    sidecar: bool = False,
+    name: str = "c",
+) -> Json:
+    """A container requesting `cpu`/`memory` (and `extra` resources); ports are `port` or
+    `(port, protocol, hostIP)`; `sidecar` makes it a restartable init container."""
+    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
+    requests.update(extra or {})
+    resources: Json = {}
+    if requests:
+        resources["requests"] = requests
+    if limits:
+        resources["limits"] = dict(limits)
+    made: Json = {"name": name, "image": "busybox", "resources": resources}
+    if host_ports:
+        made["ports"] = [
+            {"containerPort": p, "hostPort": p}
+            if isinstance(p, int)
+            else {"containerPort": p[0], "hostPort": p[0], "protocol": p[1], "hostIP": p[2]}
+            for p in host_ports
+        ]
+    if sidecar:
+        made["restartPolicy"] = "Always"
+    return made
+
+
+def pod(
+    name: str,
+    *,
+    namespace: str = "default",
+    priority: int = 0,
+    cpu: str | None = None,
+    memory: str | None = None,
+    node: str | None = None,
+    nominated: str | None = None,
+    start: float | None = None,
+    labels: Mapping[str, str] | None = None,
+    uid: str | None = None,
+    containers: Sequence[Json] | None = None,
+    init_containers: Sequence[Json] = (),
+    overhead: Mapping[str, str] | None = None,
+    tolerations: Sequence[Json] = (),
+    node_selector: Mapping[str, str] | None = None,
+    affinity_terms: Sequence[Json] | None = None,
+    host_ports: Sequence[int | tuple[int, str, str]] = (),
+    preemption_policy: str | None = None,
+    terminating: bool = False,
+    disrupted_by_scheduler: bool = False,
+    phase: str | None = None,
+    qos: str | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> Json:
+    """A pod; bound to `node` (Running) or pending (nominated to `nominated`, if given).
+
+    Unless `containers` is given it has one container requesting `cpu` and `memory`.
+    """
+    metadata: Json = {
+        "name": name,
+        "namespace": namespace,
+        "uid": uid or f"uid-{namespace}-{name}",
+        "labels": dict(labels or {}),
+    }
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    if terminating:
+        metadata["deletionTimestamp"] = timestamp(1000)
+    spec: Json = {
+        "containers": list(containers)
+        if containers is not None
+        else [container(cpu, memory, host_ports=host_ports)],
+        "priority": priority,
+    }
+    if init_containers:
+        spec["initContainers"] = list(init_containers)
+    if overhead:
+        spec["overhead"] = dict(overhead)
+    if node:
+        spec["nodeName"] = node
+    if tolerations:
+        spec["tolerations"] = list(tolerations)
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    if affinity_terms is not None:
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": list(affinity_terms)
+                }
+            }
+        }
+    if preemption_policy:
+        spec["preemptionPolicy"] = preemption_policy
+    status: Json = {"phase": phase or ("Running" if node else "Pending")}
+    if start is not None:
+        status["startTime"] = timestamp(start)
+    if nominated:
+        status["nominatedNodeName"] = nominated
+    if disrupted_by_scheduler:
+        status["conditions"] = [
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+        ]
+    if qos:
+        status["qosClass"] = qos
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": status}
+
+
+def node(
+    name: str,
+    *,
+    cpu: str = "4",
+    memory: str = "8Gi",
+    pods: int = 110,
+    extra: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    taints: Sequence[Json] = (),
+    unschedulable: bool = False,
+) -> Json:
+    allocatable = {"cpu": cpu, "memory": memory, "pods": str(pods), **(extra or {})}
+    spec: Json = {}
+    if taints:
+        spec["taints"] = list(taints)
+    if unschedulable:
+        spec["unschedulable"] = True
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": dict(labels or {"kubernetes.io/hostname": name})},
+        "spec": spec,
+        "status": {"allocatable": allocatable, "capacity": allocatable},
+    }
+
+
+def taint(key: str, effect: str = "NoSchedule", value: str = "") -> Json:
+    return {"key": key, "value": value, "effect": effect}
+
+
+def toleration(key: str = "", effect: str = "", value: str = "", operator: str = "Equal") -> Json:
+    return {"key": key, "operator": operator, "value": value, "effect": effect}
+
+
+def requirement(key: str, operator: str, *values: str) -> Json:
+    return {"key": key, "operator": operator, "values": list(values)}
+
+
+def pdb(
+    name: str,
+    *,
+    namespace: str = "default",
+    match_labels: Mapping[str, str] | None = None,
+    selector: Json | None = None,
+    no_selector: bool = False,
+    allowed: int = 0,
+    disrupted: Iterable[str] = (),
+) -> Json:
+    """A policy/v1 PDB selecting `match_labels` (or the raw `selector`) with a budget."""
+    spec: Json = {"minAvailable": 1}
+    if not no_selector:
+        spec["selector"] = selector if selector is not None else {"matchLabels": match_labels}
+    status: Json = {"disruptionsAllowed": allowed}
+    disrupted = list(disrupted)
+    if disrupted:
+        status["disruptedPods"] = {name: timestamp(0) for name in disrupted}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+        "status": status,
+    }
+
+
+def listing(*items: Json) -> Json:
+    """A `v1 List`, as `kubectl get nodes,pods,pdb -A -o json` prints it."""
+    return {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": list(items)}
+
+
+def snapshot(*items: Json, shuffle_seed: int | None = None) -> ClusterSnapshot:
+    """A snapshot decoded from the objects (in a shuffled order when a seed is given)."""
+    ordered = list(items)
+    if shuffle_seed is not None:
+        random.Random(shuffle_seed).shuffle(ordered)
+    return ClusterSnapshot.from_list(listing(*ordered))
+
+
+def decide(
+    *items: Json,
+    preemptor: str,
+    strategy: Strategy = Strategy.DEFAULT,
+    args: PreemptionArgs | None = None,
+) -> Decision:
+    """The planner's decision for the pod named `preemptor` (`name` or `namespace/name`)."""
+    key = preemptor if "/" in preemptor else f"default/{preemptor}"
+    return plan(snapshot(*items), key, strategy, args)
+
+
+def victim_names(decision: Decision) -> list[str]:
+    return [victim.name for victim in decision.victims]
+
+
+def as_pod(obj: Json) -> Pod:
+    return decode_pod(obj)
+
+
+def as_node(obj: Json) -> Node:
+    return decode_node(obj)
