@@ -126,6 +126,9 @@ def preempt(
         )
     if preemptor.terminating:
         return decide(Outcome.INELIGIBLE, "pod is terminating")
+    if not nodes:
+        # schedulePod's ErrNoNodesAvailable: the cycle fails before any filter or PostFilter.
+        return decide(Outcome.UNSCHEDULABLE, "no nodes available to schedule pods")
 
     statuses = filter_nodes(snapshot, preemptor)
     _summarise_filters(rationale, statuses)
@@ -146,8 +149,7 @@ def preempt(
     if not potential:
         return decide(
             Outcome.UNSCHEDULABLE,
-            fit_error_message(len(nodes), statuses, {})
-            + " preemption: no node where removing pods would help.",
+            fit_error_message(len(nodes), statuses, {}),
         )
 
     offset, wanted = offset_and_num_candidates(preemptor.uid, len(potential), args)
@@ -643,27 +645,27 @@ def lower_priority_nominated_pods(
 def fit_error_message(
     num_nodes: int, statuses: dict[str, Status], rejected: dict[str, Status]
 ) -> str:
-    """`FitError.Error()`: `0/N nodes are available: <count reason>, ...` plus preemption's view."""
+    """`FitError.Error()` of the scheduling cycle, then `preemption: ` and the `FitError` that
+    `Evaluator.Preempt` returns: the dry run's rejections, every other node "not helpful".
+
+    Like upstream's `sortReasonsHistogram`, each part lists `<count> <reason>` strings sorted
+    as strings.
+    """
     counts: Counter[str] = Counter()
     for status in statuses.values():
         for reason in status.reasons:
             counts[reason] += 1
-    message = (
-        f"0/{num_nodes} nodes are available: "
-        + ", ".join(f"{count} {reason}" for reason, count in sorted(counts.items()))
-        + "."
-    )
-    if rejected:
-        preemption: Counter[str] = Counter()
-        for name, status in statuses.items():
-            if status.code is Code.UNRESOLVABLE:
-                preemption[ERR_NOT_HELPFUL] += 1
-            elif name in rejected:
-                for reason in rejected[name].reasons:
-                    preemption[reason] += 1
-        message += (
-            f" preemption: 0/{num_nodes} nodes are available: "
-            + ", ".join(f"{count} {reason}" for reason, count in sorted(preemption.items()))
-            + "."
-        )
-    return message
+    preemption: Counter[str] = Counter()
+    for name in statuses:
+        status = rejected.get(name)
+        if status is None:
+            preemption[ERR_NOT_HELPFUL] += 1
+        else:
+            for reason in status.reasons:
+                preemption[reason] += 1
+    return f"{_histogram(num_nodes, counts)} preemption: {_histogram(num_nodes, preemption)}"
+
+
+def _histogram(num_nodes: int, counts: Counter[str]) -> str:
+    reasons = sorted(f"{count} {reason}" for reason, count in counts.items())
+    return f"0/{num_nodes} nodes are available: " + ", ".join(reasons) + "."
