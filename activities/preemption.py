@@ -1,0 +1,301 @@
+"""The preemption workflow's activities: every side effect it has, each safe to retry.
+
+Each activity translates between the workflow's contracts and one gateway call (or one
+ledger append), and classifies what went wrong: a Kubernetes error that retrying can cure
+becomes a retryable `ApplicationError` (honouring a 429's Retry-After), one that needs a
+person (RBAC, an invalid request) a non-retryable one whose message says what to fix.
+
+The activities are synchronous (the Kubernetes client and the ledger's engine are), so the
+worker runs them on a thread pool; the decision itself is serialized by a lock, which with
+the reservation book is what keeps concurrent preemptions from claiming the same victim or
+the same freed capacity (see `preemption.reservations`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.contracts import (
+    LedgerEntry,
+    NominationInput,
+    PreemptorCheck,
+    PreemptorState,
+    RecordInput,
+    SelectInput,
+    Selection,
+    VictimInput,
+    WriteResult,
+)
+from activities.kube import conditions, deletion, events, nomination
+from activities.kube.client import KubeClient
+from activities.kube.outcomes import KubeCallError, WriteOutcome
+from activities.kube.pods import Presence, get_pod
+from activities.kube.view import ClusterView
+from ledger.errors import LedgerError
+from ledger.events import LedgerEvent, decision_events
+from ledger.kinds import EventKind
+from ledger.writer import append_batch
+from preemption.decision import Decision, Outcome, PodRef, Strategy
+from preemption.decode import decode_pod
+from preemption.errors import PlannerInputError
+from preemption.planner import plan
+from preemption.reservations import Reservation, ReservationBook
+from preemption.snapshot import ClusterSnapshot
+
+ABORTED = "Aborted"
+TERMINATING = "Terminating"
+
+
+@contextmanager
+def kube_errors() -> Iterator[None]:
+    """Turn a classified Kubernetes failure into the `ApplicationError` Temporal retries (or not)."""
+    try:
+        yield
+    except KubeCallError as error:
+        delay = timedelta(seconds=error.retry_after) if error.retry_after else None
+        raise ApplicationError(
+            error.message,
+            type=error.kind.value,
+            non_retryable=not error.retryable,
+            next_retry_delay=delay,
+        ) from None
+
+
+def _result(outcome: WriteOutcome) -> WriteResult:
+    return WriteResult(outcome.verdict.value, outcome.message, outcome.previous)
+
+
+@contextmanager
+def _fresh_preemptor(snapshot: ClusterSnapshot, obj: dict[str, Any]) -> Iterator[None]:
+    """Plan with the preemptor exactly as the API server just returned it (the view may be a
+    moment behind), then put the view's own copy back."""
+    fresh = decode_pod(obj)
+    previous = snapshot.pods.get(fresh.uid)
+    snapshot.upsert_pod(fresh)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            snapshot.upsert_pod(previous)
+        else:
+            snapshot.remove_pod(fresh.uid)
+
+
+def _selection(decision: Decision, scheduler_name: str) -> Selection:
+    return Selection(
+        scheduler_name=scheduler_name,
+        status=str(decision.status),
+        message=decision.message,
+        preemptor=decision.preemptor,
+        node=decision.nominated_node,
+        victims=list(decision.victims),
+        nominations_to_clear=list(decision.nominated_pods_to_clear),
+        num_pdb_violations=decision.num_pdb_violations,
+        decision=decision.to_json(),
+    )
+
+
+class PreemptionActivities:
+    """The activities, bound to one cluster (client and view) and one ledger."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        view: ClusterView,
+        ledger: Engine,
+        *,
+        identity: str = "preemptctl",
+        book: ReservationBook | None = None,
+        view_ready_timeout: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._kube = kube
+        self._view = view
+        self._ledger = ledger
+        self._identity = identity
+        self._book = book or ReservationBook()
+        self._decide = threading.Lock()
+        self._view_ready_timeout = view_ready_timeout
+        self._clock = clock
+
+    def all(self) -> list[Callable[..., Any]]:
+        """Every activity, for `Worker(activities=...)`."""
+        return [
+            self.select_preemption,
+            self.release_reservation,
+            self.record_events,
+            self.nominate_preemptor,
+            self.clear_nomination,
+            self.mark_victim,
+            self.delete_victim,
+            self.record_preempted_event,
+            self.check_preemptor,
+        ]
+
+    # -- deciding ---------------------------------------------------------------------------
+
+    @activity.defn(name="select_preemption")
+    def select_preemption(self, request: SelectInput) -> Selection:
+        """Re-read the preemptor, then decide over the cluster view with every in-flight
+        preemption counted as done; a decision to preempt reserves what it claims."""
+        preemptor = request.preemptor
+        with kube_errors():
+            lookup = get_pod(self._kube, preemptor)
+        if lookup.presence is Presence.GONE:
+            return Selection(ABORTED, "the preemptor is gone", preemptor)
+        if lookup.presence is Presence.REPLACED:
+            return Selection(
+                ABORTED, "the preemptor was replaced by a pod with another UID", preemptor
+            )
+        assert lookup.pod is not None
+        bound_to = (lookup.pod.get("spec") or {}).get("nodeName")
+        strategy = Strategy(request.strategy)
+        if bound_to and strategy is Strategy.DEFAULT:
+            return Selection(ABORTED, f"the preemptor is already bound to {bound_to}", preemptor)
+        if not self._view.wait_ready(self._view_ready_timeout):
+            raise ApplicationError("the cluster view has not finished its initial sync yet")
+        now = self._clock()
+        with self._decide, self._view.read() as snapshot:
+            self._book.prune(snapshot, now)
+            try:
+                with (
+                    self._book.applied(snapshot, preemptor.uid),
+                    _fresh_preemptor(snapshot, lookup.pod),
+                ):
+                    decision = plan(snapshot, preemptor.key, strategy)
+            except PlannerInputError as error:
+                raise ApplicationError(
+                    f"cannot plan for {preemptor.key}: {error}", non_retryable=True
+                ) from None
+            if decision.status is Outcome.PREEMPT and not request.dry_run:
+                assert decision.nominated_node is not None
+                self._book.reserve(
+                    Reservation(
+                        preemptor.uid,
+                        decision.nominated_node,
+                        frozenset(victim.uid for victim in decision.victims),
+                        now + request.reservation_seconds,
+                    )
+                )
+            else:
+                self._book.release(preemptor.uid)
+        return _selection(
+            decision, str(lookup.pod["spec"].get("schedulerName") or "default-scheduler")
+        )
+
+    @activity.defn(name="release_reservation")
+    def release_reservation(self, preemptor: PodRef) -> None:
+        """Give back what a preemption that will not finish had claimed (best effort: a
+        reservation also lapses by itself)."""
+        with self._decide:
+            self._book.release(preemptor.uid)
+
+    # -- the ledger -------------------------------------------------------------------------
+
+    @activity.defn(name="record_events")
+    def record_events(self, request: RecordInput) -> int:
+        """Append events idempotently; retried until the ledger takes them."""
+        occurred_at = datetime.fromisoformat(request.occurred_at)
+        batch: list[LedgerEvent] = []
+        if request.decision is not None:
+            batch += decision_events(
+                request.preemption_id,
+                request.run_id,
+                request.preemptor,
+                request.decision,
+                occurred_at,
+            )
+        batch += [self._event(request, entry, occurred_at) for entry in request.entries]
+        try:
+            return append_batch(self._ledger, batch)
+        except LedgerError as error:
+            raise ApplicationError(
+                f"ledger unavailable: {error}", type="LedgerUnavailable"
+            ) from None
+
+    @staticmethod
+    def _event(request: RecordInput, entry: LedgerEntry, occurred_at: datetime) -> LedgerEvent:
+        return LedgerEvent(
+            preemption_id=request.preemption_id,
+            run_id=request.run_id,
+            kind=EventKind(entry.kind),
+            preemptor=request.preemptor,
+            node=entry.node,
+            victim=entry.victim,
+            payload=entry.payload,
+            occurred_at=occurred_at,
+            step=entry.step,
+        )
+
+    # -- the cluster ------------------------------------------------------------------------
+
+    @activity.defn(name="nominate_preemptor")
+    def nominate_preemptor(self, request: NominationInput) -> WriteResult:
+        """Set the preemptor's nominatedNodeName: the decision requires it, so a nomination
+        another component set is overwritten (and the result says which)."""
+        with kube_errors():
+            return _result(
+                nomination.nominate(self._kube, request.pod, request.node, overwrite=True)
+            )
+
+    @activity.defn(name="clear_nomination")
+    def clear_nomination(self, request: NominationInput) -> WriteResult:
+        """Clear a lower-priority pod's nomination to the node this preemption takes."""
+        with kube_errors():
+            return _result(nomination.clear_nomination(self._kube, request.pod, request.node))
+
+    @activity.defn(name="mark_victim")
+    def mark_victim(self, request: VictimInput) -> WriteResult:
+        """Add the DisruptionTarget condition, unless the victim is gone, replaced, or
+        already terminating (then there is nothing left to do to it)."""
+        with kube_errors():
+            lookup = get_pod(self._kube, request.victim)
+            if lookup.found and lookup.pod and lookup.pod["metadata"].get("deletionTimestamp"):
+                return WriteResult(TERMINATING, "victim is already terminating")
+            return _result(
+                conditions.add_disruption_target(self._kube, request.victim, request.scheduler_name)
+            )
+
+    @activity.defn(name="delete_victim")
+    def delete_victim(self, request: VictimInput) -> WriteResult:
+        """Delete (or evict) exactly this victim, UID precondition included."""
+        with kube_errors():
+            return _result(
+                deletion.delete_victim(
+                    self._kube,
+                    request.victim,
+                    grace_period_seconds=request.grace_period_seconds,
+                    use_eviction=request.use_eviction,
+                )
+            )
+
+    @activity.defn(name="record_preempted_event")
+    def record_preempted_event(self, request: VictimInput) -> WriteResult:
+        """The `Preempted` event on the victim, as upstream records it."""
+        with kube_errors():
+            return _result(
+                events.record_preempted(
+                    self._kube, request.victim, request.preemptor, request.node, self._identity
+                )
+            )
+
+    @activity.defn(name="check_preemptor")
+    def check_preemptor(self, request: PreemptorCheck) -> PreemptorState:
+        """Where the preemptor stands now, read from the API server (not the view)."""
+        with kube_errors():
+            lookup = get_pod(self._kube, request.preemptor)
+        if lookup.presence is Presence.GONE:
+            return PreemptorState("Gone")
+        if lookup.presence is Presence.REPLACED:
+            return PreemptorState("Replaced")
+        node = ((lookup.pod or {}).get("spec") or {}).get("nodeName")
+        return PreemptorState("Bound", node) if node else PreemptorState("Pending")

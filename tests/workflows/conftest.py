@@ -1,0 +1,55 @@
+"""One real Temporal dev server, one emulator and one migrated Postgres ledger per session;
+each test gets its own task queue and its own pods."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import Engine
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from emulator import Emulator
+from ledger.engine import create_ledger_engine
+from migrations import upgrade
+from tests.support.emulator import running_emulator
+from tests.support.postgres import fresh_database
+from tests.support.temporal import temporal_cli
+from workflows import search_attributes
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def temporal() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli(),
+        search_attributes=search_attributes.ALL,
+        dev_server_log_level="error",
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture
+def client(temporal: WorkflowEnvironment) -> Client:
+    return temporal.client
+
+
+@pytest.fixture(scope="session")
+def ledger() -> Iterator[Engine]:
+    with fresh_database("preemptctl_wf") as url:
+        upgrade(url)
+        engine = create_ledger_engine(url)
+        try:
+            yield engine
+        finally:
+            engine.dispose()
+
+
+@pytest.fixture
+def emulator() -> Iterator[Emulator]:
+    with running_emulator() as running:
+        yield running

@@ -1,0 +1,113 @@
+"""A whole preemption stack for one test: emulator cluster, watch-fed view, Postgres ledger,
+and a Temporal worker on a fresh task queue, wired exactly as production wires them."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, select
+from temporalio.client import Client, WorkflowHandle
+
+from activities.contracts import PreemptionRequest
+from activities.kube.client import KubeClient, connect
+from activities.kube.view import ClusterView
+from activities.preemption import PreemptionActivities
+from emulator import Emulator
+from emulator.resources import PODS
+from ledger.models import events as events_table
+from preemption.decision import PodRef
+from worker.starter import start_preemption
+from worker.temporal_worker import build_worker
+from workflows.preemption import PreemptionResult, PreemptionWorkflow
+
+
+@dataclass
+class Stack:
+    emulator: Emulator
+    kube: KubeClient
+    view: ClusterView
+    activities: PreemptionActivities
+    client: Client
+    ledger: Engine
+    task_queue: str
+
+    def preemptor(self, key: str) -> PodRef:
+        obj = self.emulator.pod(key)
+        assert obj is not None, f"no pod {key} in the emulator"
+        return PodRef(
+            obj["metadata"]["namespace"],
+            obj["metadata"]["name"],
+            obj["metadata"]["uid"],
+            int(obj["spec"].get("priority") or 0),
+        )
+
+    async def start(
+        self, key: str, **options: Any
+    ) -> WorkflowHandle[PreemptionWorkflow, PreemptionResult]:
+        options.setdefault("scheduled_wait_seconds", 10.0)
+        options.setdefault("scheduled_poll_seconds", 0.2)
+        request = PreemptionRequest(self.preemptor(key), **options)
+        return await start_preemption(self.client, request, task_queue=self.task_queue)
+
+    def bind(self, key: str, node: str) -> None:
+        """What the scheduler does once the preemptor fits: bind it to the node."""
+        namespace, _, name = key.partition("/")
+        self.emulator.store.patch(
+            PODS, namespace, name, "application/merge-patch+json", {"spec": {"nodeName": node}}
+        )
+
+    def ledger_kinds(self, preemption_id: str) -> list[str]:
+        with self.ledger.connect() as connection:
+            rows = connection.execute(
+                select(events_table.c.kind, events_table.c.victim_name)
+                .where(events_table.c.preemption_id == preemption_id)
+                .order_by(events_table.c.id)
+            ).all()
+        return [f"{kind}:{victim}" if victim else kind for kind, victim in rows]
+
+    def deletes(self) -> list[str]:
+        """The victims the emulator was asked to delete, in order (name only)."""
+        return [
+            entry.name
+            for entry in self.emulator.requests.matching("delete", "pods")
+            if entry.code < 300 or entry.code == 404 or entry.code == 409
+        ]
+
+
+async def bind_when_room(stack: Stack, key: str, node: str, victims: list[str]) -> None:
+    """A stand-in scheduler: bind the preemptor once its victims are gone or terminating."""
+    while True:
+        remaining = [v for v in victims if stack.emulator.pod(v) is not None]
+        if all(
+            (stack.emulator.pod(v) or {}).get("metadata", {}).get("deletionTimestamp")
+            for v in remaining
+        ):
+            for victim in remaining:
+                stack.emulator.finalize(victim)
+            stack.bind(key, node)
+            return
+        await asyncio.sleep(0.05)
+
+
+@asynccontextmanager
+async def running_stack(
+    client: Client, ledger: Engine, emulator: Emulator, scenario: Mapping[str, Any]
+) -> AsyncIterator[Stack]:
+    emulator.load(scenario)
+    kube = connect(emulator.kubeconfig_path)
+    view = ClusterView(kube)
+    view.start()
+    try:
+        assert view.wait_ready(10), "the cluster view did not sync"
+        activities = PreemptionActivities(kube, view, ledger)
+        task_queue = f"preemption-test-{uuid.uuid4()}"
+        stack = Stack(emulator, kube, view, activities, client, ledger, task_queue)
+        async with build_worker(client, activities, task_queue=task_queue):
+            yield stack
+    finally:
+        view.stop()

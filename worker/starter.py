@@ -1,0 +1,42 @@
+"""Starting a preemption: one workflow per preemptor, however many triggers or replicas ask."""
+
+from __future__ import annotations
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+)
+
+from activities.contracts import PreemptionRequest
+from workflows import search_attributes as sa
+from workflows.preemption import PreemptionResult, PreemptionWorkflow, workflow_id_for
+
+
+async def start_preemption(
+    client: Client, request: PreemptionRequest, *, task_queue: str
+) -> WorkflowHandle[PreemptionWorkflow, PreemptionResult]:
+    """Start the preemption of `request.preemptor`, or join the one already running for it."""
+    pod = request.preemptor
+    return await client.start_workflow(
+        PreemptionWorkflow.run,
+        request,
+        id=workflow_id_for(pod.uid),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(sa.PREEMPTOR_POD, pod.key),
+                SearchAttributePair(sa.PREEMPTOR_NAMESPACE, pod.namespace),
+                SearchAttributePair(sa.PREEMPTOR_UID, pod.uid),
+                SearchAttributePair(sa.PREEMPTION_PHASE, "selecting"),
+            ]
+        ),
+        static_summary=f"Preempt for {pod.key} (priority {pod.priority})",
+        static_details=(
+            f"Preemptor {pod.key}, uid {pod.uid}, priority {pod.priority}; trigger: "
+            f"{request.reason}; strategy {request.strategy}"
+            + ("; dry run" if request.dry_run else "")
+        ),
+    )

@@ -1,0 +1,54 @@
+"""The Temporal worker that runs preemption workflows and their activities in this process."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities.preemption import PreemptionActivities
+from workflows.preemption import PreemptionWorkflow
+
+DEFAULT_TASK_QUEUE = "preemptctl"
+
+# Modules the workflow sandbox must not re-import per run: the activities' I/O libraries
+# (imported only for the activity method references) and our own pure modules.
+PASSTHROUGH_MODULES = (
+    "kubernetes",
+    "urllib3",
+    "sqlalchemy",
+    "psycopg",
+    "orjson",
+    "yaml",
+    "activities",
+    "ledger",
+    "preemption",
+)
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
+    )
+
+
+def build_worker(
+    client: Client,
+    activities: PreemptionActivities,
+    *,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    max_concurrent_activities: int = 64,
+) -> Worker:
+    """A worker for preemptions: the workflow, and the activities on a thread pool (the
+    Kubernetes client and the ledger engine are synchronous)."""
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[PreemptionWorkflow],
+        activities=activities.all(),
+        activity_executor=ThreadPoolExecutor(max_workers=max_concurrent_activities),
+        max_concurrent_activities=max_concurrent_activities,
+        workflow_runner=workflow_runner(),
+    )

@@ -1,0 +1,28 @@
+"""The custom search attributes that make every preemption findable in the Temporal UI.
+
+Filter by `PreemptorPod = "default/nginx-a"`, `TargetNode = "node-3"`,
+`VictimPods = "default/batch-7"` or `PreemptionOutcome = "failed"`. The dev server registers
+them at start (`preemptctl dev`); an existing server needs `preemptctl setup-temporal` once.
+"""
+
+from __future__ import annotations
+
+from temporalio.common import SearchAttributeKey
+
+PREEMPTOR_POD = SearchAttributeKey.for_keyword("PreemptorPod")
+PREEMPTOR_NAMESPACE = SearchAttributeKey.for_keyword("PreemptorNamespace")
+PREEMPTOR_UID = SearchAttributeKey.for_keyword("PreemptorUid")
+TARGET_NODE = SearchAttributeKey.for_keyword("TargetNode")
+VICTIM_PODS = SearchAttributeKey.for_keyword_list("VictimPods")
+PREEMPTION_PHASE = SearchAttributeKey.for_keyword("PreemptionPhase")
+PREEMPTION_OUTCOME = SearchAttributeKey.for_keyword("PreemptionOutcome")
+
+ALL = (
+    PREEMPTOR_POD,
+    PREEMPTOR_NAMESPACE,
+    PREEMPTOR_UID,
+    TARGET_NODE,
+    VICTIM_PODS,
+    PREEMPTION_PHASE,
+    PREEMPTION_OUTCOME,
+)
