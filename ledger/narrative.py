@@ -63,7 +63,7 @@ def why_node(decision: dict[str, Any] | None, preemptor: PodRef) -> str | None:
             "only ever preempts on the pod's own node"
         )
     evaluated = rationale.get("evaluated", [])
-    candidates = [v["node"] for v in evaluated if v.get("result") == "candidate"]
+    candidates = sorted(v["node"] for v in evaluated if v.get("result") == "candidate")
     rejected = [v for v in evaluated if v.get("result") == "rejected"]
     deciding = rationale.get("decidingCriterion", "")
     if deciding == "onlyCandidate" or len(candidates) <= 1:
@@ -153,9 +153,6 @@ def outcome_phrase(view: PreemptionView) -> str:
         return f"aborted: {view.abort_reason or 'no reason recorded'}"
     if view.outcome is Outcome.DRY_RUN:
         return "dry run: decided and recorded, nothing touched"
-    if view.outcome in (Outcome.NO_CANDIDATE, Outcome.INELIGIBLE):
-        message = (view.decision or {}).get("message")
-        return f"{view.outcome}: {message}" if message else str(view.outcome)
     return str(view.outcome)
 
 
@@ -177,9 +174,10 @@ def _header(view: PreemptionView) -> str:
 def preemptor_story(view: PreemptionView) -> list[str]:
     """A preemption told from the preemptor's side: decision, victims, scheduling, outcome."""
     decision = view.decision or {}
+    took = view.victims and view.duration_seconds is not None
     lines = [
         f"{format_time(view.started)}  {_header(view)}: {outcome_phrase(view)}"
-        + (f", took {format_seconds(view.duration_seconds)}" if view.finished else "")
+        + (f", took {format_seconds(view.duration_seconds)}" if took else "")
     ]
     if decision:
         lines.append(
@@ -205,8 +203,7 @@ def victim_story(view: PreemptionView, victim: VictimView) -> list[str]:
     lines = [
         f"{when}  preempted by {pod_label(view.preemptor)} on {victim.node or '?'} "
         f"in {_header(view)}",
-        f"  why {victim.victim.key}: "
-        + why_victim(view.decision, victim.victim, view.preemptor, victim.node),
+        "  why: " + why_victim(view.decision, victim.victim, view.preemptor, victim.node),
     ]
     reason = why_node(view.decision, view.preemptor)
     if reason:
