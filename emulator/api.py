@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
@@ -113,6 +114,16 @@ class Emulator:
     def _reap(self) -> None:
         while not self._stopped.wait(self._reap_interval):
             self.store.reap()
+
+    def wait_for_watches(self, count: int, timeout: float = 5.0) -> bool:
+        """Wait until `count` watches are open (a client's watch has really started, so a
+        change made now reaches it live rather than by replay)."""
+        deadline = time.monotonic() + timeout
+        while self.store.open_watches < count:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
 
     def end_watches(self) -> None:
         """End every open watch stream now, as an API server restart or a load balancer

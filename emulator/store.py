@@ -428,6 +428,11 @@ class Store:
             self._watchers.add(watcher)
             return watcher, backlog
 
+    @property
+    def open_watches(self) -> int:
+        with self.lock:
+            return len(self._watchers)
+
     def unwatch(self, watcher: Watcher) -> None:
         with self.lock:
             self._watchers.discard(watcher)
