@@ -45,6 +45,7 @@ from preemption.snapshot import ClusterSnapshot, NodeInfo, importance_key
 ERR_NO_VICTIMS = "No preemption victims found for incoming pod"
 ERR_NOT_HELPFUL = "Preemption is not helpful for scheduling"
 ERR_EXPECTED_VICTIM = "expected at least one victim pod on node"
+ERR_LIST_FULL = "a candidate violating PDBs, not kept: that candidate list is full"
 
 _UNLIMITED = 1 << 62
 _NEVER_STARTED = float("inf")  # upstream's GetPodStartTime falls back to "now": the newest
@@ -335,7 +336,9 @@ def dry_run_preemption(
 
     Candidates that violate no PDB come first. Like upstream, the walk stops once it has a
     non-violating candidate and `wanted` candidates in all; walking in order (upstream walks
-    in parallel) makes that stop exact.
+    in parallel) makes that stop exact. Each list holds at most `wanted` candidates, as
+    upstream's `candidateList` does: a PDB-violating candidate found once `wanted` of them
+    are kept is dropped (the walk goes on, looking for a non-violating one).
     """
     non_violating: list[Candidate] = []
     violating: list[Candidate] = []
@@ -345,8 +348,13 @@ def dry_run_preemption(
         info = potential[(offset + step) % size]
         victims, num_violations, status = select_victims_on_node(snapshot, preemptor, info)
         if status.ok and victims:
-            candidate = Candidate(info.name, victims, num_violations)
-            (violating if num_violations else non_violating).append(candidate)
+            kept = violating if num_violations else non_violating
+            if len(kept) >= wanted:
+                rationale.evaluated.append(
+                    NodeVerdict(info.name, False, reasons=(f"{ERR_LIST_FULL} ({wanted})",))
+                )
+                continue
+            kept.append(Candidate(info.name, victims, num_violations))
             rationale.evaluated.append(
                 NodeVerdict(
                     info.name,

@@ -1,0 +1,201 @@
+"""SelectVictimsOnNode: the fewest, least important pods whose removal lets the preemptor fit.
+
+Every lower-priority pod is removed; if the preemptor then fits, pods are reprieved back one
+at a time — first those whose eviction would violate a PDB, then the rest, each group most
+important first — and every pod that cannot be reprieved is a victim.
+
+Scenarios:
+- a node without lower-priority pods: unresolvable, "No preemption victims found for
+  incoming pod";
+- a node where the preemptor does not fit even with every lower-priority pod gone:
+  Unschedulable with the filter's reason;
+- pods of equal or higher priority are never victims;
+- reprieve order: higher priority first; at equal priority the earlier start first; a pod
+  without a start time counts as the newest; remaining ties by namespace/name;
+- PDB-violating pods are reprieved before non-violating ones, even less important ones;
+- the number of PDB violations counts violating pods that could not be reprieved;
+- victims are returned most important first, also when both groups contribute;
+- host ports, extended resources and the pod count are freed by the victims too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from preemption.default_preemption import ERR_NO_VICTIMS, select_victims_on_node
+from preemption.filters import Code, Status
+from tests.preemption.builders import container, node, pdb, pod, snapshot
+
+Json = dict[str, Any]
+
+
+def victims_on(on: Json, *items: Json, preemptor: Json) -> tuple[list[str], int, Status]:
+    cluster = snapshot(on, preemptor, *items)
+    incoming = cluster.pod_by_key(f"default/{preemptor['metadata']['name']}")
+    info = cluster.node(on["metadata"]["name"])
+    assert incoming is not None and info is not None
+    victims, violations, status = select_victims_on_node(cluster, incoming, info)
+    return [victim.name for victim in victims], violations, status
+
+
+P = pod("p", cpu="2", priority=10)
+
+
+def test_a_node_without_lower_priority_pods_has_no_victims() -> None:
+    got = victims_on(node("n", cpu="2"), pod("peer", cpu="2", node="n", priority=10), preemptor=P)
+    assert got == ([], 0, Status(Code.UNRESOLVABLE, (ERR_NO_VICTIMS,)))
+
+
+def test_a_node_still_too_small_without_its_lower_priority_pods_is_unschedulable() -> None:
+    got = victims_on(
+        node("n", cpu="3"),
+        pod("high", cpu="2", node="n", priority=50),
+        pod("low", cpu="1", node="n", priority=1),
+        preemptor=P,
+    )
+    assert got == ([], 0, Status(Code.UNSCHEDULABLE, ("Insufficient cpu",)))
+
+
+def test_pods_of_equal_priority_are_never_victims() -> None:
+    victims, _, status = victims_on(
+        node("n", cpu="3"),
+        pod("peer", cpu="1", node="n", priority=10),
+        pod("low", cpu="2", node="n", priority=9),
+        preemptor=P,
+    )
+    assert status.ok
+    assert victims == ["low"]
+
+
+def test_more_important_pods_are_reprieved_first() -> None:
+    victims, _, _ = victims_on(
+        node("n", cpu="3"),
+        pod("mid", cpu="1", node="n", priority=5),
+        pod("lower", cpu="1", node="n", priority=3),
+        pod("lowest", cpu="1", node="n", priority=1),
+        preemptor=P,
+    )
+    assert victims == ["lower", "lowest"]
+
+
+def test_at_equal_priority_the_earlier_started_pod_is_reprieved() -> None:
+    victims, _, _ = victims_on(
+        node("n", cpu="3"),
+        pod("young", cpu="1", node="n", priority=1, start=20),
+        pod("old", cpu="1", node="n", priority=1, start=5),
+        pod("middle", cpu="1", node="n", priority=1, start=10),
+        preemptor=P,
+    )
+    assert victims == ["middle", "young"]
+
+
+def test_a_pod_without_a_start_time_counts_as_the_newest() -> None:
+    victims, _, _ = victims_on(
+        node("n", cpu="2"),
+        pod("unstarted", cpu="1", node="n", priority=1),
+        pod("started", cpu="1", node="n", priority=1, start=500),
+        preemptor=pod("p", cpu="1", priority=10),
+    )
+    assert victims == ["unstarted"]
+
+
+def test_remaining_ties_are_broken_by_name() -> None:
+    victims, _, _ = victims_on(
+        node("n", cpu="2"),
+        pod("b", cpu="1", node="n", priority=1, start=5),
+        pod("a", cpu="1", node="n", priority=1, start=5),
+        preemptor=pod("p", cpu="1", priority=10),
+    )
+    assert victims == ["b"]
+
+
+def test_pdb_violating_pods_are_reprieved_before_more_important_ones() -> None:
+    victims, violations, _ = victims_on(
+        node("n", cpu="3"),
+        pdb("db", match_labels={"app": "db"}, allowed=0),
+        pod("guarded", cpu="1", node="n", priority=1, labels={"app": "db"}),
+        pod("important", cpu="1", node="n", priority=5),
+        pod("also", cpu="1", node="n", priority=5),
+        preemptor=P,
+    )
+    assert victims == ["also", "important"]
+    assert violations == 0
+
+
+def test_violations_count_violating_pods_that_could_not_be_reprieved() -> None:
+    victims, violations, _ = victims_on(
+        node("n", cpu="2"),
+        pdb("db", match_labels={"app": "db"}, allowed=0),
+        pod("db-0", cpu="1", node="n", priority=1, labels={"app": "db"}, start=1),
+        pod("db-1", cpu="1", node="n", priority=1, labels={"app": "db"}, start=2),
+        preemptor=P,
+    )
+    assert victims == ["db-0", "db-1"]
+    assert violations == 2
+
+
+def test_victims_are_most_important_first_when_both_groups_give_victims() -> None:
+    victims, violations, _ = victims_on(
+        node("n", cpu="3"),
+        pdb("db", match_labels={"app": "db"}, allowed=0),
+        pod("db-0", cpu="2", node="n", priority=1, labels={"app": "db"}),
+        pod("web", cpu="1", node="n", priority=5),
+        preemptor=pod("p", cpu="3", priority=10),
+    )
+    assert victims == ["web", "db-0"]
+    assert violations == 1
+
+
+def test_the_holder_of_a_wanted_host_port_is_a_victim() -> None:
+    victims, _, _ = victims_on(
+        node("n", cpu="4"),
+        pod("holder", cpu="100m", node="n", priority=5, host_ports=[80]),
+        pod("bulk", cpu="1", node="n", priority=1),
+        preemptor=pod("p", cpu="1", priority=10, host_ports=[80]),
+    )
+    assert victims == ["holder"]
+
+
+def test_a_host_port_held_by_a_more_important_pod_cannot_be_freed() -> None:
+    _, _, status = victims_on(
+        node("n", cpu="4"),
+        pod("holder", node="n", priority=50, host_ports=[80]),
+        pod("low", cpu="4", node="n", priority=1),
+        preemptor=pod("p", cpu="1", priority=10, host_ports=[80]),
+    )
+    assert status == Status(
+        Code.UNSCHEDULABLE, ("node(s) didn't have free ports for the requested pod ports",)
+    )
+
+
+def test_extended_resources_are_freed_by_victims() -> None:
+    gpu = {"nvidia.com/gpu": "1"}
+    victims, _, _ = victims_on(
+        node("n", cpu="8", extra={"nvidia.com/gpu": "2"}),
+        pod("gpu-a", node="n", priority=5, containers=[container("1", extra=gpu)]),
+        pod("gpu-b", node="n", priority=1, containers=[container("1", extra=gpu)]),
+        pod("cpu-only", cpu="1", node="n", priority=0),
+        preemptor=pod("p", priority=10, containers=[container("1", extra=gpu)]),
+    )
+    assert victims == ["gpu-b"]
+
+
+def test_a_full_pod_count_is_freed_by_the_least_important_pod() -> None:
+    victims, _, _ = victims_on(
+        node("n", pods=2),
+        pod("keep", node="n", priority=5),
+        pod("go", node="n", priority=1),
+        preemptor=pod("p", priority=10),
+    )
+    assert victims == ["go"]
+
+
+def test_a_pod_is_reprieved_when_it_fits_beside_the_preemptor() -> None:
+    # the larger, more important pod cannot come back; the small one can
+    victims, _, _ = victims_on(
+        node("n", cpu="4"),
+        pod("large", cpu="3", node="n", priority=5),
+        pod("small", cpu="1", node="n", priority=1),
+        preemptor=pod("p", cpu="3", priority=10),
+    )
+    assert victims == ["large"]
