@@ -10,6 +10,7 @@ Layers, each a small module:
 - `kinds`: the event kinds, whose values are the names stored in the `kind` column.
 - `events`: `LedgerEvent`, the frozen value activities build, and `idempotency_key`.
 - `models`: the SQLAlchemy table (what the migrations must agree with).
+- `errors`: what a caller must tell apart: unavailable (retry as is) or not migrated.
 - `engine`: one engine from one URL, for Postgres or the embedded SQLite default.
 - `writer`: idempotent appends, sync and async.
 - `views`: pure folds from events to the per-preemption and per-victim views.
