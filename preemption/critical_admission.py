@@ -68,12 +68,13 @@ def subtract(requirements: list[AdmissionRequirement], *pods: Pod) -> list[Admis
 
 
 def smaller_resource_request(first: Pod, second: Pod) -> bool:
-    """`smallerResourceRequest`: compare memory, then cpu."""
+    """`smallerResourceRequest`: compare memory, then cpu; equal requests count as smaller,
+    as upstream's do, so among identical pods the last one in the order is taken."""
     for resource in (MEMORY, CPU):
         a, b = resource_request(first, resource), resource_request(second, resource)
         if a != b:
             return a < b
-    return False
+    return True
 
 
 class NoPodsToPreempt(Exception):
@@ -174,7 +175,8 @@ def insufficient_resources(pod: Pod, info: NodeInfo) -> list[AdmissionRequiremen
 
 def admission_filters(pod: Pod, info: NodeInfo) -> Status:
     """The non-resource admission checks (`GeneralPredicates` and NoExecute taints), which no
-    preemption can cure."""
+    preemption can cure. Like the kubelet's `generalFilter`, static pods (seen here as their
+    mirror pods) skip the taint check."""
     assert info.node is not None
     node = info.node
     status = node_affinity(pod, node)
@@ -185,6 +187,8 @@ def admission_filters(pod: Pod, info: NodeInfo) -> Status:
         status = node_ports(pod.host_ports, used)
         if not status.ok:
             return status
+    if pod.static_or_mirror:
+        return status
     return taint_toleration(pod, node, effects=("NoExecute",))
 
 
