@@ -665,11 +665,11 @@ def fit_error_message(
             counts[reason] += 1
     preemption: Counter[str] = Counter()
     for name in statuses:
-        status = rejected.get(name)
-        if status is None:
+        found = rejected.get(name)
+        if found is None:
             preemption[ERR_NOT_HELPFUL] += 1
         else:
-            for reason in status.reasons:
+            for reason in found.reasons:
                 preemption[reason] += 1
     return f"{_histogram(num_nodes, counts)} preemption: {_histogram(num_nodes, preemption)}"
 
