@@ -1,0 +1,207 @@
+"""Properties of DefaultPreemption on generated clusters (hypothesis).
+
+Clusters of 1–6 nodes with 0–8 pods each, mixed priorities and start times, a few PDBs,
+some taints and host ports, and a few pending pods nominated to nodes. For every decision:
+
+- every victim is bound to the chosen node and has strictly lower priority than the preemptor;
+- victims are listed most important first and PDB violations never outnumber them;
+- with the victims removed, the preemptor passes the filters on the chosen node;
+- putting back any single victim makes it fail them again (the reprieve is minimal: each
+  victim was tried and failed beside a subset of the pods finally kept, and every filter
+  here only gets harder with more pods on the node);
+- the nominations to clear are lower-priority pods nominated to the chosen node;
+- FitsWithoutPreemption exactly when some node passes the filters as it stands;
+- Unschedulable only when no node passes the filters even with every lower-priority pod
+  removed (when the dry run finds nothing it has looked at every node);
+- the same input gives the same decision, also from the same objects in another order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from preemption.decision import Decision, Outcome
+from preemption.default_preemption import filter_node
+from preemption.planner import plan
+from preemption.snapshot import ClusterSnapshot, importance_key
+from tests.preemption.builders import node, pdb, pod, snapshot, taint
+
+Json = dict[str, Any]
+PREEMPTOR = "default/preemptor"
+
+priorities = st.sampled_from([-5, 0, 1, 5, 10, 50, 100])
+cpus = st.sampled_from([None, "100m", "250m", "500m", "500m", "1", "1500m"])
+memories = st.sampled_from([None, "128Mi", "256Mi", "512Mi", "1Gi"])
+starts = st.one_of(st.none(), st.integers(0, 5))
+apps = st.sampled_from(["a", "a", "b", None])
+ports = st.sampled_from([(), (), (), (80,)])
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> list[Json]:
+    items: list[Json] = []
+    node_names = [f"node-{i}" for i in range(draw(st.integers(1, 6)))]
+    serial = 0
+    for name in node_names:
+        tainted = draw(st.sampled_from([False, False, False, False, True]))
+        items.append(
+            node(
+                name,
+                cpu=draw(st.sampled_from(["1", "2", "4"])),
+                memory=draw(st.sampled_from(["1Gi", "2Gi", "4Gi"])),
+                pods=draw(st.integers(2, 10)),
+                taints=[taint("dedicated")] if tainted else [],
+            )
+        )
+        for _ in range(draw(st.sampled_from([0, 2, 4, 6, 8]))):
+            serial += 1
+            app = draw(apps)
+            items.append(
+                pod(
+                    f"pod-{serial}",
+                    namespace=draw(st.sampled_from(["default", "default", "team"])),
+                    node=name,
+                    priority=draw(priorities),
+                    cpu=draw(cpus),
+                    memory=draw(memories),
+                    start=draw(starts),
+                    labels={"app": app} if app else {},
+                    host_ports=draw(ports),
+                )
+            )
+    for index in range(draw(st.integers(0, 4))):
+        items.append(
+            pdb(
+                f"pdb-{index}",
+                namespace=draw(st.sampled_from(["default", "team"])),
+                match_labels={"app": draw(st.sampled_from(["a", "b"]))},
+                allowed=draw(st.sampled_from([0, 0, 1, 2])),
+            )
+        )
+    for index in range(draw(st.integers(0, 3))):
+        items.append(
+            pod(
+                f"nominated-{index}",
+                nominated=draw(st.sampled_from(node_names)),
+                priority=draw(priorities),
+                cpu=draw(cpus),
+                memory=draw(memories),
+            )
+        )
+    items.append(
+        pod(
+            "preemptor",
+            priority=draw(st.sampled_from([1, 10, 50, 50])),
+            cpu=draw(st.sampled_from(["500m", "1", "2", "2"])),
+            memory=draw(memories),
+            host_ports=draw(ports),
+            nominated=draw(st.one_of(st.none(), st.sampled_from(node_names))),
+        )
+    )
+    return items
+
+
+def preemptor_fits(items: list[Json], node_name: str, without: set[str]) -> bool:
+    """Whether the preemptor passes the filters on `node_name` with the pods `without` gone."""
+    cluster = snapshot(*(i for i in items if _key(i) not in without))
+    preemptor = cluster.pod_by_key(PREEMPTOR)
+    info = cluster.node(node_name)
+    assert preemptor is not None and info is not None
+    return filter_node(cluster, preemptor, info).ok
+
+
+def _key(item: Json) -> str:
+    return f"{item['metadata'].get('namespace', '')}/{item['metadata']['name']}"
+
+
+def _decide(items: list[Json]) -> tuple[ClusterSnapshot, Decision]:
+    cluster = snapshot(*items)
+    return cluster, plan(cluster, PREEMPTOR)
+
+
+SETTINGS = settings(max_examples=150, deadline=None)
+
+
+@SETTINGS
+@given(clusters())
+def test_victims_are_lower_priority_pods_on_the_chosen_node_most_important_first(
+    items: list[Json],
+) -> None:
+    cluster, decision = _decide(items)
+    preemptor = cluster.pod_by_key(PREEMPTOR)
+    assert preemptor is not None
+    victims = [cluster.pod_by_key(v.key) for v in decision.victims]
+    assert all(v is not None for v in victims)
+    for victim in victims:
+        assert victim is not None
+        assert victim.priority < preemptor.priority
+        assert victim.node_name == decision.nominated_node
+    assert victims == sorted(victims, key=importance_key)  # type: ignore[arg-type]
+    assert decision.num_pdb_violations <= len(victims)
+    assert (decision.status is Outcome.PREEMPT) == bool(victims)
+
+
+@SETTINGS
+@given(clusters())
+def test_without_the_victims_the_preemptor_fits_and_each_victim_was_needed(
+    items: list[Json],
+) -> None:
+    _, decision = _decide(items)
+    if decision.status is not Outcome.PREEMPT:
+        return
+    assert decision.nominated_node is not None
+    victims = {v.key for v in decision.victims}
+    assert preemptor_fits(items, decision.nominated_node, victims)
+    for victim in victims:
+        assert not preemptor_fits(items, decision.nominated_node, victims - {victim}), victim
+
+
+@SETTINGS
+@given(clusters())
+def test_nominations_to_clear_are_lower_priority_pods_nominated_to_the_chosen_node(
+    items: list[Json],
+) -> None:
+    cluster, decision = _decide(items)
+    preemptor = cluster.pod_by_key(PREEMPTOR)
+    assert preemptor is not None
+    for ref in decision.nominated_pods_to_clear:
+        nominated = cluster.pod_by_key(ref.key)
+        assert nominated is not None and ref.key != PREEMPTOR
+        assert nominated.priority < preemptor.priority
+        assert nominated.nominated_node_name == decision.nominated_node
+
+
+@SETTINGS
+@given(clusters())
+def test_fits_without_preemption_exactly_when_some_node_passes_the_filters(
+    items: list[Json],
+) -> None:
+    cluster, decision = _decide(items)
+    preemptor = cluster.pod_by_key(PREEMPTOR)
+    assert preemptor is not None
+    fits_somewhere = any(filter_node(cluster, preemptor, info).ok for info in cluster.nodes())
+    assert (decision.status is Outcome.FITS_WITHOUT_PREEMPTION) == fits_somewhere
+
+
+@SETTINGS
+@given(clusters())
+def test_unschedulable_only_when_no_node_could_take_the_preemptor(items: list[Json]) -> None:
+    cluster, decision = _decide(items)
+    if decision.status is not Outcome.UNSCHEDULABLE:
+        return
+    preemptor = cluster.pod_by_key(PREEMPTOR)
+    assert preemptor is not None
+    for info in cluster.nodes():
+        lower = {pod.key for pod in info.pods.values() if pod.priority < preemptor.priority}
+        assert not preemptor_fits(items, info.name, lower), info.name
+
+
+@SETTINGS
+@given(clusters(), st.integers(0, 2**32))
+def test_the_same_input_gives_the_same_decision_in_any_order(items: list[Json], seed: int) -> None:
+    first = plan(snapshot(*items), PREEMPTOR).to_json()
+    assert plan(snapshot(*items), PREEMPTOR).to_json() == first
+    assert plan(snapshot(*items, shuffle_seed=seed), PREEMPTOR).to_json() == first
