@@ -50,6 +50,15 @@ def _mapping(value: Any, what: str) -> Mapping[str, Any]:
     return value
 
 
+# A field of the wrong JSON type (a string where an object belongs...) surfaces as one of
+# these while decoding; they are turned into a message naming the object.
+_SHAPE_ERRORS = (TypeError, AttributeError, ValueError, KeyError)
+
+
+def _wrong_shape(error: Exception) -> str:
+    return f"a field has the wrong type ({type(error).__name__}: {error})"
+
+
 def parse_time(text: str | None) -> float | None:
     """An RFC 3339 timestamp as epoch seconds (None stays None)."""
     if not text:
@@ -76,6 +85,8 @@ def decode_pod(obj: Mapping[str, Any]) -> Pod:
         return _decode_pod(obj, namespace, name, meta)
     except PlannerInputError as error:
         raise PlannerInputError(f"pod {namespace}/{name}: {error}") from None
+    except _SHAPE_ERRORS as error:
+        raise PlannerInputError(f"pod {namespace}/{name}: {_wrong_shape(error)}") from None
 
 
 def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping[str, Any]) -> Pod:
@@ -109,7 +120,7 @@ def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping
         node_name=spec.get("nodeName") or "",
         nominated_node_name=status.get("nominatedNodeName") or "",
         start_time=parse_time(status.get("startTime")),
-        labels=meta.get("labels") or {},
+        labels=_mapping(meta.get("labels"), "metadata.labels"),
         host_ports=_host_ports(spec),
         preemption_policy=spec.get("preemptionPolicy") or PREEMPT_LOWER_PRIORITY,
         scheduler_name=spec.get("schedulerName") or "default-scheduler",
@@ -215,26 +226,38 @@ def decode_node(obj: Mapping[str, Any]) -> Node:
             name=name,
             allocatable=to_resources(resource_amounts(allocatable)),
             allowed_pods=allowed_pods,
-            labels=meta.get("labels") or {},
+            labels=_mapping(meta.get("labels"), "metadata.labels"),
             taints=taints,
             unschedulable=bool(spec.get("unschedulable")),
             resource_version=str(meta.get("resourceVersion") or ""),
         )
     except PlannerInputError as error:
         raise PlannerInputError(f"node {name}: {error}") from None
+    except _SHAPE_ERRORS as error:
+        raise PlannerInputError(f"node {name}: {_wrong_shape(error)}") from None
 
 
 def decode_pdb(obj: Mapping[str, Any]) -> PodDisruptionBudget:
     """A policy/v1 PodDisruptionBudget: its selector and `status.disruptionsAllowed`."""
     namespace, name, meta = _identity(obj, "PodDisruptionBudget")
+    try:
+        return _decode_pdb(obj, namespace, name, meta)
+    except PlannerInputError as error:
+        raise PlannerInputError(f"poddisruptionbudget {namespace}/{name}: {error}") from None
+    except _SHAPE_ERRORS as error:
+        raise PlannerInputError(
+            f"poddisruptionbudget {namespace}/{name}: {_wrong_shape(error)}"
+        ) from None
+
+
+def _decode_pdb(
+    obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping[str, Any]
+) -> PodDisruptionBudget:
     spec = _mapping(obj.get("spec"), "spec")
     status = _mapping(obj.get("status"), "status")
     allowed = status.get("disruptionsAllowed", 0) or 0
     if not isinstance(allowed, int) or isinstance(allowed, bool):
-        raise PlannerInputError(
-            f"poddisruptionbudget {namespace}/{name}: status.disruptionsAllowed must be an "
-            f"integer, not {allowed!r}"
-        )
+        raise PlannerInputError(f"status.disruptionsAllowed must be an integer, not {allowed!r}")
     return PodDisruptionBudget(
         namespace=namespace,
         name=name,
@@ -274,7 +297,8 @@ def iter_list_items(document: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
             raise PlannerInputError(f"item {index} of the snapshot is not an object")
         kind = item.get("kind") or default_kind
         if kind not in SNAPSHOT_KINDS:
-            name = (item.get("metadata") or {}).get("name", "?")
+            meta = item.get("metadata")
+            name = meta.get("name", "?") if isinstance(meta, Mapping) else "?"
             raise PlannerInputError(
                 f"item {index} ({kind or 'no kind'} {name}) is of the wrong kind: a snapshot "
                 "holds Node, Pod and PodDisruptionBudget objects"

@@ -37,9 +37,12 @@ def resource_amount(name: str, quantity: Any) -> int:
         cached = _amount_cache.get((is_cpu, quantity))
         if cached is not None:
             return cached
-    value = parse_quantity(quantity)
+    try:
+        value = parse_quantity(quantity)
+    except QuantityError as error:
+        raise QuantityError(f"{error} ({name})") from None
     if value < 0:
-        raise QuantityError(f"negative request {quantity!r} for {name}")
+        raise QuantityError(f"negative request {quantity!r} ({name})")
     amount = to_milli_value(value) if is_cpu else to_value(value)
     if isinstance(quantity, str) and len(_amount_cache) < 65_536:
         _amount_cache[(is_cpu, quantity)] = amount
@@ -54,10 +57,7 @@ def resource_amounts(resource_list: Mapping[str, Any] | None) -> _Amounts:
         if name == PODS:
             continue
         if name in (CPU, MEMORY, EPHEMERAL_STORAGE) or is_scalar_resource(name):
-            try:
-                amounts[name] = resource_amount(name, quantity)
-            except QuantityError as error:
-                raise QuantityError(f"{error} ({name})") from None
+            amounts[name] = resource_amount(name, quantity)
     return amounts
 
 
