@@ -1,0 +1,308 @@
+"""`preemptctl plan`: the planner contract of DESIGN.md, at the command line.
+
+Scenarios:
+- stdout is one JSON object with exactly the contract's fields (plus the rationale), victims
+  named by namespace, name, uid and priority, in upstream order (most important first);
+- every decision kind exits 0: Preempt, FitsWithoutPreemption, Ineligible, Unschedulable,
+  and Preempt by the critical-admission strategy;
+- bad input exits 2 with one line on stderr and no traceback: a missing file, a directory,
+  a file that is not JSON, JSON that is not a List, an item of the wrong kind, an object
+  with a field of the wrong type, an unknown pod, a malformed quantity or a negative request
+  (naming the object), a `--pod` that is not NAMESPACE/NAME;
+- `--explain` prints the rationale as tables;
+- the installed `preemptctl` on the bundled online/offline scenario preempts the two batch
+  pods on node-1 by minSumPriorities and clears the lower-priority nomination there.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.preemption.builders import container, listing, node, pod
+from worker.cli import main
+
+SCENARIO = Path(__file__).resolve().parents[2] / "worker" / "scenarios" / "online-offline.json"
+PREEMPTCTL = Path(sys.executable).parent / "preemptctl"
+CONTRACT_FIELDS = {
+    "preemptor",
+    "status",
+    "nominatedNode",
+    "victims",
+    "numPDBViolations",
+    "nominatedPodsToClear",
+    "message",
+}
+
+Json = dict[str, Any]
+
+
+def write(tmp_path: Path, document: Any) -> Path:
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+def run_plan(
+    capsys: pytest.CaptureFixture[str], snapshot: Path, pod_key: str, *flags: str
+) -> tuple[int, str, str]:
+    code = main(["plan", "--snapshot", str(snapshot), "--pod", pod_key, *flags])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def plan_json(capsys: pytest.CaptureFixture[str], snapshot: Path, pod_key: str) -> Json:
+    code, out, err = run_plan(capsys, snapshot, pod_key)
+    assert (code, err) == (0, "")
+    decided: Json = json.loads(out)
+    return decided
+
+
+TWO_VICTIMS = listing(
+    node("n", cpu="3"),
+    pod("newer", cpu="1", node="n", priority=5, start=30),
+    pod("older", cpu="1", node="n", priority=5, start=10),
+    pod("least", cpu="1", node="n", priority=1, start=0),
+    pod("keeper", cpu="0", node="n", priority=100),
+    pod("p", cpu="3", priority=10),
+)
+
+
+def test_the_output_has_exactly_the_contract_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    decided = plan_json(capsys, write(tmp_path, TWO_VICTIMS), "default/p")
+    assert set(decided) == CONTRACT_FIELDS | {"rationale"}
+    assert decided["preemptor"] == "default/p"
+    assert decided["status"] == "Preempt"
+    assert decided["nominatedNode"] == "n"
+    assert decided["numPDBViolations"] == 0
+    assert decided["nominatedPodsToClear"] == []
+    assert isinstance(decided["message"], str) and decided["message"]
+    assert decided["victims"][0] == {
+        "namespace": "default",
+        "name": "older",
+        "uid": "uid-default-older",
+        "priority": 5,
+    }
+
+
+def test_victims_are_listed_most_important_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    decided = plan_json(capsys, write(tmp_path, TWO_VICTIMS), "default/p")
+    assert [v["name"] for v in decided["victims"]] == ["older", "newer", "least"]
+
+
+@pytest.mark.parametrize(
+    ("items", "pod_key", "status", "nominated"),
+    [
+        (
+            [node("n", cpu="1"), pod("low", cpu="1", node="n"), pod("p", cpu="1", priority=9)],
+            "default/p",
+            "Preempt",
+            "n",
+        ),
+        (
+            [node("n", cpu="1"), pod("p", cpu="1", priority=9)],
+            "default/p",
+            "FitsWithoutPreemption",
+            None,
+        ),
+        (
+            [
+                node("n", cpu="1"),
+                pod("low", cpu="1", node="n"),
+                pod("p", cpu="1", priority=9, preemption_policy="Never"),
+            ],
+            "default/p",
+            "Ineligible",
+            None,
+        ),
+        (
+            [
+                node("n", cpu="1"),
+                pod("peer", cpu="1", node="n", priority=9),
+                pod("p", cpu="1", priority=9),
+            ],
+            "default/p",
+            "Unschedulable",
+            None,
+        ),
+    ],
+)
+def test_every_decision_exits_zero(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    items: list[Json],
+    pod_key: str,
+    status: str,
+    nominated: str | None,
+) -> None:
+    decided = plan_json(capsys, write(tmp_path, listing(*items)), pod_key)
+    assert (decided["status"], decided["nominatedNode"]) == (status, nominated)
+
+
+def test_the_critical_admission_strategy_exits_zero_with_its_victims(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snapshot = write(
+        tmp_path,
+        listing(
+            node("n", cpu="1"),
+            pod("b", cpu="1", node="n"),
+            pod("critical", cpu="1", node="n", priority=2_000_000_000),
+        ),
+    )
+    code, out, err = run_plan(
+        capsys, snapshot, "default/critical", "--strategy", "critical-admission"
+    )
+    assert (code, err) == (0, "")
+    decided = json.loads(out)
+    assert decided["status"] == "Preempt"
+    assert [v["name"] for v in decided["victims"]] == ["b"]
+
+
+def assert_usage_error(code: int, out: str, err: str, *expected: str) -> None:
+    assert code == 2
+    assert out == ""
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert err.startswith("preemptctl plan: ")
+    assert "Traceback" not in err
+    for text in expected:
+        assert text in err
+
+
+def test_a_missing_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got = run_plan(capsys, tmp_path / "absent.json", "default/p")
+    assert_usage_error(*got, "cannot read snapshot", "absent.json", "No such file or directory")
+
+
+def test_a_directory_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert_usage_error(*run_plan(capsys, tmp_path, "default/p"), "cannot read snapshot")
+
+
+def test_a_file_that_is_not_json_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "snapshot.json"
+    path.write_text("apiVersion: v1\nkind: List\n")
+    assert_usage_error(*run_plan(capsys, path, "default/p"), "is not valid JSON")
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        ([], "not a JSON object; expected a v1 List"),
+        ({"kind": "Pod", "metadata": {"name": "p"}}, "the snapshot is a Pod, expected a v1 List"),
+        ({"kind": "List", "items": {"a": 1}}, "items must be a list"),
+    ],
+)
+def test_json_that_is_not_a_list_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], document: Any, expected: str
+) -> None:
+    assert_usage_error(*run_plan(capsys, write(tmp_path, document), "default/p"), expected)
+
+
+def test_an_item_of_the_wrong_kind_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}}
+    got = run_plan(capsys, write(tmp_path, listing(node("n"), service)), "default/p")
+    assert_usage_error(*got, "item 1 (Service web) is of the wrong kind")
+
+
+def test_a_field_of_the_wrong_type_is_a_usage_error_naming_the_object(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = pod("x")
+    broken["spec"]["containers"] = "nginx"
+    got = run_plan(capsys, write(tmp_path, listing(broken)), "default/x")
+    assert_usage_error(*got, "pod default/x: a field has the wrong type")
+
+
+def test_an_unknown_pod_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got = run_plan(capsys, write(tmp_path, listing(node("n"))), "default/ghost")
+    assert_usage_error(*got, "pod default/ghost is not in the snapshot")
+
+
+def test_a_malformed_quantity_is_a_usage_error_naming_the_pod(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got = run_plan(capsys, write(tmp_path, listing(node("n"), pod("x", cpu="5x"))), "default/x")
+    assert_usage_error(*got, "pod default/x: malformed quantity '5x' (cpu)")
+
+
+def test_a_malformed_node_quantity_is_a_usage_error_naming_the_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got = run_plan(capsys, write(tmp_path, listing(node("n1", memory="8GB"))), "default/x")
+    assert_usage_error(*got, "node n1: malformed quantity '8GB' (memory)")
+
+
+def test_a_negative_request_is_a_usage_error_naming_the_pod(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    negative = pod("x", containers=[container(memory="-1Gi")])
+    got = run_plan(capsys, write(tmp_path, listing(node("n"), negative)), "default/x")
+    assert_usage_error(*got, "pod default/x: negative request '-1Gi' (memory)")
+
+
+@pytest.mark.parametrize("pod_key", ["web", "a/b/c", "/web", "default/"])
+def test_a_pod_that_is_not_namespace_slash_name_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pod_key: str
+) -> None:
+    got = run_plan(capsys, write(tmp_path, listing(node("n"))), pod_key)
+    assert_usage_error(*got, "--pod must be NAMESPACE/NAME")
+
+
+def test_explain_prints_the_rationale_as_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_plan(capsys, SCENARIO, "default/nginx-a", "--explain")
+    assert (code, err) == (0, "")
+    assert "Decision    Preempt on node-1" in out
+    assert "NODE    RESULT     VICTIMS  PDB-VIOLATIONS  DETAIL" in out
+    assert "Chosen by   minSumPriorities" in out
+    assert "Lower-priority nominations to clear: default/report-x" in out
+    assert not out.lstrip().startswith("{")
+
+
+def test_the_installed_command_plans_the_bundled_scenario() -> None:
+    finished = subprocess.run(
+        [str(PREEMPTCTL), "plan", "--snapshot", str(SCENARIO), "--pod", "default/nginx-a"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (finished.returncode, finished.stderr) == (0, "")
+    decided = json.loads(finished.stdout)
+    assert decided["status"] == "Preempt"
+    assert decided["nominatedNode"] == "node-1"
+    assert [f"{v['namespace']}/{v['name']}" for v in decided["victims"]] == [
+        "default/batch-1a",
+        "default/batch-1b",
+    ]
+    assert decided["nominatedPodsToClear"] == ["default/report-x"]
+    assert decided["rationale"]["decidingCriterion"] == "minSumPriorities"
+
+
+def test_the_installed_command_reports_bad_input_in_one_line(tmp_path: Path) -> None:
+    finished = subprocess.run(
+        [str(PREEMPTCTL), "plan", "--snapshot", str(tmp_path / "absent.json"), "--pod", "a/b"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert finished.returncode == 2
+    assert finished.stdout == ""
+    assert finished.stderr.count("\n") == 1 and "Traceback" not in finished.stderr
