@@ -12,10 +12,12 @@ pods would cost more than everything else together.
 
 from __future__ import annotations
 
+import gc
 import logging
 import random
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +56,24 @@ NODE = Kind("Node", "/api/v1/nodes", "nodes")
 PDB = Kind(
     "PodDisruptionBudget", "/apis/policy/v1/poddisruptionbudgets", "poddisruptionbudgets", "policy"
 )
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector around one list page.
+
+    Parsing and decoding a page of 500 pods creates some 100,000 containers that all stay
+    alive until the page is done, and the collector rescans them over and over: measured,
+    it made parsing six times slower. Nothing here creates reference cycles, so pausing it
+    for a page (tens of milliseconds) defers no garbage that matters; it is process-wide, so
+    it is re-enabled only if it was enabled before."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class Expired(Exception):
@@ -182,12 +202,13 @@ class Reflector:
             query = {"limit": str(self.page_size)}
             if continue_token:
                 query["continue"] = continue_token
-            try:
-                page = self.kube.send("GET", self.kind.path, query=query)
-            except ApiException as error:
-                if error.status == 410 and continue_token:
-                    raise Expired() from None
-                raise
+            with collector_paused():
+                try:
+                    page = self.kube.send("GET", self.kind.path, query=query)
+                except ApiException as error:
+                    if error.status == 410 and continue_token:
+                        raise Expired() from None
+                    raise
             meta = page.get("metadata") or {}
             if not resource_version:
                 resource_version = str(meta.get("resourceVersion") or "")
@@ -201,7 +222,8 @@ class Reflector:
                 ):
                     changed.append(obj)
             if changed:
-                self.sink.replace_page(self.kind, changed)
+                with collector_paused():
+                    self.sink.replace_page(self.kind, changed)
             continue_token = meta.get("continue") or ""
             if not continue_token:
                 break
