@@ -61,8 +61,8 @@ def parse_quantity(text: str | int | float) -> Fraction:
     cached = _value_cache.get(text)
     if cached is not None:
         return cached
-    match = _QUANTITY.fullmatch(text.strip())
-    if match is None or not text.strip():
+    match = _QUANTITY.fullmatch(text)  # upstream trims nothing: " 1" is malformed
+    if match is None:
         raise QuantityError(f"malformed quantity {text!r}")
     number = Fraction(match["number"])
     if match["binary"]:

@@ -72,7 +72,23 @@ def test_json_numbers_are_quantities() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "abc", "5x", "1.5e", "Mi", "1 Gi", "1.2.3", "--1", "1KiB", "1mi", "e3", "0x10", "1e3.5"],
+    [
+        "",
+        " 1",
+        "1 ",
+        "abc",
+        "5x",
+        "1.5e",
+        "Mi",
+        "1 Gi",
+        "1.2.3",
+        "--1",
+        "1KiB",
+        "1mi",
+        "e3",
+        "0x10",
+        "1e3.5",
+    ],
 )
 def test_malformed_quantities_are_rejected(text: str) -> None:
     with pytest.raises(QuantityError, match="malformed quantity"):
