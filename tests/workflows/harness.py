@@ -79,9 +79,14 @@ class Stack:
         ]
 
 
-async def bind_when_room(stack: Stack, key: str, node: str, victims: list[str]) -> None:
+async def bind_when_room(
+    stack: Stack, key: str, node: str, victims: list[str], timeout: float = 20.0
+) -> None:
     """A stand-in scheduler: bind the preemptor once its victims are gone or terminating."""
+    deadline = asyncio.get_running_loop().time() + timeout
     while True:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{key}'s victims were never all deleted: {victims}")
         remaining = [v for v in victims if stack.emulator.pod(v) is not None]
         if all(
             (stack.emulator.pod(v) or {}).get("metadata", {}).get("deletionTimestamp")

@@ -21,7 +21,8 @@ import orjson
 import pytest
 
 from tests.workflows.harness import bind_when_room, running_stack
-from workflows.preemption import workflow_id_for
+from tests.workflows.scenarios import never_preempts, nothing_lower, one_full_node, spare_room
+from workflows.preemption import PreemptionWorkflow, workflow_id_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -65,3 +66,72 @@ async def test_online_offline_example_preempts_batch_pods_and_binds_nginx(client
         "completed",
     }
     assert kinds.index("decision_made") < kinds.index("victim_marked:batch-1a")
+
+
+async def test_second_start_for_the_same_pod_joins_the_running_preemption(client, ledger, emulator):
+    async with running_stack(client, ledger, emulator, one_full_node()) as stack:
+        emulator.faults.delay("patch", "pods/status", 0.5, times=2)
+        first = await stack.start("default/urgent")
+        second = await stack.start("default/urgent")
+        assert second.result_run_id == first.result_run_id
+        scheduler = asyncio.create_task(
+            bind_when_room(
+                stack, "default/urgent", "node-1", ["default/victim-0", "default/victim-1"]
+            )
+        )
+        result = await first.result()
+        await scheduler
+    assert result.outcome == "completed"
+    assert sorted(stack.deletes()) == ["victim-0", "victim-1"]
+
+
+async def test_state_query_tracks_phase_preempting_and_the_last_victim(client, ledger, emulator):
+    async with running_stack(client, ledger, emulator, one_full_node()) as stack:
+        emulator.faults.delay("delete", "pods", 1.0, name="victim-1")
+        handle = await stack.start("default/urgent", scheduled_wait_seconds=0.5)
+        state = await handle.query(PreemptionWorkflow.state)
+        while state.phase in ("selecting", "recording", "nominating"):
+            await asyncio.sleep(0.05)
+            state = await handle.query(PreemptionWorkflow.state)
+        assert state.node == "node-1"
+        while state.pending_last_victim is None and state.outcome is None:
+            await asyncio.sleep(0.05)
+            state = await handle.query(PreemptionWorkflow.state)
+        assert state.pending_last_victim is not None
+        assert state.pending_last_victim.name == "victim-1"
+        await handle.result()
+        final = await handle.query(PreemptionWorkflow.state)
+    assert final.preempting is False
+    assert final.phase == "finished"
+    assert [v.status for v in final.victims] == ["deleted", "deleted"]
+
+
+async def test_dry_run_records_the_decision_and_touches_nothing(client, ledger, emulator):
+    async with running_stack(client, ledger, emulator, one_full_node()) as stack:
+        handle = await stack.start("default/urgent", dry_run=True)
+        result = await handle.result()
+        kinds = stack.ledger_kinds(handle.id)
+    assert result.outcome == "dry-run"
+    assert kinds == ["decision_made", "victim_chosen:victim-0", "victim_chosen:victim-1", "dry_run"]
+    writes = [r for r in emulator.requests if r.verb in ("patch", "delete", "create")]
+    assert writes == []
+
+
+@pytest.mark.parametrize(
+    ("scenario", "outcome", "last_kind"),
+    [
+        (spare_room, "completed", "completed"),
+        (never_preempts, "ineligible", "ineligible"),
+        (nothing_lower, "no-candidate", "no_candidate"),
+    ],
+)
+async def test_decisions_without_victims_finish_without_cluster_writes(
+    client, ledger, emulator, scenario, outcome, last_kind
+):
+    async with running_stack(client, ledger, emulator, scenario()) as stack:
+        handle = await stack.start("default/urgent")
+        result = await handle.result()
+        kinds = stack.ledger_kinds(handle.id)
+    assert result.outcome == outcome
+    assert kinds[-1] == last_kind
+    assert [r for r in emulator.requests if r.verb in ("patch", "delete")] == []

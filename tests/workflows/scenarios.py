@@ -1,0 +1,41 @@
+"""Small clusters for the workflow tests, built from the emulator's object builders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.support.emulator import as_list, node, pod
+
+
+def one_full_node(victims: int = 2) -> dict[str, Any]:
+    """node-1 (4 cpu) full: 1-cpu priority-100 pods victim-0..N-1, the rest 1-cpu `keeper`s
+    as important as `urgent` (never victims); `urgent` (priority 1000000) needs N cpu."""
+    items = [node("node-1", cpu="4")]
+    items += [pod(f"victim-{i}", node_name="node-1", priority=100, cpu="1") for i in range(victims)]
+    items += [
+        pod(f"keeper-{i}", node_name="node-1", priority=1_000_000, cpu="1")
+        for i in range(4 - victims)
+    ]
+    items.append(pod("urgent", priority=1_000_000, cpu=str(victims)))
+    return as_list(*items)
+
+
+def spare_room() -> dict[str, Any]:
+    """`urgent` fits on node-1 as it is."""
+    return as_list(node("node-1", cpu="4"), pod("urgent", priority=1_000_000, cpu="1"))
+
+
+def nothing_lower() -> dict[str, Any]:
+    """node-1 is full of pods as important as `urgent`: no preemption helps."""
+    return as_list(
+        node("node-1", cpu="2"),
+        pod("peer", node_name="node-1", priority=1_000_000, cpu="2"),
+        pod("urgent", priority=1_000_000, cpu="1"),
+    )
+
+
+def never_preempts() -> dict[str, Any]:
+    """`urgent` has preemptionPolicy Never."""
+    scenario = one_full_node()
+    scenario["items"][-1]["spec"]["preemptionPolicy"] = "Never"
+    return scenario
