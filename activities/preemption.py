@@ -57,7 +57,7 @@ TERMINATING = "Terminating"
 
 @contextmanager
 def kube_errors() -> Iterator[None]:
-    """Turn a classified Kubernetes failure into the `ApplicationError` Temporal retries (or not)."""
+    """A classified Kubernetes failure as the `ApplicationError` Temporal retries (or not)."""
     try:
         yield
     except KubeCallError as error:

@@ -198,7 +198,9 @@ def preempt_for_admission(snapshot: ClusterSnapshot, pod: Pod) -> Decision:
     rationale = Rationale(Strategy.CRITICAL_ADMISSION, nodes_total=1 if pod.node_name else 0)
 
     def decide(status: Outcome, message: str) -> Decision:
-        return Decision(ref, status, message, rationale, pod.node_name or None)
+        # As for the default strategy, only a decision to preempt names a node.
+        node = pod.node_name if status is Outcome.PREEMPT else None
+        return Decision(ref, status, message, rationale, node)
 
     if not pod.node_name:
         return decide(

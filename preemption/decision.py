@@ -29,12 +29,14 @@ class Strategy(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PodRef:
-    """A pod named the way every write to it must name it: namespace, name and UID."""
+    """A pod named the way every write to it must name it: namespace, name and UID (the UID
+    pins the exact pod, not whatever pod has that name now: StatefulSets recreate pods under
+    the same name). One type from the planner's decision to the gateway and the ledger."""
 
     namespace: str
     name: str
     uid: str
-    priority: int
+    priority: int = 0
 
     @property
     def key(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -64,9 +65,15 @@ def run(args: argparse.Namespace) -> int:
         decision = plan(snapshot, args.pod, Strategy(args.strategy))
     except PlannerInputError as error:
         raise UsageError(str(error)) from None
-    if args.explain:
-        sys.stdout.write(render_explanation(decision))
-    else:
-        sys.stdout.buffer.write(orjson.dumps(decision.to_json(), option=orjson.OPT_INDENT_2))
-        sys.stdout.write("\n")
+    try:
+        if args.explain:
+            sys.stdout.write(render_explanation(decision))
+        else:
+            sys.stdout.buffer.write(orjson.dumps(decision.to_json(), option=orjson.OPT_INDENT_2))
+            sys.stdout.write("\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `preemptctl plan ... | head`: the reader has what it wanted; no traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
     return 0

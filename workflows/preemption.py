@@ -22,12 +22,13 @@ from the last completed step: no victim is deleted twice, none is forgotten.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -201,7 +202,7 @@ class PreemptionWorkflow:
         self._state.node = selection.node
         self._state.victims = [VictimProgress(v) for v in selection.victims]
         self._state.message = selection.message
-        updates = [sa.PREEMPTION_PHASE.value_set("recording")]
+        updates: list[SearchAttributeUpdate[Any]] = [sa.PREEMPTION_PHASE.value_set("recording")]
         if selection.node:
             updates.append(sa.TARGET_NODE.value_set(selection.node))
         if selection.victims:
@@ -448,15 +449,12 @@ class PreemptionWorkflow:
                 )
                 return await self._finish("completed", reason)
             remaining = (deadline - workflow.now()).total_seconds()
-            try:
+            poll = max(0.001, min(request.scheduled_poll_seconds, remaining))
+            with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
-                    lambda: self._bound_to is not None,
-                    timeout=timedelta(
-                        seconds=max(0.001, min(request.scheduled_poll_seconds, remaining))
-                    ),
+                    lambda: self._bound_to is not None, timeout=timedelta(seconds=poll)
                 )
-            except TimeoutError:
-                pass
+            self._bound_to = None  # a signal only wakes the next check; the API decides
 
     # -- bookkeeping ------------------------------------------------------------------------
 

@@ -21,19 +21,19 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from preemption.decision import PodRef
 
-@dataclass(frozen=True, slots=True)
-class PodRef:
-    """A pod as one preemption knows it: the UID pins the exact pod, not whatever pod has
-    that name now (StatefulSets recreate pods under the same name)."""
-
-    namespace: str
-    name: str
-    uid: str
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+__all__ = [
+    "ErrorKind",
+    "KubeCallError",
+    "NotRetryable",
+    "PermissionDenied",
+    "PodRef",
+    "Rejected",
+    "Retryable",
+    "Verdict",
+    "WriteOutcome",
+]
 
 
 class Verdict(enum.Enum):

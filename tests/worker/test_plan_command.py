@@ -306,3 +306,13 @@ def test_the_installed_command_reports_bad_input_in_one_line(tmp_path: Path) -> 
     assert finished.returncode == 2
     assert finished.stdout == ""
     assert finished.stderr.count("\n") == 1 and "Traceback" not in finished.stderr
+
+
+def test_output_cut_short_by_a_closed_pipe_is_not_a_traceback() -> None:
+    command = (
+        f"{Path(sys.executable).parent / 'preemptctl'} plan --snapshot {SCENARIO} "
+        "--pod default/nginx-a | head -c 10"
+    )
+    completed = subprocess.run(command, shell=True, capture_output=True, text=True, check=False)
+    assert completed.stdout == '{\n  "preem'
+    assert "Traceback" not in completed.stderr

@@ -80,7 +80,7 @@ async def test_throttled_delete_waits_for_retry_after(client, ledger, emulator):
         result = await preempt_and_bind(stack)
     attempts = emulator.requests.matching("delete", "pods", "victim-0")
     assert result.outcome == "completed"
-    assert [a.code for a in attempts][0] == 429
+    assert attempts[0].code == 429
     assert successful_deletes(stack, "victim-0") == 1
 
 
