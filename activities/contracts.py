@@ -25,6 +25,9 @@ class PreemptionRequest:
     grace_period_seconds: int | None = None
     scheduled_wait_seconds: float = 300.0
     scheduled_poll_seconds: float = 5.0
+    # How long one attempt of a Kubernetes or ledger call may take before Temporal retries it
+    # (also how soon a call lost with a crashed worker is retried by another).
+    call_timeout_seconds: float = 30.0
 
 
 @dataclass

@@ -196,7 +196,7 @@ class PreemptionWorkflow:
                 workflow.info().workflow_id, request.preemptor, request.strategy, request.dry_run
             ),
             summary=f"select victims for {request.preemptor.key}",
-            **KUBE_TIMEOUTS,
+            **self._timeouts(KUBE_TIMEOUTS),
         )
         self._preemptor = selection.preemptor
         self._state.node = selection.node
@@ -335,7 +335,7 @@ class PreemptionWorkflow:
                 PreemptionActivities.record_preempted_event,
                 request,
                 summary=f"record Preempted event on {pod.key}",
-                **EVENT_TIMEOUTS,
+                **self._timeouts(EVENT_TIMEOUTS),
             )
         except ActivityError as error:
             workflow.logger.warning(
@@ -458,13 +458,18 @@ class PreemptionWorkflow:
 
     # -- bookkeeping ------------------------------------------------------------------------
 
+    def _timeouts(self, options: dict[str, Any]) -> dict[str, Any]:
+        """`options` with the request's per-attempt timeout."""
+        seconds = self._request.call_timeout_seconds if self._request else 30.0
+        return {**options, "start_to_close_timeout": timedelta(seconds=seconds)}
+
     def _enter(self, phase: str) -> None:
         self._state.phase = phase
         workflow.upsert_search_attributes([sa.PREEMPTION_PHASE.value_set(phase)])
 
     async def _kube(self, method: Any, argument: Any, summary: str) -> Any:
         return await workflow.execute_activity_method(
-            method, argument, summary=summary, **KUBE_TIMEOUTS
+            method, argument, summary=summary, **self._timeouts(KUBE_TIMEOUTS)
         )
 
     async def _record(self, *entries: LedgerEntry, decision: dict[str, Any] | None = None) -> None:
@@ -482,7 +487,7 @@ class PreemptionWorkflow:
             ),
             summary="ledger: "
             + ", ".join([*(["decision"] if decision else []), *(e.kind for e in entries)]),
-            **LEDGER_TIMEOUTS,
+            **self._timeouts(LEDGER_TIMEOUTS),
         )
 
     async def _finish(self, outcome: str, message: str) -> PreemptionResult:
@@ -496,7 +501,7 @@ class PreemptionWorkflow:
                 PreemptionActivities.release_reservation,
                 self._preemptor,
                 summary=f"release what {self._preemptor.key} had claimed",
-                **KUBE_TIMEOUTS,
+                **self._timeouts(KUBE_TIMEOUTS),
             )
         if outcome == "failed":
             await self._record(

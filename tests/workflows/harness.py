@@ -101,8 +101,15 @@ async def bind_when_room(
 
 @asynccontextmanager
 async def running_stack(
-    client: Client, ledger: Engine, emulator: Emulator, scenario: Mapping[str, Any]
+    client: Client,
+    ledger: Engine,
+    emulator: Emulator,
+    scenario: Mapping[str, Any],
+    *,
+    with_worker: bool = True,
 ) -> AsyncIterator[Stack]:
+    """The stack; `with_worker=False` leaves the task queue unserved, for a test that runs
+    its workers itself."""
     emulator.load(scenario)
     kube = connect(emulator.kubeconfig_path)
     view = ClusterView(kube)
@@ -112,6 +119,9 @@ async def running_stack(
         activities = PreemptionActivities(kube, view, ledger)
         task_queue = f"preemption-test-{uuid.uuid4()}"
         stack = Stack(emulator, kube, view, activities, client, ledger, task_queue)
+        if not with_worker:
+            yield stack
+            return
         async with build_worker(client, activities, task_queue=task_queue):
             yield stack
     finally:
