@@ -124,6 +124,7 @@ class PreemptionActivities:
         self._identity = identity
         self._book = book or ReservationBook()
         self._decide = threading.Lock()
+        self._decisions = 0
         self._view_ready_timeout = view_ready_timeout
         self._clock = clock
 
@@ -146,7 +147,11 @@ class PreemptionActivities:
     @activity.defn(name="select_preemption")
     def select_preemption(self, request: SelectInput) -> Selection:
         """Re-read the preemptor, then decide over the cluster view with every in-flight
-        preemption counted as done; a decision to preempt reserves what it claims."""
+        preemption counted as done; a decision to preempt reserves what it claims.
+
+        The decision JSON gains a `context`: this worker's identity, the decision's sequence
+        number in it, and the in-flight preemptions it counted as done, so the ledger shows
+        what else was claimed when this decision was made."""
         preemptor = request.preemptor
         with kube_errors():
             lookup = get_pod(self._kube, preemptor)
@@ -166,6 +171,16 @@ class PreemptionActivities:
         now = self._clock()
         with self._decide, self._view.read() as snapshot:
             self._book.prune(snapshot, now)
+            self._decisions += 1
+            context = {
+                "worker": self._identity,
+                "sequence": self._decisions,
+                "inFlight": [
+                    snapshot.pods[uid].key
+                    for uid in self._book.holders(excluding=preemptor.uid)
+                    if uid in snapshot.pods
+                ],
+            }
             try:
                 with (
                     self._book.applied(snapshot, preemptor.uid),
@@ -188,9 +203,12 @@ class PreemptionActivities:
                 )
             else:
                 self._book.release(preemptor.uid)
-        return _selection(
+        selection = _selection(
             decision, str(lookup.pod["spec"].get("schedulerName") or "default-scheduler")
         )
+        assert selection.decision is not None
+        selection.decision["context"] = context
+        return selection
 
     @activity.defn(name="release_reservation")
     def release_reservation(self, preemptor: PodRef) -> None:

@@ -55,6 +55,10 @@ class ReservationBook:
     def __contains__(self, preemptor_uid: object) -> bool:
         return preemptor_uid in self._reservations
 
+    def holders(self, excluding: str = "") -> list[str]:
+        """The preemptor UIDs holding a reservation (what a decision counts as done)."""
+        return sorted(uid for uid in self._reservations if uid != excluding)
+
     def reserve(self, reservation: Reservation) -> None:
         self._reservations[reservation.preemptor_uid] = reservation
 
