@@ -4,10 +4,12 @@ and a Temporal worker on a fresh task queue, wired exactly as production wires t
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, select
@@ -77,6 +79,19 @@ class Stack:
             for entry in self.emulator.requests.matching("delete", "pods")
             if entry.code < 300 or entry.code == 404 or entry.code == 409
         ]
+
+
+HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+RECORD_ENV = "PREEMPT_RECORD_HISTORIES"
+
+
+async def keep_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
+    """With PREEMPT_RECORD_HISTORIES=1, save the finished workflow's history under
+    tests/histories/, where test_replay replays it on every CI run."""
+    if os.environ.get(RECORD_ENV) != "1":
+        return
+    history = await handle.fetch_history()
+    (HISTORIES / f"{name}.json").write_text(history.to_json())
 
 
 async def bind_when_room(

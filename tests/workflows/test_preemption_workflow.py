@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.workflows.harness import bind_when_room, running_stack
+from tests.workflows.harness import bind_when_room, keep_history, running_stack
 from tests.workflows.scenarios import never_preempts, nothing_lower, one_full_node, spare_room
 from workflows.preemption import PreemptionWorkflow, workflow_id_for
 
@@ -43,6 +43,7 @@ async def test_online_offline_example_preempts_batch_pods_and_binds_nginx(client
         )
         result = await handle.result()
         await scheduler
+        await keep_history(handle, "online-offline-completed")
 
     assert result.outcome == "completed"
     assert result.node == "node-1"
@@ -110,6 +111,7 @@ async def test_dry_run_records_the_decision_and_touches_nothing(client, ledger, 
     async with running_stack(client, ledger, emulator, one_full_node()) as stack:
         handle = await stack.start("default/urgent", dry_run=True)
         result = await handle.result()
+        await keep_history(handle, "dry-run")
         kinds = stack.ledger_kinds(handle.id)
     assert result.outcome == "dry-run"
     assert kinds == ["decision_made", "victim_chosen:victim-0", "victim_chosen:victim-1", "dry_run"]

@@ -22,7 +22,7 @@ from temporalio.client import WorkflowFailureError
 
 from emulator.resources import PODS
 from tests.support.emulator import pod
-from tests.workflows.harness import Stack, bind_when_room, running_stack
+from tests.workflows.harness import Stack, bind_when_room, keep_history, running_stack
 from tests.workflows.scenarios import one_full_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -113,6 +113,7 @@ async def test_replaced_victim_is_never_deleted(client, ledger, emulator):
             PODS, "default", pod("victim-0", node_name="node-1", priority=100, cpu="1")
         )
         result = await handle.result()
+        await keep_history(handle, "victim-replaced")
         kinds = stack.ledger_kinds(handle.id)
     survivor = emulator.pod("default/victim-0")
     assert survivor is not None and survivor["metadata"]["uid"] != original_uid
@@ -129,6 +130,7 @@ async def test_preemptor_vanishing_midway_stops_before_any_delete(client, ledger
         await until(lambda: len(emulator.requests.matching("get", "pods", "victim-0")) > 0)
         emulator.store.delete(PODS, "default", "urgent", grace_period=0)
         result = await handle.result()
+        await keep_history(handle, "preemptor-vanished-aborted")
         kinds = stack.ledger_kinds(handle.id)
     assert result.outcome == "aborted"
     assert stack.deletes() == []
@@ -156,6 +158,7 @@ async def test_rbac_denial_fails_the_preemption_and_spares_the_last_victim(
         handle = await stack.start("default/urgent")
         with pytest.raises(WorkflowFailureError) as failure:
             await handle.result()
+        await keep_history(handle, "rbac-denied-failed")
         kinds = stack.ledger_kinds(handle.id)
     message = str(failure.value.cause)
     assert 'cannot delete resource "pods"' in message

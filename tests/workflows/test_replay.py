@@ -1,0 +1,34 @@
+"""Workflow code stays deterministic for the preemptions already recorded.
+
+Histories of real runs (completed, dry run, failed on an RBAC denial, aborted when the
+preemptor vanished, a replaced victim) are kept under tests/histories/ and replayed against
+today's workflow code: a change that would break a running preemption fails here. An
+intended change goes behind `workflow.patched`; then re-record with
+`PREEMPT_RECORD_HISTORIES=1 .venv/bin/pytest tests/workflows` and keep the old files too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+
+from worker.temporal_worker import workflow_runner
+from workflows.preemption import PreemptionWorkflow
+
+
+HISTORIES = sorted((Path(__file__).resolve().parents[1] / "histories").glob("*.json"))
+
+
+def test_the_recorded_histories_are_there() -> None:
+    names = {path.stem for path in HISTORIES}
+    assert {"online-offline-completed", "dry-run", "rbac-denied-failed"} <= names
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
+async def test_recorded_history_replays_deterministically(path: Path) -> None:
+    history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
+    replayer = Replayer(workflows=[PreemptionWorkflow], workflow_runner=workflow_runner())
+    await replayer.replay_workflow(history)
