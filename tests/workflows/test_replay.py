@@ -18,7 +18,6 @@ from temporalio.worker import Replayer
 from worker.temporal_worker import workflow_runner
 from workflows.preemption import PreemptionWorkflow
 
-
 HISTORIES = sorted((Path(__file__).resolve().parents[1] / "histories").glob("*.json"))
 
 
