@@ -28,6 +28,9 @@ class PreemptionRequest:
     # How long one attempt of a Kubernetes or ledger call may take before Temporal retries it
     # (also how soon a call lost with a crashed worker is retried by another).
     call_timeout_seconds: float = 30.0
+    # The custom search attributes (workflows.search_attributes) are registered on the
+    # namespace; false for a namespace where they cannot be (the UI then filters by ID only).
+    search_attributes: bool = True
 
 
 @dataclass

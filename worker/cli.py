@@ -13,10 +13,10 @@ import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from worker import ledger_commands, plan_command
+from worker import ledger_commands, plan_command, setup_command
 from worker.errors import UsageError
 
-COMMANDS: tuple[ModuleType, ...] = (plan_command, ledger_commands)
+COMMANDS: tuple[ModuleType, ...] = (plan_command, ledger_commands, setup_command)
 
 EXIT_USAGE = 2
 

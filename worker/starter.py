@@ -19,20 +19,23 @@ async def start_preemption(
 ) -> WorkflowHandle[PreemptionWorkflow, PreemptionResult]:
     """Start the preemption of `request.preemptor`, or join the one already running for it."""
     pod = request.preemptor
+    attributes = TypedSearchAttributes(
+        [
+            SearchAttributePair(sa.PREEMPTOR_POD, pod.key),
+            SearchAttributePair(sa.PREEMPTOR_NAMESPACE, pod.namespace),
+            SearchAttributePair(sa.PREEMPTOR_UID, pod.uid),
+            SearchAttributePair(sa.PREEMPTION_PHASE, "selecting"),
+        ]
+        if request.search_attributes
+        else []
+    )
     return await client.start_workflow(
         PreemptionWorkflow.run,
         request,
         id=workflow_id_for(pod.uid),
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        search_attributes=TypedSearchAttributes(
-            [
-                SearchAttributePair(sa.PREEMPTOR_POD, pod.key),
-                SearchAttributePair(sa.PREEMPTOR_NAMESPACE, pod.namespace),
-                SearchAttributePair(sa.PREEMPTOR_UID, pod.uid),
-                SearchAttributePair(sa.PREEMPTION_PHASE, "selecting"),
-            ]
-        ),
+        search_attributes=attributes,
         static_summary=f"Preempt for {pod.key} (priority {pod.priority})",
         static_details=(
             f"Preemptor {pod.key}, uid {pod.uid}, priority {pod.priority}; trigger: "

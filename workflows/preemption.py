@@ -207,7 +207,7 @@ class PreemptionWorkflow:
             updates.append(sa.TARGET_NODE.value_set(selection.node))
         if selection.victims:
             updates.append(sa.VICTIM_PODS.value_set([v.key for v in selection.victims]))
-        workflow.upsert_search_attributes(updates)
+        self._upsert(updates)
         if selection.status == "Preempt":
             workflow.set_current_details(
                 f"Preempt {len(selection.victims)} pod(s) on {selection.node} for "
@@ -458,6 +458,10 @@ class PreemptionWorkflow:
 
     # -- bookkeeping ------------------------------------------------------------------------
 
+    def _upsert(self, updates: list[SearchAttributeUpdate[Any]]) -> None:
+        if self._request is None or self._request.search_attributes:
+            workflow.upsert_search_attributes(updates)
+
     def _timeouts(self, options: dict[str, Any]) -> dict[str, Any]:
         """`options` with the request's per-attempt timeout."""
         seconds = self._request.call_timeout_seconds if self._request else 30.0
@@ -465,7 +469,7 @@ class PreemptionWorkflow:
 
     def _enter(self, phase: str) -> None:
         self._state.phase = phase
-        workflow.upsert_search_attributes([sa.PREEMPTION_PHASE.value_set(phase)])
+        self._upsert([sa.PREEMPTION_PHASE.value_set(phase)])
 
     async def _kube(self, method: Any, argument: Any, summary: str) -> Any:
         return await workflow.execute_activity_method(
@@ -493,7 +497,7 @@ class PreemptionWorkflow:
     async def _finish(self, outcome: str, message: str) -> PreemptionResult:
         self._state.phase, self._state.outcome, self._state.message = "finished", outcome, message
         self._state.preempting = False
-        workflow.upsert_search_attributes(
+        self._upsert(
             [sa.PREEMPTION_PHASE.value_set("finished"), sa.PREEMPTION_OUTCOME.value_set(outcome)]
         )
         if outcome in ("failed", "aborted") and self._preemptor is not None:

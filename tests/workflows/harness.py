@@ -72,6 +72,16 @@ class Stack:
             ).all()
         return [f"{kind}:{victim}" if victim else kind for kind, victim in rows]
 
+    def ledger_payloads(self, preemption_id: str, kind: str) -> list[dict[str, Any]]:
+        with self.ledger.connect() as connection:
+            rows = connection.execute(
+                select(events_table.c.payload)
+                .where(events_table.c.preemption_id == preemption_id)
+                .where(events_table.c.kind == kind)
+                .order_by(events_table.c.id)
+            ).all()
+        return [row.payload for row in rows]
+
     def deletes(self) -> list[str]:
         """The victims the emulator was asked to delete, in order (name only)."""
         return [
