@@ -18,9 +18,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _readme_commands() -> list[str]:
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```(?:sh|bash|console)?\n(.*?)```", readme, flags=re.S)
-    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+    """The lines of the README's shell code blocks (fences opened with sh, bash or console)."""
+    commands: list[str] = []
+    language: str | None = None
+    for line in (ROOT / "README.md").read_text().splitlines():
+        if line.startswith("```"):
+            language = None if language is not None else line[3:].strip()
+            continue
+        if language in ("sh", "bash", "console") and line.strip():
+            commands.append(line.strip().removeprefix("$ "))
+    return commands
 
 
 def test_ci_runs_the_readme_test_command_verbatim() -> None:
