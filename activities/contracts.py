@@ -57,6 +57,7 @@ class Selection:
     num_pdb_violations: int = 0
     decision: dict[str, Any] | None = None
     scheduler_name: str = "default-scheduler"
+    retry_after_seconds: float = 0.0  # for `Throttled`: when the eviction budget allows it
 
 
 @dataclass

@@ -24,6 +24,7 @@ from sqlalchemy import Engine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.budget import EvictionBudget
 from activities.contracts import (
     LedgerEntry,
     NominationInput,
@@ -46,12 +47,14 @@ from ledger.kinds import EventKind
 from ledger.writer import append_batch
 from preemption.decision import Decision, Outcome, PodRef, Strategy
 from preemption.decode import decode_pod
+from preemption.default_preemption import PreemptionArgs
 from preemption.errors import PlannerInputError
 from preemption.planner import plan
 from preemption.reservations import Reservation, ReservationBook
 from preemption.snapshot import ClusterSnapshot
 
 ABORTED = "Aborted"
+THROTTLED = "Throttled"
 TERMINATING = "Terminating"
 
 
@@ -117,6 +120,8 @@ class PreemptionActivities:
         book: ReservationBook | None = None,
         view_ready_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
+        planner_args: PreemptionArgs | None = None,
+        evictions_per_minute: int = 0,
     ) -> None:
         self._kube = kube
         self._view = view
@@ -127,6 +132,10 @@ class PreemptionActivities:
         self._decisions = 0
         self._view_ready_timeout = view_ready_timeout
         self._clock = clock
+        self._planner_args = planner_args
+        self._budget = (
+            EvictionBudget(evictions_per_minute, clock()) if evictions_per_minute else None
+        )
 
     def all(self) -> list[Callable[..., Any]]:
         """Every activity, for `Worker(activities=...)`."""
@@ -186,12 +195,17 @@ class PreemptionActivities:
                     self._book.applied(snapshot, preemptor.uid),
                     _fresh_preemptor(snapshot, lookup.pod),
                 ):
-                    decision = plan(snapshot, preemptor.key, strategy)
+                    decision = plan(snapshot, preemptor.key, strategy, self._planner_args)
             except PlannerInputError as error:
                 raise ApplicationError(
                     f"cannot plan for {preemptor.key}: {error}", non_retryable=True
                 ) from None
-            if decision.status is Outcome.PREEMPT and not request.dry_run:
+            wait = 0.0
+            if decision.status is Outcome.PREEMPT and not request.dry_run and self._budget:
+                wait = self._budget.take(len(decision.victims), now)
+            if wait:
+                self._book.release(preemptor.uid)
+            elif decision.status is Outcome.PREEMPT and not request.dry_run:
                 assert decision.nominated_node is not None
                 self._book.reserve(
                     Reservation(
@@ -208,6 +222,13 @@ class PreemptionActivities:
         )
         assert selection.decision is not None
         selection.decision["context"] = context
+        if wait:
+            assert self._budget is not None
+            selection.status, selection.retry_after_seconds = THROTTLED, wait
+            selection.message = (
+                f"held back by the eviction budget ({self._budget.per_minute}/min): "
+                f"{len(decision.victims)} victim(s) fit in {wait:.0f}s; {decision.message}"
+            )
         return selection
 
     @activity.defn(name="release_reservation")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from preemption.decision import Decision, NodeVerdict, Outcome, PodRef, Rationale, Strategy
-from preemption.default_preemption import filter_pods_with_pdb_violation
+from preemption.default_preemption import PreemptionArgs, filter_pods_with_pdb_violation
 from preemption.filters import Status, node_affinity, node_ports, taint_toleration
 from preemption.objects import (
     CPU,
@@ -192,7 +192,9 @@ def admission_filters(pod: Pod, info: NodeInfo) -> Status:
     return taint_toleration(pod, node, effects=("NoExecute",))
 
 
-def preempt_for_admission(snapshot: ClusterSnapshot, pod: Pod) -> Decision:
+def preempt_for_admission(
+    snapshot: ClusterSnapshot, pod: Pod, args: PreemptionArgs | None = None
+) -> Decision:
     """`CriticalPodAdmissionHandler.HandleAdmissionFailure` for a pod bound to a node."""
     ref = PodRef.of(pod)
     rationale = Rationale(Strategy.CRITICAL_ADMISSION, nodes_total=1 if pod.node_name else 0)
@@ -229,8 +231,13 @@ def preempt_for_admission(snapshot: ClusterSnapshot, pod: Pod) -> Decision:
     if not missing:
         rationale.fits = [info.name]
         return decide(Outcome.FITS_WITHOUT_PREEMPTION, f"fits on {info.name} without preemption")
+    protected = args.protected_namespaces if args else frozenset()
     others = sorted(
-        (other for other in info.pods.values() if other.uid != pod.uid),
+        (
+            other
+            for other in info.pods.values()
+            if other.uid != pod.uid and other.namespace not in protected
+        ),
         key=lambda other: (other.namespace, other.name),
     )
     try:
@@ -238,6 +245,10 @@ def preempt_for_admission(snapshot: ClusterSnapshot, pod: Pod) -> Decision:
     except NoPodsToPreempt as error:
         rationale.evaluated = [NodeVerdict(info.name, False, reasons=(str(error),))]
         return decide(Outcome.UNSCHEDULABLE, str(error))
+    if args and args.max_victims and len(victims) > args.max_victims:
+        message = f"needs {len(victims)} victims, more than the cap of {args.max_victims}"
+        rationale.evaluated = [NodeVerdict(info.name, False, reasons=(message,))]
+        return decide(Outcome.UNSCHEDULABLE, message)
     violating, _ = filter_pods_with_pdb_violation(victims, snapshot)
     refs = tuple(PodRef.of(victim) for victim in victims)
     rationale.evaluated = [

@@ -58,6 +58,12 @@ class PreemptionArgs:
 
     min_candidate_nodes_percentage: int = 10
     min_candidate_nodes_absolute: int = 100
+    # Guards an operator sets (not upstream arguments). Pods in these namespaces are never
+    # victims: upstream's `IsEligiblePod` hook in `isPreemptionAllowed`, which its default
+    # plugin leaves open.
+    protected_namespaces: frozenset[str] = frozenset()
+    # A node whose preemption would take more victims than this is not a candidate (0: no cap).
+    max_victims: int = 0
 
 
 @dataclass(slots=True)
@@ -156,7 +162,7 @@ def preempt(
     offset, wanted = offset_and_num_candidates(preemptor.uid, len(potential), args)
     rationale.offset, rationale.candidates_wanted = offset, wanted
     candidates, rejected = dry_run_preemption(
-        snapshot, preemptor, potential, offset, wanted, rationale
+        snapshot, preemptor, potential, offset, wanted, rationale, args
     )
     if not candidates:
         return decide(Outcome.UNSCHEDULABLE, fit_error_message(len(nodes), statuses, rejected))
@@ -331,6 +337,7 @@ def dry_run_preemption(
     offset: int,
     wanted: int,
     rationale: Rationale,
+    args: PreemptionArgs | None = None,
 ) -> tuple[list[Candidate], dict[str, Status]]:
     """`Evaluator.DryRunPreemption`: select victims on each node from the offset on.
 
@@ -338,15 +345,22 @@ def dry_run_preemption(
     non-violating candidate and `wanted` candidates in all; walking in order (upstream walks
     in parallel) makes that stop exact. Each list holds at most `wanted` candidates, as
     upstream's `candidateList` does: a PDB-violating candidate found once `wanted` of them
-    are kept is dropped (the walk goes on, looking for a non-violating one).
+    are kept is dropped (the walk goes on, looking for a non-violating one). A node needing
+    more victims than `args.max_victims` allows is rejected, not a candidate.
     """
+    max_victims = args.max_victims if args else 0
     non_violating: list[Candidate] = []
     violating: list[Candidate] = []
     rejected: dict[str, Status] = {}
     size = len(potential)
     for step in range(size):
         info = potential[(offset + step) % size]
-        victims, num_violations, status = select_victims_on_node(snapshot, preemptor, info)
+        victims, num_violations, status = select_victims_on_node(snapshot, preemptor, info, args)
+        if status.ok and max_victims and len(victims) > max_victims:
+            status = status_of(
+                Code.UNSCHEDULABLE,
+                (f"needs {len(victims)} victims, more than the cap of {max_victims}",),
+            )
         if status.ok and victims:
             kept = violating if num_violations else non_violating
             if len(kept) >= wanted:
@@ -375,7 +389,10 @@ def dry_run_preemption(
 
 
 def select_victims_on_node(
-    snapshot: ClusterSnapshot, preemptor: Pod, info: NodeInfo
+    snapshot: ClusterSnapshot,
+    preemptor: Pod,
+    info: NodeInfo,
+    args: PreemptionArgs | None = None,
 ) -> tuple[list[Pod], int, Status]:
     """`DefaultPreemption.SelectVictimsOnNode`: the fewest, least important pods to remove.
 
@@ -387,16 +404,28 @@ def select_victims_on_node(
     start = info.lower_priority_start(preemptor.priority)
     ordered = info.pods_by_importance()
     potential = ordered[start:]
+    protected = args.protected_namespaces if args else frozenset()
+    if protected:
+        potential = [pod for pod in potential if pod.namespace not in protected]
     if not potential:
         return [], 0, status_of(Code.UNRESOLVABLE, (ERR_NO_VICTIMS,))
 
     extra = nominated_extra(snapshot, preemptor, info.name)
-    free = _free_after_removal(preemptor, info, extra, start)
+    if protected:
+        freed = (
+            sum(pod.requests.milli_cpu for pod in potential),
+            sum(pod.requests.memory for pod in potential),
+            sum(pod.requests.ephemeral_storage for pod in potential),
+        )
+        matches = [snapshot.matching_pdbs(pod) for pod in potential]
+    else:
+        freed = info.suffix_requests(start)
+        matches = info.pdb_matches(snapshot)[start:]
+    free = _free_after_removal(preemptor, info, extra, potential, freed)
     wanted_ports = preemptor.host_ports
     if not free.fits() or (wanted_ports and _ports_blocked(preemptor, info, extra, potential)):
-        return [], 0, _why_not(preemptor, info, extra, start)
+        return [], 0, _why_not(preemptor, info, extra, potential)
 
-    matches = info.pdb_matches(snapshot)[start:]
     if any(matches):
         violating, non_violating = filter_pods_with_pdb_violation(potential, snapshot, matches)
     else:
@@ -476,17 +505,23 @@ class _Free:
         return True
 
 
-def _free_after_removal(preemptor: Pod, info: NodeInfo, extra: _Extra, start: int) -> _Free:
-    """What is free for the preemptor once the pods from `start` on are gone; resources the
-    preemptor does not request are never checked (upstream skips them), so they are unlimited."""
+def _free_after_removal(
+    preemptor: Pod,
+    info: NodeInfo,
+    extra: _Extra,
+    removed: list[Pod],
+    freed: tuple[int, int, int],
+) -> _Free:
+    """What is free for the preemptor once `removed` (requesting `freed` cpu, memory and
+    ephemeral storage) are gone; resources the preemptor does not request are never checked
+    (upstream skips them), so they are unlimited."""
     node = info.node
     assert node is not None
     want = preemptor.requests
-    removed_count = len(info.pods) - start
-    slots = node.allowed_pods - start - extra.count - 1
+    slots = node.allowed_pods - (len(info.pods) - len(removed)) - extra.count - 1
     if want.is_zero():
         return _Free(_UNLIMITED, _UNLIMITED, _UNLIMITED, {}, slots)
-    freed_cpu, freed_memory, freed_ephemeral = info.suffix_requests(start)
+    freed_cpu, freed_memory, freed_ephemeral = freed
     allocatable, nominated = node.allocatable, extra.requests
     cpu = memory = ephemeral = _UNLIMITED
     if want.milli_cpu > 0:
@@ -509,18 +544,16 @@ def _free_after_removal(preemptor: Pod, info: NodeInfo, extra: _Extra, start: in
         )
     scalars: dict[str, int] = {}
     if want.scalars:
-        removed = info.pods_by_importance()[start:]
         for name, amount in want.scalars:
             if amount > 0:
-                freed = sum(pod.requests.get(name) for pod in removed)
+                freed_scalar = sum(pod.requests.get(name) for pod in removed)
                 scalars[name] = (
                     allocatable.get(name)
                     - info.scalars.get(name, 0)
-                    + freed
+                    + freed_scalar
                     - nominated.get(name)
                     - amount
                 )
-    assert removed_count >= 0
     return _Free(cpu, memory, ephemeral, scalars, slots)
 
 
@@ -532,17 +565,18 @@ def _ports_blocked(preemptor: Pod, info: NodeInfo, extra: _Extra, removed: list[
     return not node_ports(preemptor.host_ports, [*remaining, *extra.ports]).ok
 
 
-def _why_not(preemptor: Pod, info: NodeInfo, extra: _Extra, start: int) -> Status:
-    """The filter status with every lower-priority pod gone (computed only on rejection)."""
+def _why_not(preemptor: Pod, info: NodeInfo, extra: _Extra, removed: list[Pod]) -> Status:
+    """The filter status with every potential victim gone (computed only on rejection)."""
     assert info.node is not None
-    removed_pods = info.pods_by_importance()[start:]
-    if preemptor.host_ports and _ports_blocked(preemptor, info, extra, removed_pods):
+    if preemptor.host_ports and _ports_blocked(preemptor, info, extra, removed):
         return status_of(Code.UNSCHEDULABLE, (ERR_PORTS,))
+    removed_uids = {pod.uid for pod in removed}
     remaining = Resources()
-    for pod in info.pods_by_importance()[:start]:
+    kept = [pod for pod in info.pods.values() if pod.uid not in removed_uids]
+    for pod in kept:
         remaining = remaining + pod.requests
     return node_resources_fit(
-        preemptor.requests, info.node, remaining + extra.requests, start + extra.count
+        preemptor.requests, info.node, remaining + extra.requests, len(kept) + extra.count
     )
 
 

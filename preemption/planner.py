@@ -20,5 +20,5 @@ def plan(
     if pod is None:
         raise UnknownPodError(f"pod {pod_key} is not in the snapshot")
     if strategy is Strategy.CRITICAL_ADMISSION:
-        return preempt_for_admission(snapshot, pod)
+        return preempt_for_admission(snapshot, pod, args)
     return preempt(snapshot, pod, args)

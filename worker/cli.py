@@ -13,10 +13,15 @@ import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from worker import ledger_commands, plan_command, setup_command
+from worker import config_command, ledger_commands, plan_command, setup_command
 from worker.errors import UsageError
 
-COMMANDS: tuple[ModuleType, ...] = (plan_command, ledger_commands, setup_command)
+COMMANDS: tuple[ModuleType, ...] = (
+    plan_command,
+    ledger_commands,
+    setup_command,
+    config_command,
+)
 
 EXIT_USAGE = 2
 

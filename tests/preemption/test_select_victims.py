@@ -22,9 +22,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from preemption.default_preemption import ERR_NO_VICTIMS, select_victims_on_node
+from preemption.decision import Outcome
+from preemption.default_preemption import ERR_NO_VICTIMS, PreemptionArgs, select_victims_on_node
 from preemption.filters import Code, Status
-from tests.preemption.builders import container, node, pdb, pod, snapshot
+from preemption.planner import plan
+from tests.preemption.builders import container, node, pdb, pod, snapshot, victim_names
 
 Json = dict[str, Any]
 
@@ -199,3 +201,49 @@ def test_a_pod_is_reprieved_when_it_fits_beside_the_preemptor() -> None:
         preemptor=pod("p", cpu="3", priority=10),
     )
     assert victims == ["large"]
+
+
+def test_pods_in_protected_namespaces_are_never_victims() -> None:
+    cluster = snapshot(
+        node("n1", cpu="2"),
+        pod("system", namespace="kube-system", priority=0, cpu="1", node="n1"),
+        pod("batch", priority=0, cpu="1", node="n1"),
+        pod("urgent", priority=100, cpu="1"),
+    )
+    args = PreemptionArgs(protected_namespaces=frozenset({"kube-system"}))
+    decision = plan(cluster, "default/urgent", args=args)
+    assert victim_names(decision) == ["batch"]
+
+
+def test_a_node_protected_pods_fill_is_no_candidate() -> None:
+    cluster = snapshot(
+        node("n1", cpu="1"),
+        pod("system", namespace="kube-system", priority=0, cpu="1", node="n1"),
+        pod("urgent", priority=100, cpu="1"),
+    )
+    args = PreemptionArgs(protected_namespaces=frozenset({"kube-system"}))
+    decision = plan(cluster, "default/urgent", args=args)
+    assert decision.status is Outcome.UNSCHEDULABLE
+    assert ERR_NO_VICTIMS in decision.message
+
+
+def test_victim_cap_prefers_a_node_within_it_and_refuses_the_rest() -> None:
+    small = [pod(f"small-{i}", priority=0, cpu="500m", node="n1") for i in range(4)]
+    cluster = snapshot(
+        node("n1", cpu="2"),
+        node("n2", cpu="2"),
+        *small,
+        pod("big", priority=50, cpu="2", node="n2"),
+        pod("urgent", priority=100, cpu="2"),
+    )
+    only_n1 = snapshot(node("n1", cpu="2"), *small, pod("urgent", priority=100, cpu="2"))
+
+    uncapped = plan(cluster, "default/urgent")
+    capped = plan(cluster, "default/urgent", args=PreemptionArgs(max_victims=1))
+    refused = plan(only_n1, "default/urgent", args=PreemptionArgs(max_victims=3))
+
+    assert uncapped.nominated_node == "n1"  # minHighestPriority: priority 0 beats 50
+    assert capped.nominated_node == "n2"
+    assert victim_names(capped) == ["big"]
+    assert refused.status is Outcome.UNSCHEDULABLE
+    assert "needs 4 victims, more than the cap of 3" in refused.message

@@ -16,7 +16,7 @@ from ledger.engine import create_ledger_engine
 from migrations import upgrade
 from tests.support.emulator import running_emulator
 from tests.support.postgres import fresh_database
-from tests.support.temporal import temporal_cli
+from tests.support.temporal import temporal_cli, temporal_test_server
 from workflows import search_attributes
 
 
@@ -26,6 +26,19 @@ async def temporal() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=temporal_cli(),
         search_attributes=search_attributes.ALL,
         dev_server_log_level="error",
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def time_skipping() -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server: durable timers fire without waiting. It cannot register
+    custom search attributes, so preemptions on it run with `search_attributes=False`."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=temporal_test_server()
     )
     try:
         yield env

@@ -132,6 +132,7 @@ async def running_stack(
     scenario: Mapping[str, Any],
     *,
     with_worker: bool = True,
+    **activity_options: Any,
 ) -> AsyncIterator[Stack]:
     """The stack; `with_worker=False` leaves the task queue unserved, for a test that runs
     its workers itself."""
@@ -141,7 +142,7 @@ async def running_stack(
     view.start()
     try:
         assert view.wait_ready(10), "the cluster view did not sync"
-        activities = PreemptionActivities(kube, view, ledger)
+        activities = PreemptionActivities(kube, view, ledger, **activity_options)
         task_queue = f"preemption-test-{uuid.uuid4()}"
         stack = Stack(emulator, kube, view, activities, client, ledger, task_queue)
         if not with_worker:

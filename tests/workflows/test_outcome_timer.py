@@ -8,26 +8,9 @@ scheduled, and the state query shows nothing left preempting.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest_asyncio
-from temporalio.testing import WorkflowEnvironment
-
-from tests.support.temporal import temporal_test_server
 from tests.workflows.harness import running_stack
 from tests.workflows.scenarios import one_full_node
 from workflows.preemption import PreemptionWorkflow
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def time_skipping() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=temporal_test_server()
-    )
-    try:
-        yield env
-    finally:
-        await env.shutdown()
 
 
 async def test_unbound_preemptor_completes_after_the_default_wait(time_skipping, ledger, emulator):
