@@ -1,0 +1,754 @@
+"""The deployment files: deploy/, the Dockerfile and docker-compose.yml.
+
+No cluster and no Docker engine run here, so the files themselves are checked against what
+the worker needs and against each other.
+
+Scenarios:
+- Manifests: every YAML file in deploy/ parses, and every document in it names its
+  apiVersion and kind; namespaced objects live in the `preemptctl` namespace.
+- RBAC: the ClusterRole grants exactly the controller's verbs, resource by resource, with no
+  wildcard, and agrees with the table in docs/kubernetes.md; the binding gives that role to
+  the worker's ServiceAccount.
+- Worker Deployment: runs as the ServiceAccount; two replicas spread over nodes and kept
+  by a PodDisruptionBudget; liveness on /healthz and readiness on /readyz through the port
+  named `metrics`, which is the port the ConfigMap sets and Prometheus is told to scrape;
+  60 s to drain; settings from the ConfigMap and the worker's Secret, every name
+  PREEMPT_-prefixed (or KUBECONFIG); the image is pinned to the project's version;
+  shipped in shadow mode.
+- Pods (worker and migration Job) meet the restricted Pod Security profile: non-root,
+  read-only root filesystem, no privilege escalation, every capability dropped, seccomp
+  RuntimeDefault; resources requested and limited.
+- Migration Job: runs `preemptctl migrate` with the migrator's Secret, which the worker
+  never sees, and carries no Kubernetes credentials; the Secret example holds placeholders
+  only, for exactly the Secrets the pods read.
+- Scheduler configuration: disables the DefaultPreemption PostFilter in the default
+  profile, and nothing else; its commented alternative is a second profile that does so
+  while the default profile keeps upstream preemption.
+- Kustomization: lists every manifest in deploy/ except itself, the Secret example and the
+  scheduler configuration.
+- Dockerfile: every base image pinned to a patch version; installs the project from the
+  source tree, not editable, copying every package pyproject.toml ships; runs as uid
+  10001; ENTRYPOINT preemptctl, CMD worker; exposes the metrics port; bakes in no settings
+  or secrets; .dockerignore keeps the virtualenv and .git out but no file the
+  distribution is built from.
+- docker-compose.yml: parses; every image pinned, the built one to the project's version;
+  health checks on Temporal, both Postgres services and the worker (the latter on /readyz
+  with python, the metrics port published); the one-shots run migrate and setup-temporal
+  once their dependency is healthy, and the worker waits for both to complete; the
+  worker's ledger URL and Temporal address name the services, ports and credentials that
+  exist; every preemptctl service agrees on shared settings; the kubeconfig is mounted
+  read-only where KUBECONFIG points; the worker starts in shadow mode.
+- docs/adopting.md: its RBAC table is the ClusterRole, its settings table is the ConfigMap,
+  its scheduler sample is the shipped file, and the objects its commands name exist.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shlex
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+NAMESPACE = "preemptctl"
+
+CONTROLLER_RBAC: dict[tuple[str, str], set[str]] = {
+    ("", "pods"): {"get", "list", "watch", "delete"},
+    ("", "pods/status"): {"patch"},
+    ("", "pods/eviction"): {"create"},
+    ("", "nodes"): {"list", "watch"},
+    ("policy", "poddisruptionbudgets"): {"list", "watch"},
+    ("events.k8s.io", "events"): {"create"},
+}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+NOT_API_OBJECTS = {"Kustomization", "KubeSchedulerConfiguration"}
+PREEMPTCTL_SERVICES = ("ledger-migrate", "temporal-setup", "worker")
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+
+def _documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+
+
+def _manifest_paths() -> list[Path]:
+    return sorted(DEPLOY.glob("*.yaml"))
+
+
+def _objects() -> Iterator[dict[str, Any]]:
+    for path in _manifest_paths():
+        yield from _documents(path)
+
+
+def _one(kind: str, path: str) -> dict[str, Any]:
+    matching = [doc for doc in _documents(DEPLOY / path) if doc["kind"] == kind]
+    assert len(matching) == 1, f"deploy/{path} should hold one {kind}"
+    return matching[0]
+
+
+def _deployment() -> dict[str, Any]:
+    return _one("Deployment", "deployment.yaml")
+
+
+def _worker_container() -> dict[str, Any]:
+    containers = _deployment()["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    container: dict[str, Any] = containers[0]
+    return container
+
+
+def _job() -> dict[str, Any]:
+    return _one("Job", "migrate-job.yaml")
+
+
+def _configmap() -> dict[str, str]:
+    data: dict[str, str] = _one("ConfigMap", "configmap.yaml")["data"]
+    return data
+
+
+def _example_secrets() -> dict[str, dict[str, str]]:
+    return {
+        doc["metadata"]["name"]: doc["stringData"]
+        for doc in _documents(DEPLOY / "secret.example.yaml")
+    }
+
+
+def _secret_refs(container: dict[str, Any]) -> set[str]:
+    return {src["secretRef"]["name"] for src in container.get("envFrom", []) if "secretRef" in src}
+
+
+def _project_version() -> str:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    version: str = pyproject["project"]["version"]
+    return version
+
+
+def _rules_as_grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    grants: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                grants.setdefault((group, resource), set()).update(rule["verbs"])
+    return grants
+
+
+def _rbac_table_in_docs() -> dict[tuple[str, str], set[str]]:
+    text = (ROOT / "docs" / "kubernetes.md").read_text()
+    section = text.split("### RBAC the controller needs", 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    grants: dict[tuple[str, str], set[str]] = {}
+    for row in rows[2:]:  # header, separator
+        group, resource, verbs = (cell.strip() for cell in row.strip("|").split("|")[:3])
+        group = group.strip("`")
+        grants[("" if group == '""' else group, resource.strip("`"))] = set(
+            re.findall(r"`([^`]+)`", verbs)
+        )
+    return grants
+
+
+def _dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    logical: list[str] = []
+    pending = ""
+    for raw in (ROOT / "Dockerfile").read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        logical.append(pending + line)
+        pending = ""
+    assert not pending, "the Dockerfile ends inside a continued line"
+    return [(text.split(None, 1)[0].upper(), text.split(None, 1)[1]) for text in logical]
+
+
+def _compose() -> dict[str, Any]:
+    compose: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return compose
+
+
+def _services() -> dict[str, dict[str, Any]]:
+    services: dict[str, dict[str, Any]] = _compose()["services"]
+    return services
+
+
+def _container_port(service: dict[str, Any], default: int) -> int:
+    """The port a service listens on inside the compose network (the target of `ports`)."""
+    targets = {int(str(mapping).rsplit(":", 1)[-1]) for mapping in service.get("ports", [])}
+    return targets.pop() if len(targets) == 1 else default
+
+
+def _pod_specs() -> dict[str, dict[str, Any]]:
+    return {
+        "deployment": _deployment()["spec"]["template"]["spec"],
+        "migrate-job": _job()["spec"]["template"]["spec"],
+    }
+
+
+# --- manifests ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", _manifest_paths(), ids=lambda p: p.name)
+def test_every_manifest_parses_and_names_its_api_version_and_kind(path: Path) -> None:
+    documents = _documents(path)
+    assert documents, f"deploy/{path.name} holds no document"
+    for document in documents:
+        assert document.get("apiVersion"), f"deploy/{path.name}: a document without apiVersion"
+        assert document.get("kind"), f"deploy/{path.name}: a document without kind"
+
+
+def test_namespaced_objects_live_in_the_preemptctl_namespace() -> None:
+    for obj in _objects():
+        if obj["kind"] in CLUSTER_SCOPED | NOT_API_OBJECTS:
+            continue
+        assert obj["metadata"].get("namespace") == NAMESPACE, obj["metadata"]["name"]
+
+
+# --- RBAC --------------------------------------------------------------------------------
+
+
+def test_cluster_role_grants_exactly_the_controllers_verbs() -> None:
+    role = _one("ClusterRole", "clusterrole.yaml")
+    assert _rules_as_grants(role["rules"]) == CONTROLLER_RBAC
+
+
+def test_cluster_role_has_no_wildcard() -> None:
+    role = _one("ClusterRole", "clusterrole.yaml")
+    for rule in role["rules"]:
+        for field in ("apiGroups", "resources", "verbs"):
+            assert not any("*" in value for value in rule[field]), rule
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule, rule
+
+
+def test_cluster_role_matches_the_rbac_table_in_docs_kubernetes() -> None:
+    role = _one("ClusterRole", "clusterrole.yaml")
+    assert _rules_as_grants(role["rules"]) == _rbac_table_in_docs()
+
+
+def test_cluster_role_binding_gives_the_role_to_the_workers_service_account() -> None:
+    binding = _one("ClusterRoleBinding", "clusterrolebinding.yaml")
+    role = _one("ClusterRole", "clusterrole.yaml")
+    account = _one("ServiceAccount", "serviceaccount.yaml")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": account["metadata"]["name"],
+            "namespace": account["metadata"]["namespace"],
+        }
+    ]
+
+
+# --- the worker Deployment ---------------------------------------------------------------
+
+
+def test_deployment_runs_as_the_service_account() -> None:
+    account = _one("ServiceAccount", "serviceaccount.yaml")
+    pod = _deployment()["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert pod.get("automountServiceAccountToken", True) is True
+
+
+def test_deployment_runs_the_worker_subcommand() -> None:
+    container = _worker_container()
+    assert "command" not in container, "the image's ENTRYPOINT is preemptctl"
+    assert container["args"] == ["worker"]
+
+
+def test_deployment_probes_liveness_and_readiness_on_the_metrics_port() -> None:
+    container = _worker_container()
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert [port["name"] for port in container["ports"]] == ["metrics"]
+
+
+def test_metrics_port_agrees_across_configmap_container_and_scrape_annotations() -> None:
+    (port,) = _worker_container()["ports"]
+    annotations = _deployment()["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/path"] == "/metrics"
+    assert annotations["prometheus.io/port"] == str(port["containerPort"])
+    assert _configmap()["PREEMPT_METRICS_PORT"] == str(port["containerPort"])
+
+
+def test_deployment_runs_two_replicas_preferably_on_different_nodes() -> None:
+    spec = _deployment()["spec"]
+    assert spec["replicas"] == 2
+    terms = spec["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert [term["podAffinityTerm"]["topologyKey"] for term in terms] == ["kubernetes.io/hostname"]
+    pod_labels = spec["template"]["metadata"]["labels"]
+    selector = terms[0]["podAffinityTerm"]["labelSelector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+
+
+def test_pod_disruption_budget_keeps_one_worker_and_selects_only_workers() -> None:
+    pdb = _one("PodDisruptionBudget", "pdb.yaml")
+    deployment = _deployment()
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+    job_labels = _job()["spec"]["template"]["metadata"]["labels"]
+    assert not pdb["spec"]["selector"]["matchLabels"].items() <= job_labels.items()
+
+
+def test_deployment_gives_the_worker_60_seconds_to_drain() -> None:
+    assert _deployment()["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 60
+
+
+def test_deployment_takes_settings_from_the_configmap_and_the_workers_secret() -> None:
+    container = _worker_container()
+    configmap = _one("ConfigMap", "configmap.yaml")
+    config_refs = {
+        src["configMapRef"]["name"] for src in container["envFrom"] if "configMapRef" in src
+    }
+    assert config_refs == {configmap["metadata"]["name"]}
+    assert _secret_refs(container) == {"preemptctl-worker"}
+
+
+def test_worker_environment_names_are_preempt_prefixed_or_kubeconfig() -> None:
+    container = _worker_container()
+    names = set(_configmap())
+    names |= set(_example_secrets()["preemptctl-worker"])
+    names |= {env["name"] for env in container.get("env", [])}
+    names |= set(_services()["worker"]["environment"])
+    strays = {name for name in names if not name.startswith("PREEMPT_") and name != "KUBECONFIG"}
+    assert not strays
+
+
+def test_configmap_sets_the_workers_settings_and_no_secret() -> None:
+    assert {
+        "PREEMPT_TEMPORAL_ADDRESS",
+        "PREEMPT_TEMPORAL_NAMESPACE",
+        "PREEMPT_TASK_QUEUE",
+        "PREEMPT_TEMPORAL_TLS",
+        "PREEMPT_DRY_RUN",
+        "PREEMPT_SCHEDULER_NAMES",
+        "PREEMPT_METRICS_PORT",
+        "PREEMPT_LOG_FORMAT",
+    } == set(_configmap())
+
+
+def test_deploy_ships_in_shadow_mode() -> None:
+    assert _configmap()["PREEMPT_DRY_RUN"] == "true"
+
+
+@pytest.mark.parametrize(
+    "kind, path", [("Deployment", "deployment.yaml"), ("Job", "migrate-job.yaml")]
+)
+def test_images_are_pinned_to_the_projects_version(kind: str, path: str) -> None:
+    containers = _one(kind, path)["spec"]["template"]["spec"]["containers"]
+    for container in containers:
+        assert container["image"] == f"ghcr.io/preemptctl/preemptctl:{_project_version()}"
+
+
+# --- pod security (worker and migration Job) ---------------------------------------------
+
+
+@pytest.mark.parametrize("pod_name", ["deployment", "migrate-job"])
+def test_pods_run_as_non_root_on_a_read_only_root_filesystem(pod_name: str) -> None:
+    pod = _pod_specs()[pod_name]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    for container in pod["containers"]:
+        context = container["securityContext"]
+        assert context["runAsNonRoot"] is True
+        assert context["readOnlyRootFilesystem"] is True
+
+
+@pytest.mark.parametrize("pod_name", ["deployment", "migrate-job"])
+def test_pods_drop_every_capability_and_use_the_runtime_seccomp_profile(pod_name: str) -> None:
+    pod = _pod_specs()[pod_name]
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in pod["containers"]:
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"] == {"drop": ["ALL"]}
+
+
+@pytest.mark.parametrize("pod_name", ["deployment", "migrate-job"])
+def test_pods_request_and_limit_cpu_and_memory(pod_name: str) -> None:
+    for container in _pod_specs()[pod_name]["containers"]:
+        for bound in ("requests", "limits"):
+            assert set(container["resources"][bound]) == {"cpu", "memory"}
+
+
+def test_namespace_enforces_the_restricted_pod_security_profile() -> None:
+    namespace = _one("Namespace", "namespace.yaml")
+    assert namespace["metadata"]["name"] == NAMESPACE
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+# --- the migration Job and the Secrets ---------------------------------------------------
+
+
+def test_migrate_job_runs_migrate_with_the_migrators_secret() -> None:
+    (container,) = _job()["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["migrate"]
+    assert _secret_refs(container) == {"preemptctl-migrator"}
+
+
+def test_the_worker_never_reads_the_migrators_secret() -> None:
+    assert "preemptctl-migrator" not in _secret_refs(_worker_container())
+    migrator_url = _example_secrets()["preemptctl-migrator"]["PREEMPT_DATABASE_URL"]
+    worker_url = _example_secrets()["preemptctl-worker"]["PREEMPT_DATABASE_URL"]
+    assert urlsplit(migrator_url).username == "preemptctl_migrator"
+    assert urlsplit(worker_url).username == "preemptctl_worker"
+
+
+def test_migrate_job_carries_no_kubernetes_credentials() -> None:
+    pod = _job()["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in pod
+
+
+def test_secret_example_holds_placeholders_only() -> None:
+    for name, data in _example_secrets().items():
+        for key, value in data.items():
+            assert "REPLACE-ME" in value, f"{name}.{key} looks like a real value"
+
+
+def test_secret_example_defines_exactly_the_secrets_the_pods_read() -> None:
+    read = _secret_refs(_worker_container()) | {
+        name
+        for container in _job()["spec"]["template"]["spec"]["containers"]
+        for name in _secret_refs(container)
+    }
+    assert set(_example_secrets()) == read
+
+
+# --- scheduler configuration -------------------------------------------------------------
+
+
+def _scheduler_profiles() -> dict[str, dict[str, Any]]:
+    config = _one("KubeSchedulerConfiguration", "kube-scheduler-config.yaml")
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    return {profile["schedulerName"]: profile for profile in config["profiles"]}
+
+
+def test_scheduler_config_disables_default_preemption_as_a_post_filter() -> None:
+    plugins = _scheduler_profiles()["default-scheduler"]["plugins"]
+    assert plugins["postFilter"]["disabled"] == [{"name": "DefaultPreemption"}]
+
+
+def test_scheduler_config_disables_nothing_else() -> None:
+    plugins = _scheduler_profiles()["default-scheduler"]["plugins"]
+    assert set(plugins) == {"postFilter"}
+    assert set(plugins["postFilter"]) == {"disabled"}
+
+
+def test_scheduler_config_alternative_keeps_upstream_preemption_but_in_a_second_profile() -> None:
+    text = (DEPLOY / "kube-scheduler-config.yaml").read_text()
+    commented = text.split("\n# profiles:\n", 1)[1]
+    alternative = yaml.safe_load("profiles:\n" + re.sub(r"(?m)^# ?", "", commented))
+    profiles = {p["schedulerName"]: p.get("plugins", {}) for p in alternative["profiles"]}
+    assert profiles == {
+        "default-scheduler": {},
+        "preemptctl-scheduler": {"postFilter": {"disabled": [{"name": "DefaultPreemption"}]}},
+    }
+
+
+# --- kustomization -----------------------------------------------------------------------
+
+
+def test_kustomization_lists_every_manifest_but_the_secret_example_and_scheduler_config() -> None:
+    kustomization = _one("Kustomization", "kustomization.yaml")
+    not_applied = {"kustomization.yaml", "secret.example.yaml", "kube-scheduler-config.yaml"}
+    expected = {path.name for path in _manifest_paths()} - not_applied
+    assert len(kustomization["resources"]) == len(set(kustomization["resources"]))
+    assert set(kustomization["resources"]) == expected
+
+
+# --- Dockerfile --------------------------------------------------------------------------
+
+
+def test_dockerfile_base_images_are_pinned_to_a_patch_version() -> None:
+    bases = [args.split()[0] for op, args in _dockerfile_instructions() if op == "FROM"]
+    assert bases
+    for base in bases:
+        assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?", base), base
+
+
+def test_dockerfile_runs_as_a_non_root_numeric_user() -> None:
+    users = [args for op, args in _dockerfile_instructions() if op == "USER"]
+    assert users, "the image would run as root"
+    assert users[-1].split(":")[0] == "10001"
+
+
+def test_dockerfile_entrypoint_is_preemptctl_and_its_default_command_the_worker() -> None:
+    instructions = dict(_dockerfile_instructions())
+    assert yaml.safe_load(instructions["ENTRYPOINT"]) == ["preemptctl"]
+    assert yaml.safe_load(instructions["CMD"]) == ["worker"]
+
+
+def test_dockerfile_exposes_the_metrics_port() -> None:
+    exposed = [args for op, args in _dockerfile_instructions() if op == "EXPOSE"]
+    assert exposed == [_configmap()["PREEMPT_METRICS_PORT"]]
+
+
+def test_dockerfile_installs_the_project_from_the_source_tree_not_editable() -> None:
+    runs = " ".join(args for op, args in _dockerfile_instructions() if op == "RUN")
+    installs = [
+        shlex.split(command)
+        for command in re.split(r"&&|;", runs)
+        if re.search(r"\bpip install\b", command)
+    ]
+    assert installs, "the Dockerfile installs nothing with pip"
+    for words in installs:
+        assert "-e" not in words and "--editable" not in words
+    assert any(words[-1] == "." for words in installs)
+
+
+def test_dockerfile_copies_every_package_the_distribution_ships() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = {
+        pattern.rstrip("*")
+        for pattern in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    }
+    copied = {
+        source.rstrip("/")
+        for op, args in _dockerfile_instructions()
+        if op == "COPY" and not args.startswith("--from")
+        for source in args.split()[:-1]
+    }
+    assert packages <= copied
+    assert {"pyproject.toml", "README.md"} <= copied
+
+
+def test_dockerfile_bakes_in_no_settings_or_secrets() -> None:
+    for op, args in _dockerfile_instructions():
+        if op in {"ENV", "ARG"}:
+            assert "PREEMPT_" not in args, args
+            assert not re.search(r"PASSWORD|SECRET|TOKEN|API_KEY", args, flags=re.I), args
+
+
+def _dockerignore_patterns() -> list[str]:
+    return [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+
+
+def _ignored(path: str, pattern: str) -> bool:
+    """Whether a .dockerignore pattern excludes `path` (or a folder above it); `*` is taken
+    to cross folders, which errs on the side of reporting."""
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    if pattern.startswith("**/"):
+        suffixes = [
+            "/".join(parts[i:j]) for i in range(len(parts)) for j in range(i + 1, len(parts) + 1)
+        ]
+        return any(fnmatch.fnmatchcase(s, pattern[3:]) for s in suffixes)
+    return any(fnmatch.fnmatchcase(prefix, pattern.rstrip("/")) for prefix in prefixes)
+
+
+def test_dockerignore_keeps_the_virtualenv_and_git_out() -> None:
+    assert {".venv", ".git", "benchmarks/data"} <= set(_dockerignore_patterns())
+
+
+def test_dockerignore_keeps_every_file_the_distribution_is_built_from() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = [
+        p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    ]
+    shipped = ["pyproject.toml", "README.md"] + [
+        path.relative_to(ROOT).as_posix()
+        for package in packages
+        for path in (ROOT / package).rglob("*")
+        if path.is_file()
+        and "__pycache__" not in path.parts
+        and path.suffix in {".py", ".json", ".yaml", ".ini", ".mako"}
+    ]
+    assert len(shipped) > 10
+    dropped = [f for f in shipped for pattern in _dockerignore_patterns() if _ignored(f, pattern)]
+    assert not dropped
+
+
+# --- docker-compose.yml ------------------------------------------------------------------
+
+
+def test_compose_pins_every_image() -> None:
+    for name, service in _services().items():
+        image = service.get("image", "")
+        tag = image.rsplit(":", 1)[-1] if ":" in image.split("/")[-1] else ""
+        assert tag and tag != "latest", f"{name} image {image!r} is not pinned"
+
+
+def test_compose_builds_preemptctl_from_the_dockerfile_at_the_projects_version() -> None:
+    for name in PREEMPTCTL_SERVICES:
+        service = _services()[name]
+        assert service["build"]["context"] == "."
+        assert service["build"]["dockerfile"] == "Dockerfile"
+        assert service["image"] == f"preemptctl:{_project_version()}"
+
+
+def test_compose_checks_the_health_of_temporal_both_postgres_and_the_worker() -> None:
+    services = _services()
+    for name in ("temporal", "temporal-postgres", "ledger-postgres", "worker"):
+        assert services[name].get("healthcheck", {}).get("test"), f"{name} has no health check"
+
+
+def test_compose_worker_health_check_asks_readyz_with_python() -> None:
+    worker = _services()["worker"]
+    test = worker["healthcheck"]["test"]
+    assert test[:3] == ["CMD", "python", "-c"]
+    port = worker["environment"]["PREEMPT_METRICS_PORT"]
+    assert f"http://127.0.0.1:{port}/readyz" in test[3]
+    assert f"{port}:{port}" in worker["ports"]
+
+
+def test_compose_one_shots_run_migrate_and_setup_temporal_once_their_dependency_is_healthy() -> (
+    None
+):
+    services = _services()
+    assert services["ledger-migrate"]["command"] == ["migrate"]
+    assert services["ledger-migrate"]["depends_on"] == {
+        "ledger-postgres": {"condition": "service_healthy"}
+    }
+    assert services["temporal-setup"]["command"] == ["setup-temporal"]
+    assert services["temporal-setup"]["depends_on"] == {
+        "temporal": {"condition": "service_healthy"}
+    }
+
+
+def test_compose_worker_waits_for_migration_and_temporal_setup_to_complete() -> None:
+    worker = _services()["worker"]
+    assert worker["command"] == ["worker"]
+    assert worker["depends_on"] == {
+        "ledger-migrate": {"condition": "service_completed_successfully"},
+        "temporal-setup": {"condition": "service_completed_successfully"},
+    }
+
+
+def test_compose_worker_database_url_names_ledger_postgres_and_its_credentials() -> None:
+    services = _services()
+    ledger = services["ledger-postgres"]
+    url = urlsplit(services["worker"]["environment"]["PREEMPT_DATABASE_URL"])
+    assert url.scheme == "postgresql"
+    assert url.hostname == "ledger-postgres"
+    assert url.port == _container_port(ledger, default=5432)
+    assert url.username == ledger["environment"]["POSTGRES_USER"]
+    assert url.password == ledger["environment"]["POSTGRES_PASSWORD"]
+    assert url.path.lstrip("/") == ledger["environment"]["POSTGRES_DB"]
+
+
+def test_compose_worker_temporal_address_names_the_temporal_service_and_port() -> None:
+    services = _services()
+    host, port = services["worker"]["environment"]["PREEMPT_TEMPORAL_ADDRESS"].split(":")
+    assert host in services
+    assert int(port) == _container_port(services[host], default=7233)
+    assert services["temporal-ui"]["environment"]["TEMPORAL_ADDRESS"] == f"{host}:{port}"
+
+
+def test_compose_temporal_persists_in_its_own_postgres() -> None:
+    services = _services()
+    temporal, postgres = services["temporal"], services["temporal-postgres"]
+    assert temporal["environment"]["POSTGRES_SEEDS"] == "temporal-postgres"
+    assert temporal["environment"]["POSTGRES_USER"] == postgres["environment"]["POSTGRES_USER"]
+    assert temporal["environment"]["POSTGRES_PWD"] == postgres["environment"]["POSTGRES_PASSWORD"]
+    assert temporal["depends_on"] == {"temporal-postgres": {"condition": "service_healthy"}}
+
+
+def test_compose_preemptctl_services_agree_on_every_shared_setting() -> None:
+    services = _services()
+    seen: dict[str, tuple[str, str]] = {}
+    for name in PREEMPTCTL_SERVICES:
+        for key, value in services[name]["environment"].items():
+            first = seen.setdefault(key, (name, value))
+            assert first[1] == value, f"{key}: {first[0]} says {first[1]!r}, {name} {value!r}"
+
+
+def test_compose_worker_mounts_the_kubeconfig_read_only_where_kubeconfig_points() -> None:
+    worker = _services()["worker"]
+    target = worker["environment"]["KUBECONFIG"]
+    assert target == "/etc/preemptctl/kubeconfig"
+    assert f"${{KUBECONFIG:-~/.kube/config}}:{target}:ro" in worker["volumes"]
+
+
+def test_compose_worker_starts_in_shadow_mode() -> None:
+    assert _services()["worker"]["environment"]["PREEMPT_DRY_RUN"] == "${PREEMPT_DRY_RUN:-true}"
+
+
+# --- docs/adopting.md --------------------------------------------------------------------
+
+
+def _guide() -> str:
+    return (ROOT / "docs" / "adopting.md").read_text()
+
+
+def _guide_table(heading: str) -> list[list[str]]:
+    """The cells of the first table after `heading`, without its header and separator."""
+    lines = _guide().split(heading, 1)[1].splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[first:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows[2:]
+
+
+def test_guide_rbac_table_is_the_cluster_role() -> None:
+    grants: dict[tuple[str, str], set[str]] = {}
+    group = resource = ""
+    for cells in _guide_table("## RBAC, line by line"):
+        group = cells[0].strip("`") if cells[0] else group
+        resource = cells[1].strip("`") if cells[1] else resource
+        key = ("" if group == '""' else group, resource)
+        grants.setdefault(key, set()).update(re.findall(r"`([^`]+)`", cells[2]))
+    role = _one("ClusterRole", "clusterrole.yaml")
+    assert grants == _rules_as_grants(role["rules"])
+
+
+def test_guide_settings_table_is_the_configmap() -> None:
+    table = {
+        cells[0].strip("`"): cells[1].strip("`")
+        for cells in _guide_table("The settings in the ConfigMap:")
+    }
+    assert table == _configmap()
+
+
+def test_guide_scheduler_sample_is_the_shipped_configuration() -> None:
+    blocks = re.findall(r"```yaml\n(.*?)```", _guide(), flags=re.S)
+    samples = [yaml.safe_load(b) for b in blocks if "KubeSchedulerConfiguration" in b]
+    shipped = _one("KubeSchedulerConfiguration", "kube-scheduler-config.yaml")
+    assert samples == [shipped]
+
+
+def test_guide_commands_name_objects_that_deploy_creates() -> None:
+    names = {
+        (obj["kind"], obj["metadata"]["name"])
+        for obj in _objects()
+        if obj["kind"] not in NOT_API_OBJECTS
+    }
+    short = {"job": "Job", "deploy": "Deployment"}
+    guide = _guide()
+    referenced = {
+        (short[kind], name)
+        for kind, name in re.findall(r"(?<![\w/.-])(job|deploy)/([a-z0-9-]+)(?![\w.-])", guide)
+    }
+    referenced |= {("ConfigMap", n) for n in re.findall(r"patch configmap ([a-z0-9-]+)", guide)}
+    referenced |= {("Secret", n) for n in re.findall(r"create secret generic ([a-z0-9-]+)", guide)}
+    referenced |= {
+        ("Namespace", n)
+        for n in re.findall(
+            r"kubectl -n ([a-z0-9-]+) (?:exec|rollout|wait|delete|patch|create)", guide
+        )
+    }
+    assert {kind for kind, _ in referenced} >= {"Job", "Deployment", "Secret", "Namespace"}
+    assert referenced <= names
