@@ -23,15 +23,18 @@ needs no new dependency.
 
 Layout: `store` (objects, revisions, history, graceful deletion), `watch` (one watch
 stream), `patch` (merge, strategic merge, JSON patch), `eviction` (PDB-checked delete),
-`selectors`, `faults`, `requestlog`, `routing` (path to verb/resource), `handlers` (REST
-semantics), `http_server` (the wire), `kubeconfig`, `scenario` (List files), and `api`
-(`Emulator`, the public entry point).
+`binding` (the `pods/binding` subresource), `selectors`, `faults`, `requestlog`, `routing`
+(path to verb/resource), `handlers` (REST semantics), `http_server` (the wire),
+`kubeconfig`, `scenario` (List files), `api` (`Emulator`, the public entry point), and
+`simulation` (`SimulatedCluster`: the emulator plus a scheduler and a kubelet that judge fit
+with the planner's filters, for `preemptctl dev`).
 """
 
 from emulator.api import Emulator
 from emulator.faults import DEFAULT_USER, Fault, Faults
 from emulator.requestlog import Request, RequestLog
 from emulator.scenario import ScenarioError
+from emulator.simulation import SimulatedCluster, SimulatedKubelet, SimulatedScheduler
 
 __all__ = [
     "DEFAULT_USER",
@@ -41,4 +44,7 @@ __all__ = [
     "Request",
     "RequestLog",
     "ScenarioError",
+    "SimulatedCluster",
+    "SimulatedKubelet",
+    "SimulatedScheduler",
 ]

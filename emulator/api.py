@@ -1,9 +1,10 @@
 """`Emulator`: the one object tests, benchmarks and the simulated cluster hold.
 
 It owns the server thread and a reaper thread (the kubelet's part of graceful deletion: a
-terminating pod goes away when its grace period ends). Everything else is reached through
-its attributes: `store` for direct state access, `faults` to inject failures, `requests` to
-see what callers sent, `kubeconfig_path` for the client.
+terminating pod goes away when its grace period ends; with `reap_interval=None` the
+`SimulatedKubelet` of `emulator.simulation` does it instead). Everything else is reached
+through its attributes: `store` for direct state access, `faults` to inject failures,
+`requests` to see what callers sent, `kubeconfig_path` for the client.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ class Emulator:
 
     `bookmark_interval` is how often watches that allow bookmarks get one (a real server
     sends one about every minute; tests want them sooner). `history_limit` is how many
-    changes a watch can resume across before it gets 410 Gone."""
+    changes a watch can resume across before it gets 410 Gone. `reap_interval` is how often
+    terminating pods whose grace period is over are removed; None runs no reaper (the
+    simulated kubelet reaps instead, with its own cap on grace periods)."""
 
     def __init__(
         self,
@@ -39,7 +42,7 @@ class Emulator:
         port: int = 0,
         bookmark_interval: float = 1.0,
         history_limit: int = 200_000,
-        reap_interval: float = 0.05,
+        reap_interval: float | None = 0.05,
     ) -> None:
         self.store = Store(history_limit=history_limit)
         self.faults = Faults()
@@ -75,8 +78,11 @@ class Emulator:
                 name="emulator-http",
                 daemon=True,
             ),
-            threading.Thread(target=self._reap, name="emulator-kubelet", daemon=True),
         ]
+        if self._reap_interval is not None:
+            self._threads.append(
+                threading.Thread(target=self._reap, name="emulator-reaper", daemon=True)
+            )
         for thread in self._threads:
             thread.start()
         return self.base_url
@@ -112,6 +118,7 @@ class Emulator:
         self.stop()
 
     def _reap(self) -> None:
+        assert self._reap_interval is not None
         while not self._stopped.wait(self._reap_interval):
             self.store.reap()
 

@@ -1,5 +1,5 @@
 """REST semantics per verb: what the generic registry answers to get, list, create, update,
-patch, delete and evict, given a parsed request. No HTTP here; `http_server` does the wire."""
+patch, delete, evict and bind, given a parsed request. No HTTP here; `http_server` does the wire."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulator import status
+from emulator.binding import bind
 from emulator.eviction import evict
 from emulator.resources import PODS
 from emulator.routing import Route
 from emulator.selectors import field_selector, label_selector
 from emulator.store import Obj, Store
+
+_CREATE_ONLY = frozenset({"eviction", "binding"})  # subresources served for POST alone
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,10 @@ def handle(
 ) -> Response:
     resource = route.resource
     verb = route.verb
+    if route.subresource in _CREATE_ONLY and verb != "create":
+        raise status.ApiError(
+            405, status.status_body(405, "MethodNotAllowed", f"{verb} is not supported here")
+        )
     if verb == "get":
         return Response(200, store.get(resource, route.namespace, route.name))
     if verb == "list":
@@ -67,6 +74,8 @@ def handle(
         )
     if verb == "create" and route.subresource == "eviction":
         return Response(201, evict(store, route.namespace, route.name, _object(body)))
+    if verb == "create" and route.subresource == "binding":
+        return Response(201, bind(store, route.namespace, route.name, _object(body)))
     if verb == "create":
         namespace = route.namespace
         if resource.namespaced and not namespace:

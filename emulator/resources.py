@@ -38,7 +38,7 @@ class Resource:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
-PODS = Resource("", "v1", "pods", "Pod", True, frozenset({"status", "eviction"}))
+PODS = Resource("", "v1", "pods", "Pod", True, frozenset({"status", "eviction", "binding"}))
 NODES = Resource("", "v1", "nodes", "Node", False, frozenset({"status"}))
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False, frozenset({"status"}))
 EVENTS = Resource("", "v1", "events", "Event", True)

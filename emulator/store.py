@@ -94,7 +94,8 @@ class Store:
         self._watchers: set[Watcher] = set()
         self._snapshots: OrderedDict[int, tuple[int, list[Obj]]] = OrderedDict()
         self._snapshot_ids = itertools.count(1)
-        self._deadlines: dict[Key, float] = {}  # terminating pods -> monotonic deadline
+        # terminating pods -> (monotonic start of termination, grace period in seconds)
+        self._deadlines: dict[Key, tuple[float, float]] = {}
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -198,7 +199,8 @@ class Store:
 
     def load(self, resource: Resource, body: Mapping[str, Any]) -> Obj:
         """Put an object as given (keeping its uid), replacing any with the same name: how a
-        scenario file seeds the cluster."""
+        scenario file seeds the cluster. A bound pod loaded terminating gets its
+        `deletionGracePeriodSeconds` from now on, so it ends like one deleted here."""
         obj = _copy(body)
         meta = obj.setdefault("metadata", {})
         namespace = (meta.get("namespace") or "default") if resource.namespaced else ""
@@ -211,6 +213,14 @@ class Store:
         with self.lock:
             key = (namespace, meta["name"])
             kind = MODIFIED if key in self._objects[resource.key] else ADDED
+            if resource is PODS:
+                self._deadlines.pop(key, None)
+            if resource is PODS and meta.get("deletionTimestamp") and _bound(obj):
+                grace = meta.get("deletionGracePeriodSeconds")
+                self._deadlines[key] = (
+                    time.monotonic(),
+                    float(grace if grace is not None else DEFAULT_GRACE_SECONDS),
+                )
             return self._commit(resource, key, obj, kind)
 
     def update(
@@ -254,6 +264,23 @@ class Store:
                     f'Invalid value: "{wanted_uid}": field is immutable',
                 )
             return self._replace(resource, current, patched, subresource)
+
+    def guaranteed_update(
+        self, resource: Resource, namespace: str, name: str, change: Callable[[Obj], Obj]
+    ) -> Obj:
+        """One read-modify-write committed as one change (the registry's `GuaranteedUpdate`):
+        `change` gets a copy of the current object and returns the new one, or raises
+        `ApiError` to refuse. Spec and status may both change, as registry-internal updates
+        such as a binding do; identity metadata is kept."""
+        with self.lock:
+            current = self.get(resource, namespace, name)
+            new = change(_copy(current))
+            meta = new.setdefault("metadata", {})
+            for kept in ("uid", "creationTimestamp", "namespace", "name"):
+                if kept in current["metadata"]:
+                    meta[kept] = current["metadata"][kept]
+            key = (current["metadata"].get("namespace", ""), name)
+            return self._commit(resource, key, new, MODIFIED, previous=current)
 
     def _replace(self, resource: Resource, current: Obj, new: Obj, subresource: str) -> Obj:
         meta = dict(current["metadata"])
@@ -319,7 +346,7 @@ class Store:
         positive grace period terminates; anything else is deleted at once."""
         if grace_period == 0:
             return False
-        if not (pod.get("spec") or {}).get("nodeName"):
+        if not _bound(pod):
             return False
         phase = (pod.get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed"):
@@ -340,7 +367,7 @@ class Store:
         current_grace = meta.get("deletionGracePeriodSeconds")
         if current_grace is not None and current_grace <= grace_period:
             return pod  # already terminating at least as fast: a repeated delete is a no-op
-        self._deadlines[key] = time.monotonic() + grace_period
+        self._deadlines[key] = (time.monotonic(), float(grace_period))
         return self._mark_deleting(PODS, key, pod, grace_period)
 
     def _mark_deleting(self, resource: Resource, key: Key, obj: Obj, grace: int) -> Obj:
@@ -356,11 +383,17 @@ class Store:
             self.get(PODS, namespace, name)  # 404 when there is nothing to finalize
             return self._remove(PODS, (namespace, name))
 
-    def reap(self) -> int:
-        """Delete the terminating pods whose grace period is over; how many went."""
+    def reap(self, max_grace: float | None = None) -> int:
+        """Delete the terminating pods whose grace period is over, counting a grace period
+        longer than `max_grace` seconds as `max_grace` (None: no cap); how many went."""
         moment = time.monotonic()
+        cap = float("inf") if max_grace is None else max_grace
         with self.lock:
-            due = [key for key, deadline in self._deadlines.items() if deadline <= moment]
+            due = [
+                key
+                for key, (started, grace) in self._deadlines.items()
+                if started + min(grace, cap) <= moment
+            ]
             for key in due:
                 if key in self._objects[PODS.key]:
                     self._remove(PODS, key)
@@ -448,6 +481,10 @@ class Store:
         """Hold the store still across several calls (an eviction reads a PDB and a pod)."""
         with self.lock:
             yield
+
+
+def _bound(pod: Obj) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
 
 
 def _encode_continue(snapshot_id: int, offset: int) -> str:

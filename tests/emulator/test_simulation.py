@@ -1,0 +1,323 @@
+"""The simulated cluster: scheduler, kubelet, and the two on the product's default scenario.
+
+Scenarios, the scheduler (one pass at a time, no server needed):
+- a pending pod that fits is bound to the first node it fits, by name;
+- a pod that fits nowhere is marked PodScheduled=False, Unschedulable, with the FitError
+  message upstream writes ("0/N nodes are available: ..."), and only once;
+- a pod whose nominated node fits is bound there, even when an earlier node fits too;
+- a pod whose nominated node no longer fits goes to the first node that does;
+- a nominated pod of higher priority holds its node against a lower-priority pod;
+- a terminating pod occupies its node until it is gone;
+- a higher-priority pod is bound first when only one of two fits;
+- pods of other schedulers are left alone;
+- a fault injected for the controller is not consumed by the scheduler.
+The kubelet:
+- a terminating pod is finished after its grace period, capped at max_grace_seconds;
+- without a cap, the pod's own grace period holds;
+- a pod a scenario loads already terminating is finished the same way;
+- a bound pending pod becomes Running, with a startTime, after the start delay.
+The cluster (emulator, scheduler and kubelet running):
+- on the online-offline scenario with no controller, nginx-a ends Unschedulable (so a
+  controller would act) and report-x stays pending, nominated to node-1;
+- when the test plays the controller (nominates nginx-a to node-1, deletes the planner's
+  victims batch-1a and batch-1b), nginx-a is bound to node-1 only after both are gone.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from emulator import Emulator
+from emulator.patch import MERGE_PATCH
+from emulator.resources import PODS
+from emulator.simulation import SimulatedCluster, SimulatedKubelet, SimulatedScheduler
+from tests.support.emulator import as_list, node, pod
+from worker.scenarios import ONLINE_OFFLINE
+
+
+def _pod(name: str, created: str = "2026-11-01T08:00:00Z", **options: Any) -> dict[str, Any]:
+    built = pod(name, **options)
+    built["metadata"]["creationTimestamp"] = created
+    return built
+
+
+def _cordoned(name: str, cpu: str = "4") -> dict[str, Any]:
+    built = node(name, cpu=cpu)
+    built["spec"] = {"unschedulable": True}
+    return built
+
+
+def _scheduler(*objects: dict[str, Any]) -> tuple[Emulator, SimulatedScheduler]:
+    """An emulator that is never started (the scheduler works on its store) and a scheduler."""
+    emulator = Emulator()
+    emulator.load(as_list(*objects))
+    return emulator, SimulatedScheduler(emulator.store)
+
+
+def _stored(emulator: Emulator, key: str) -> dict[str, Any]:
+    found = emulator.pod(key)
+    assert found is not None, key
+    return found
+
+
+def _scheduled(pod_obj: dict[str, Any]) -> dict[str, Any] | None:
+    for condition in pod_obj["status"].get("conditions") or ():
+        if condition["type"] == "PodScheduled":
+            found: dict[str, Any] = condition
+            return found
+    return None
+
+
+# -- the scheduler ------------------------------------------------------------------------------
+
+
+def test_pod_that_fits_is_bound_to_the_first_fitting_node() -> None:
+    emulator, scheduler = _scheduler(
+        node("n1", cpu="1"),
+        node("n2", cpu="4"),
+        node("n3", cpu="4"),
+        _pod("busy", node_name="n1", cpu="1"),
+        _pod("web", cpu="2"),
+    )
+    assert scheduler.schedule_pass() == 1
+    web = _stored(emulator, "default/web")
+    assert web["spec"]["nodeName"] == "n2"
+    condition = _scheduled(web)
+    assert condition is not None and condition["status"] == "True"
+
+
+def test_pod_that_fits_nowhere_is_marked_unschedulable_with_the_fit_error() -> None:
+    emulator, scheduler = _scheduler(
+        node("n1", cpu="1"),
+        _cordoned("n2"),
+        _pod("busy", node_name="n1", cpu="1"),
+        _pod("web", cpu="2"),
+    )
+    scheduler.schedule_pass()
+    web = _stored(emulator, "default/web")
+    assert "nodeName" not in web["spec"]
+    condition = _scheduled(web)
+    assert condition is not None
+    assert (condition["status"], condition["reason"], condition["message"]) == (
+        "False",
+        "Unschedulable",
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) were unschedulable.",
+    )
+
+
+def test_unschedulable_condition_is_written_once() -> None:
+    emulator, scheduler = _scheduler(node("n1", cpu="1"), _pod("web", cpu="2"))
+    assert scheduler.schedule_pass() == 1
+    revision = emulator.store.revision
+    assert scheduler.schedule_pass() == 0
+    assert emulator.store.revision == revision
+    assert scheduler.settled_revision == revision
+
+
+def test_nominated_node_is_preferred_when_it_fits() -> None:
+    emulator, scheduler = _scheduler(
+        node("n1"), node("n2"), _pod("web", cpu="1", nominated_node="n2")
+    )
+    scheduler.schedule_pass()
+    assert _stored(emulator, "default/web")["spec"]["nodeName"] == "n2"
+
+
+def test_pod_whose_nominated_node_is_full_goes_to_the_first_that_fits() -> None:
+    emulator, scheduler = _scheduler(
+        node("n1"),
+        node("n2", cpu="1"),
+        _pod("busy", node_name="n2", cpu="1"),
+        _pod("web", cpu="1", nominated_node="n2"),
+    )
+    scheduler.schedule_pass()
+    assert _stored(emulator, "default/web")["spec"]["nodeName"] == "n1"
+
+
+def test_higher_priority_nomination_holds_its_node() -> None:
+    emulator, scheduler = _scheduler(
+        node("n1", cpu="2"),
+        _cordoned("n2"),
+        _pod("busy", node_name="n1", cpu="1"),
+        _pod("preemptor", cpu="2", priority=1000, nominated_node="n1"),
+        _pod("small", cpu="1", priority=10),
+    )
+    scheduler.schedule_pass()
+    small = _stored(emulator, "default/small")
+    assert "nodeName" not in small["spec"]
+    condition = _scheduled(small)
+    assert condition is not None and condition["reason"] == "Unschedulable"
+
+
+def test_terminating_pod_occupies_its_node_until_it_is_gone() -> None:
+    emulator, scheduler = _scheduler(
+        node("n1", cpu="1"), _pod("victim", node_name="n1", cpu="1", grace_period=30)
+    )
+    emulator.store.delete(PODS, "default", "victim")
+    emulator.load(_pod("web", cpu="1"))
+    scheduler.schedule_pass()
+    assert "nodeName" not in _stored(emulator, "default/web")["spec"]
+    emulator.finalize("default/victim")
+    scheduler.schedule_pass()
+    assert _stored(emulator, "default/web")["spec"]["nodeName"] == "n1"
+
+
+def test_higher_priority_pod_is_bound_first() -> None:
+    emulator, scheduler = _scheduler(
+        node("n1", cpu="1"),
+        _pod("early-low", cpu="1", priority=10, created="2026-11-01T08:00:00Z"),
+        _pod("late-high", cpu="1", priority=1000, created="2026-11-01T09:00:00Z"),
+    )
+    scheduler.schedule_pass()
+    assert _stored(emulator, "default/late-high")["spec"]["nodeName"] == "n1"
+    assert "nodeName" not in _stored(emulator, "default/early-low")["spec"]
+
+
+def test_pods_of_other_schedulers_are_left_alone() -> None:
+    other = _pod("batch", cpu="1")
+    other["spec"]["schedulerName"] = "volcano"
+    emulator, scheduler = _scheduler(node("n1"), other)
+    before = _stored(emulator, "default/batch")
+    assert scheduler.schedule_pass() == 0
+    assert _stored(emulator, "default/batch") is before
+
+
+def test_faults_for_the_controller_are_not_consumed_by_the_scheduler() -> None:
+    emulator, scheduler = _scheduler(node("n1", cpu="1"), _pod("web", cpu="2"))
+    fault = emulator.faults.fail("patch", "pods/status", 503, times=1)
+    scheduler.schedule_pass()
+    assert _scheduled(_stored(emulator, "default/web")) is not None
+    assert (fault.hits, fault.times) == (0, 1)
+
+
+# -- the kubelet --------------------------------------------------------------------------------
+
+
+def _tick_until(kubelet: SimulatedKubelet, condition: Any, timeout: float = 3.0) -> bool:
+    """Play the kubelet's loop here (it is not started) until `condition` holds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        kubelet.tick()
+        if condition():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def test_terminating_pod_is_finished_after_the_capped_grace_period() -> None:
+    emulator = Emulator()
+    emulator.load(as_list(node("n1"), _pod("victim", node_name="n1", grace_period=30)))
+    kubelet = SimulatedKubelet(emulator.store, max_grace_seconds=0.3)
+    started = time.monotonic()
+    emulator.store.delete(PODS, "default", "victim")
+    kubelet.tick()
+    assert emulator.pod("default/victim") is not None
+    assert _tick_until(kubelet, lambda: emulator.pod("default/victim") is None)
+    assert 0.3 <= time.monotonic() - started < 3.0
+
+
+def test_without_a_cap_the_pods_own_grace_period_holds() -> None:
+    emulator = Emulator()
+    emulator.load(as_list(node("n1"), _pod("victim", node_name="n1", grace_period=1)))
+    kubelet = SimulatedKubelet(emulator.store, max_grace_seconds=None)
+    started = time.monotonic()
+    emulator.store.delete(PODS, "default", "victim")
+    assert _tick_until(kubelet, lambda: emulator.pod("default/victim") is None)
+    assert time.monotonic() - started >= 1.0
+
+
+def test_pod_loaded_terminating_is_finished_too() -> None:
+    terminating = _pod("victim", node_name="n1")
+    terminating["metadata"]["deletionTimestamp"] = "2026-11-01T08:00:30Z"
+    terminating["metadata"]["deletionGracePeriodSeconds"] = 30
+    emulator = Emulator()
+    emulator.load(as_list(node("n1"), terminating))
+    kubelet = SimulatedKubelet(emulator.store, max_grace_seconds=0.2)
+    assert _tick_until(kubelet, lambda: emulator.pod("default/victim") is None)
+
+
+def test_bound_pending_pod_is_started_after_the_start_delay() -> None:
+    emulator = Emulator()
+    emulator.load(as_list(node("n1"), _pod("web", node_name="n1", phase="Pending")))
+    kubelet = SimulatedKubelet(emulator.store, start_delay=0.2)
+    started = time.monotonic()
+    kubelet.tick()
+    assert _stored(emulator, "default/web")["status"]["phase"] == "Pending"
+    assert _tick_until(
+        kubelet, lambda: _stored(emulator, "default/web")["status"]["phase"] == "Running"
+    )
+    assert time.monotonic() - started >= 0.2
+    web = _stored(emulator, "default/web")
+    assert web["status"]["startTime"]
+    assert {c["type"] for c in web["status"]["conditions"] if c["status"] == "True"} >= {
+        "Ready",
+        "ContainersReady",
+        "Initialized",
+    }
+
+
+# -- the cluster on the default scenario --------------------------------------------------------
+
+
+NGINX_A_FIT_ERROR = (
+    "0/5 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, "
+    "1 node(s) were unschedulable, 3 Insufficient cpu."
+)
+
+
+def _cluster() -> SimulatedCluster:
+    return SimulatedCluster(max_grace_seconds=0.5, start_delay=0.05, interval=0.02)
+
+
+def test_default_scenario_without_a_controller_leaves_nginx_a_unschedulable() -> None:
+    with _cluster() as cluster:
+        cluster.load(ONLINE_OFFLINE)
+        assert cluster.wait_until_quiet(timeout=10)
+        nginx = _stored(cluster.emulator, "default/nginx-a")
+        report = _stored(cluster.emulator, "default/report-x")
+    assert "nodeName" not in nginx["spec"]
+    condition = _scheduled(nginx)
+    assert condition is not None
+    assert (condition["status"], condition["reason"], condition["message"]) == (
+        "False",
+        "Unschedulable",
+        NGINX_A_FIT_ERROR,
+    )
+    assert "nodeName" not in report["spec"]
+    assert report["status"]["nominatedNodeName"] == "node-1"
+    assert report["status"]["phase"] == "Pending"
+
+
+def test_nginx_a_is_bound_to_node_1_once_the_victims_are_gone() -> None:
+    with _cluster() as cluster:
+        cluster.load(ONLINE_OFFLINE)
+        assert cluster.wait_until_quiet(timeout=10)
+        store = cluster.store
+        since = store.revision
+        # the controller's part: nominate, clear the lower nomination, delete the victims
+        for name, nominated in (("nginx-a", "node-1"), ("report-x", None)):
+            store.patch(
+                PODS,
+                "default",
+                name,
+                MERGE_PATCH,
+                {"status": {"nominatedNodeName": nominated}},
+                subresource="status",
+            )
+        for victim in ("batch-1a", "batch-1b"):
+            store.delete(PODS, "default", victim)
+        assert cluster.wait_until_quiet(timeout=10)
+        watcher, history = store.watch(PODS, since)
+        store.unwatch(watcher)
+        nginx = _stored(cluster.emulator, "default/nginx-a")
+    assert nginx["spec"]["nodeName"] == "node-1"
+    assert nginx["status"]["phase"] == "Running"
+    gone = {e.obj["metadata"]["name"]: e.rv for e in history if e.type == "DELETED"}
+    bound = next(
+        e.rv
+        for e in history
+        if e.obj["metadata"]["name"] == "nginx-a" and e.obj["spec"].get("nodeName")
+    )
+    assert set(gone) == {"batch-1a", "batch-1b"}
+    assert bound > max(gone.values())
