@@ -125,6 +125,7 @@ def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping
         preemption_policy=spec.get("preemptionPolicy") or PREEMPT_LOWER_PRIORITY,
         scheduler_name=spec.get("schedulerName") or "default-scheduler",
         phase=status.get("phase") or "Pending",
+        status_reason=str(status.get("reason") or ""),
         terminating=meta.get("deletionTimestamp") is not None,
         disrupted_by_scheduler=disrupted,
         unschedulable=unschedulable,

@@ -172,6 +172,7 @@ class Pod:
     preemption_policy: str = PREEMPT_LOWER_PRIORITY
     scheduler_name: str = "default-scheduler"
     phase: str = "Pending"
+    status_reason: str = ""  # e.g. the kubelet's OutOfcpu when admission failed
     terminating: bool = False
     disrupted_by_scheduler: bool = False
     unschedulable: bool = False

