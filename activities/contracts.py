@@ -40,6 +40,10 @@ class SelectInput:
     strategy: str = "default"
     dry_run: bool = False
     reservation_seconds: float = 600.0
+    # With these, the decision is written ahead by the select activity itself, under the
+    # ledger-wide decision lock (see ledger.claims).
+    run_id: str = ""
+    occurred_at: str = ""
 
 
 @dataclass

@@ -13,11 +13,11 @@ the same freed capacity (see `preemption.reservations`).
 
 from __future__ import annotations
 
-import threading
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine
@@ -41,10 +41,11 @@ from activities.kube.client import KubeClient
 from activities.kube.outcomes import KubeCallError, WriteOutcome
 from activities.kube.pods import Presence, get_pod
 from activities.kube.view import ClusterView
+from ledger.claims import decision_lock, open_claims
 from ledger.errors import LedgerError
 from ledger.events import LedgerEvent, decision_events
 from ledger.kinds import EventKind
-from ledger.writer import append_batch
+from ledger.writer import append_batch, append_batch_on
 from preemption.decision import Decision, Outcome, PodRef, Strategy
 from preemption.decode import decode_pod
 from preemption.default_preemption import PreemptionArgs
@@ -117,7 +118,6 @@ class PreemptionActivities:
         ledger: Engine,
         *,
         identity: str = "preemptctl",
-        book: ReservationBook | None = None,
         view_ready_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
         planner_args: PreemptionArgs | None = None,
@@ -127,8 +127,6 @@ class PreemptionActivities:
         self._view = view
         self._ledger = ledger
         self._identity = identity
-        self._book = book or ReservationBook()
-        self._decide = threading.Lock()
         self._decisions = 0
         self._view_ready_timeout = view_ready_timeout
         self._clock = clock
@@ -155,12 +153,14 @@ class PreemptionActivities:
 
     @activity.defn(name="select_preemption")
     def select_preemption(self, request: SelectInput) -> Selection:
-        """Re-read the preemptor, then decide over the cluster view with every in-flight
-        preemption counted as done; a decision to preempt reserves what it claims.
+        """Re-read the preemptor, then decide over the cluster view with every preemption in
+        flight (the ledger's open claims, whichever worker made them) counted as done, and
+        write the decision ahead in the same transaction, under the ledger-wide decision
+        lock: decisions are serial across all replicas, and a claim exists from the moment
+        its decision does.
 
         The decision JSON gains a `context`: this worker's identity, the decision's sequence
-        number in it, and the in-flight preemptions it counted as done, so the ledger shows
-        what else was claimed when this decision was made."""
+        number in it, and the in-flight preemptions it counted as done."""
         preemptor = request.preemptor
         with kube_errors():
             lookup = get_pod(self._kube, preemptor)
@@ -177,24 +177,38 @@ class PreemptionActivities:
             return Selection(ABORTED, f"the preemptor is already bound to {bound_to}", preemptor)
         if not self._view.wait_ready(self._view_ready_timeout):
             raise ApplicationError("the cluster view has not finished its initial sync yet")
+        scheduler = str(lookup.pod["spec"].get("schedulerName") or "default-scheduler")
+        try:
+            return self._decide_and_write_ahead(request, lookup.pod, strategy, scheduler)
+        except LedgerError as error:
+            raise ApplicationError(
+                f"ledger unavailable: {error}", type="LedgerUnavailable"
+            ) from None
+
+    def _decide_and_write_ahead(
+        self, request: SelectInput, pod: dict[str, Any], strategy: Strategy, scheduler: str
+    ) -> Selection:
+        preemptor = request.preemptor
         now = self._clock()
-        with self._decide, self._view.read() as snapshot:
-            self._book.prune(snapshot, now)
+        since = datetime.now(UTC) - timedelta(seconds=request.reservation_seconds)
+        with decision_lock(self._ledger) as connection, self._view.read() as snapshot:
+            book = ReservationBook()
+            for claim in open_claims(connection, since):
+                if claim.preemptor_uid != preemptor.uid:
+                    book.reserve(
+                        Reservation(claim.preemptor_uid, claim.node, claim.victim_uids, math.inf)
+                    )
+            book.prune(snapshot, now)
             self._decisions += 1
             context = {
                 "worker": self._identity,
                 "sequence": self._decisions,
                 "inFlight": [
-                    snapshot.pods[uid].key
-                    for uid in self._book.holders(excluding=preemptor.uid)
-                    if uid in snapshot.pods
+                    snapshot.pods[uid].key for uid in book.holders() if uid in snapshot.pods
                 ],
             }
             try:
-                with (
-                    self._book.applied(snapshot, preemptor.uid),
-                    _fresh_preemptor(snapshot, lookup.pod),
-                ):
+                with book.applied(snapshot, preemptor.uid), _fresh_preemptor(snapshot, pod):
                     decision = plan(snapshot, preemptor.key, strategy, self._planner_args)
             except PlannerInputError as error:
                 raise ApplicationError(
@@ -203,40 +217,49 @@ class PreemptionActivities:
             wait = 0.0
             if decision.status is Outcome.PREEMPT and not request.dry_run and self._budget:
                 wait = self._budget.take(len(decision.victims), now)
+            selection = _selection(decision, scheduler)
+            assert selection.decision is not None
+            selection.decision["context"] = context
             if wait:
-                self._book.release(preemptor.uid)
-            elif decision.status is Outcome.PREEMPT and not request.dry_run:
-                assert decision.nominated_node is not None
-                self._book.reserve(
-                    Reservation(
-                        preemptor.uid,
-                        decision.nominated_node,
-                        frozenset(victim.uid for victim in decision.victims),
-                        now + request.reservation_seconds,
-                    )
+                assert self._budget is not None
+                selection.status, selection.retry_after_seconds = THROTTLED, wait
+                selection.message = (
+                    f"held back by the eviction budget ({self._budget.per_minute}/min): "
+                    f"{len(decision.victims)} victim(s) fit in {wait:.0f}s; {decision.message}"
                 )
-            else:
-                self._book.release(preemptor.uid)
-        selection = _selection(
-            decision, str(lookup.pod["spec"].get("schedulerName") or "default-scheduler")
-        )
-        assert selection.decision is not None
-        selection.decision["context"] = context
-        if wait:
-            assert self._budget is not None
-            selection.status, selection.retry_after_seconds = THROTTLED, wait
-            selection.message = (
-                f"held back by the eviction budget ({self._budget.per_minute}/min): "
-                f"{len(decision.victims)} victim(s) fit in {wait:.0f}s; {decision.message}"
-            )
+            elif request.run_id:
+                append_batch_on(connection, self._write_ahead(request, selection))
         return selection
+
+    def _write_ahead(self, request: SelectInput, selection: Selection) -> list[LedgerEvent]:
+        """The decision's events, keyed as the workflow keys them (its own later append of
+        the same events is then a no-op); a dry run ends here, so its end is written too."""
+        assert selection.decision is not None and selection.preemptor is not None
+        occurred_at = datetime.fromisoformat(request.occurred_at)
+        batch = decision_events(
+            request.preemption_id,
+            request.run_id,
+            selection.preemptor,
+            selection.decision,
+            occurred_at,
+        )
+        if request.dry_run and selection.status == Outcome.PREEMPT.value:
+            batch.append(
+                LedgerEvent(
+                    request.preemption_id,
+                    request.run_id,
+                    EventKind.DRY_RUN,
+                    selection.preemptor,
+                    node=selection.node,
+                    occurred_at=occurred_at,
+                )
+            )
+        return batch
 
     @activity.defn(name="release_reservation")
     def release_reservation(self, preemptor: PodRef) -> None:
-        """Give back what a preemption that will not finish had claimed (best effort: a
-        reservation also lapses by itself)."""
-        with self._decide:
-            self._book.release(preemptor.uid)
+        """Kept so that preemptions started by an older worker (which released an in-memory
+        reservation here) can finish; claims now end with their run's terminal event."""
 
     # -- the ledger -------------------------------------------------------------------------
 

@@ -78,6 +78,10 @@ class Backoff:
         self._attempts[uid] = attempts
         self._next[uid] = now + min(INITIAL_BACKOFF * 2 ** (attempts - 1), MAX_BACKOFF)
 
+    def hold(self, uid: str, until: float) -> None:
+        """Do not try `uid` before `until` (a preemption for it just ended)."""
+        self._next[uid] = max(self._next.get(uid, 0.0), until)
+
     def forget(self, uid: str) -> None:
         self._attempts.pop(uid, None)
         self._next.pop(uid, None)
@@ -288,6 +292,9 @@ class TriggerLoop:
             fields = {"message": f"lost track of the preemption: {error}"}
         finally:
             self._tried.add(pod.uid)
+            # The cluster view may trail the API by a moment: give it time to show what the
+            # preemption did before the pod can look like it needs one again.
+            self._backoff.hold(pod.uid, self._clock() + MAX_BACKOFF)
             self._in_flight.pop(pod.uid, None)
             self._handles.pop(pod.uid, None)
             self._metrics.in_flight.set(len(self._in_flight))

@@ -213,7 +213,12 @@ class PreemptionWorkflow:
         selection = await workflow.execute_activity_method(
             PreemptionActivities.select_preemption,
             SelectInput(
-                workflow.info().workflow_id, request.preemptor, request.strategy, request.dry_run
+                workflow.info().workflow_id,
+                request.preemptor,
+                request.strategy,
+                request.dry_run,
+                run_id=workflow.info().run_id,
+                occurred_at=workflow.now().isoformat(),
             ),
             summary=f"select victims for {request.preemptor.key}",
             **self._timeouts(KUBE_TIMEOUTS),
@@ -520,7 +525,10 @@ class PreemptionWorkflow:
         self._upsert(
             [sa.PREEMPTION_PHASE.value_set("finished"), sa.PREEMPTION_OUTCOME.value_set(outcome)]
         )
-        if outcome in ("failed", "aborted") and self._preemptor is not None:
+        # Claims now end with the run's terminal event in the ledger; runs recorded before
+        # that released an in-memory reservation here.
+        releases = not workflow.patched("claims-in-ledger")
+        if releases and outcome in ("failed", "aborted") and self._preemptor is not None:
             await workflow.execute_activity_method(
                 PreemptionActivities.release_reservation,
                 self._preemptor,

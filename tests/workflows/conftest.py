@@ -16,21 +16,7 @@ from ledger.engine import create_ledger_engine
 from migrations import upgrade
 from tests.support.emulator import running_emulator
 from tests.support.postgres import fresh_database
-from tests.support.temporal import temporal_cli, temporal_test_server
-from workflows import search_attributes
-
-
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def temporal() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_cli(),
-        search_attributes=search_attributes.ALL,
-        dev_server_log_level="error",
-    )
-    try:
-        yield env
-    finally:
-        await env.shutdown()
+from tests.support.temporal import temporal_test_server
 
 
 @pytest_asyncio.fixture(loop_scope="session")

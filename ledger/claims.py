@@ -1,0 +1,106 @@
+"""Claims: the preemptions in flight, read from the ledger, that every decision must respect.
+
+A preemption claims its victims (and the capacity they free) from the moment its decision is
+written ahead until its run ends. The ledger already holds exactly that: `victim_chosen`
+events of runs with no terminal event yet. Reading claims from it, and writing each new
+decision, under one ledger-wide lock serializes decisions across every worker replica, so no
+two preemptions ever claim the same victim or the same freed capacity, whichever worker
+makes them. The claims an auditor sees are the claims the planner respected.
+
+The lock is a Postgres advisory lock held for the deciding transaction; on the embedded
+SQLite ledger (one machine by nature) it is an advisory file lock beside the database file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import Connection, Engine, and_, exists, select, text
+
+from ledger.engine import sqlite_path, translated_errors
+from ledger.kinds import TERMINAL_KINDS, EventKind
+from ledger.models import events
+
+# Any constant shared by all workers; "preempt" in ASCII.
+DECISION_LOCK_KEY = 0x70726565_6D7074
+_thread_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One in-flight preemption: its preemptor, its node, its victims."""
+
+    preemption_id: str
+    run_id: str
+    preemptor_uid: str
+    node: str
+    victim_uids: frozenset[str]
+    decided_at: datetime
+
+
+@contextmanager
+def decision_lock(engine: Engine) -> Iterator[Connection]:
+    """A connection in a transaction holding the ledger-wide decision lock; the transaction
+    commits when the block ends (so a decision written in it is visible to the next)."""
+    with translated_errors(engine):
+        database = sqlite_path(engine.url)
+        if database is None:
+            with engine.begin() as connection:
+                connection.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": DECISION_LOCK_KEY}
+                )
+                yield connection
+            return
+        lock_path = Path(f"{database}.decisions.lock")
+        with _thread_lock, open(lock_path, "a") as lock_file:
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
+            try:
+                with engine.begin() as connection:
+                    yield connection
+            finally:
+                fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def open_claims(connection: Connection, since: datetime) -> list[Claim]:
+    """The claims of runs decided since `since` that have not ended."""
+    ended = events.alias("ended")
+    still_running = ~exists(
+        select(ended.c.id).where(
+            and_(
+                ended.c.preemption_id == events.c.preemption_id,
+                ended.c.run_id == events.c.run_id,
+                ended.c.kind.in_([kind.value for kind in TERMINAL_KINDS]),
+            )
+        )
+    )
+    rows = connection.execute(
+        select(
+            events.c.preemption_id,
+            events.c.run_id,
+            events.c.preemptor_uid,
+            events.c.node,
+            events.c.victim_uid,
+            events.c.occurred_at,
+        )
+        .where(events.c.kind == EventKind.VICTIM_CHOSEN.value)
+        .where(events.c.occurred_at >= since)
+        .where(still_running)
+        .order_by(events.c.id)
+    ).all()
+    grouped: dict[tuple[str, str], list[str]] = {}
+    first: dict[tuple[str, str], tuple[str, str, datetime]] = {}
+    for preemption_id, run_id, preemptor_uid, node, victim_uid, occurred_at in rows:
+        key = (preemption_id, run_id)
+        grouped.setdefault(key, []).append(victim_uid)
+        first.setdefault(key, (preemptor_uid, node or "", occurred_at))
+    return [
+        Claim(key[0], key[1], uid, node, frozenset(victims), decided_at)
+        for key, victims in grouped.items()
+        for uid, node, decided_at in [first[key]]
+    ]

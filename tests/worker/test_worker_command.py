@@ -1,0 +1,141 @@
+"""`preemptctl worker` starts only when everything it needs answers, and several can run.
+
+Scenarios:
+- a wrong Temporal address, a missing kubeconfig, an unmigrated ledger: each one line on
+  stderr and exit code 2, before anything runs;
+- two workers at once on one cluster give one preemption per pod: the pod is preempted for
+  once, no victim is deleted twice, the pod ends bound, and both stop cleanly on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from emulator import SimulatedCluster
+from migrations import upgrade
+from worker.scenarios import ONLINE_OFFLINE
+from workflows.preemption import workflow_id_for
+
+PREEMPTCTL = str(Path(sys.executable).parent / "preemptctl")
+
+
+@pytest.fixture
+def cluster():
+    with SimulatedCluster(max_grace_seconds=0.5) as simulated:
+        simulated.load(ONLINE_OFFLINE)
+        simulated.start()
+        yield simulated
+
+
+def start_worker(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PREEMPTCTL, "worker", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", **env},
+    )
+
+
+def migrated_sqlite(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    upgrade(url)
+    return url
+
+
+def test_wrong_temporal_address_is_one_line(cluster, tmp_path: Path) -> None:
+    completed = start_worker(
+        "--kubeconfig",
+        str(cluster.kubeconfig_path),
+        "--temporal-address",
+        "127.0.0.1:1",
+        env={"PREEMPT_DATABASE_URL": migrated_sqlite(tmp_path)},
+    )
+    assert completed.returncode == 2
+    lines = completed.stderr.strip().splitlines()
+    assert lines[-1].startswith("preemptctl worker: cannot reach Temporal at 127.0.0.1:1")
+    assert "Traceback" not in completed.stderr
+
+
+def test_missing_kubeconfig_is_one_line(tmp_path: Path) -> None:
+    completed = start_worker(
+        "--kubeconfig",
+        str(tmp_path / "absent"),
+        env={"PREEMPT_DATABASE_URL": migrated_sqlite(tmp_path)},
+    )
+    assert completed.returncode == 2
+    assert (
+        completed.stderr.strip()
+        == f"preemptctl worker: kubeconfig: no such file {tmp_path / 'absent'}"
+    )
+
+
+def test_unmigrated_ledger_is_one_line(cluster, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.sqlite'}"
+    completed = start_worker(
+        "--kubeconfig", str(cluster.kubeconfig_path), env={"PREEMPT_DATABASE_URL": url}
+    )
+    assert completed.returncode == 2
+    last = completed.stderr.strip().splitlines()[-1]
+    assert last.startswith("preemptctl worker: ledger sqlite:///")
+    assert "run `preemptctl migrate` first" in last
+    assert "Traceback" not in completed.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_two_workers_give_one_preemption_per_pod(temporal, cluster, tmp_path: Path) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PREEMPT_DATABASE_URL": migrated_sqlite(tmp_path),
+        "PREEMPT_TEMPORAL_ADDRESS": temporal.client.service_client.config.target_host,
+        "PREEMPT_KUBECONFIG": str(cluster.kubeconfig_path),
+        "PREEMPT_TASK_QUEUE": "two-workers",
+        "PREEMPT_LOG_FORMAT": "text",
+    }
+    replicas = [
+        subprocess.Popen(
+            [PREEMPTCTL, "worker"],
+            env={**env, "PREEMPT_METRICS_PORT": str(free_port())},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        for _ in range(600):
+            pod = cluster.emulator.pod("default/nginx-a") or {}
+            if pod.get("spec", {}).get("nodeName"):
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)  # long enough for a second preemption to start, if any would
+        uid = cluster.emulator.pod("default/nginx-a")["metadata"]["uid"]
+        query = f'WorkflowId = "{workflow_id_for(uid)}"'
+        runs = [execution async for execution in temporal.client.list_workflows(query)]
+    finally:
+        for replica in replicas:
+            replica.send_signal(signal.SIGTERM)
+        codes = [replica.wait(timeout=60) for replica in replicas]
+    assert cluster.emulator.pod("default/nginx-a")["spec"]["nodeName"] == "node-1"
+    assert len(runs) == 1
+    deleted = [
+        r.name for r in cluster.emulator.requests.matching("delete", "pods") if 200 <= r.code < 300
+    ]
+    # nginx-a takes batch-1a and batch-1b; report-x (pending too) takes batch-3d only if it
+    # was decided first, as a serial run in that order would. Never a victim twice.
+    assert len(deleted) == len(set(deleted))
+    assert {"batch-1a", "batch-1b"} <= set(deleted) <= {"batch-1a", "batch-1b", "batch-3d"}
+    assert codes == [0, 0], [replica.stderr.read() for replica in replicas if replica.stderr]
