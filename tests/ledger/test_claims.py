@@ -1,0 +1,102 @@
+"""Claims: the ledger's in-flight preemptions, and the lock that serializes decisions.
+
+Scenarios:
+- a decision written ahead is a claim on its node and victims;
+- a run that has ended (completed, failed, aborted, dry run) claims nothing;
+- a retried run's claim is its own: ending run-1 leaves run-2's claim open;
+- decisions older than the window claim nothing;
+- the decision lock lets one holder in at a time, on Postgres and on SQLite;
+- the lock's transaction commits what it wrote.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from ledger.claims import decision_lock, open_claims
+from ledger.events import decision_events
+from ledger.kinds import EventKind
+from ledger.models import events
+from ledger.writer import append_batch, append_batch_on
+from tests.ledger.builders import API, BATCH_7, BATCH_8, T0, event, four_candidate_decision
+
+
+def decide(engine: Engine, preemption_id: str = "p-1", run_id: str = "run-1") -> None:
+    append_batch(
+        engine,
+        decision_events(preemption_id, run_id, API, four_candidate_decision(), T0),
+    )
+
+
+def claims(engine: Engine, since=T0 - timedelta(minutes=10)):
+    with engine.connect() as connection:
+        return open_claims(connection, since)
+
+
+def test_a_decision_written_ahead_claims_its_node_and_victims(sqlite_engine: Engine) -> None:
+    decide(sqlite_engine)
+    [claim] = claims(sqlite_engine)
+    assert claim.preemptor_uid == API.uid
+    assert claim.node == "node-3"
+    assert claim.victim_uids == {BATCH_7.uid, BATCH_8.uid}
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [EventKind.COMPLETED, EventKind.FAILED, EventKind.PREEMPTION_ABORTED, EventKind.DRY_RUN],
+)
+def test_an_ended_run_claims_nothing(sqlite_engine: Engine, kind: EventKind) -> None:
+    decide(sqlite_engine)
+    append_batch(sqlite_engine, [event("p-1", kind, T0 + timedelta(seconds=5))])
+    assert claims(sqlite_engine) == []
+
+
+def test_a_retried_runs_claim_is_its_own(sqlite_engine: Engine) -> None:
+    decide(sqlite_engine, run_id="run-1")
+    append_batch(sqlite_engine, [event("p-1", EventKind.FAILED, T0)])
+    decide(sqlite_engine, run_id="run-2")
+    assert [claim.run_id for claim in claims(sqlite_engine)] == ["run-2"]
+
+
+def test_old_decisions_claim_nothing(sqlite_engine: Engine) -> None:
+    decide(sqlite_engine)
+    assert claims(sqlite_engine, since=T0 + timedelta(seconds=1)) == []
+
+
+@pytest.mark.parametrize("engine_fixture", ["sqlite_engine", "pg_engine"])
+def test_the_decision_lock_admits_one_holder_at_a_time(
+    engine_fixture: str, request: pytest.FixtureRequest
+) -> None:
+    engine: Engine = request.getfixturevalue(engine_fixture)
+    inside, overlaps = [0], []
+
+    def hold() -> None:
+        with decision_lock(engine):
+            inside[0] += 1
+            overlaps.append(inside[0])
+            time.sleep(0.05)
+            inside[0] -= 1
+
+    threads = [threading.Thread(target=hold) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert overlaps == [1, 1, 1, 1]
+
+
+def test_what_the_lock_holder_writes_is_committed(pg_engine: Engine) -> None:
+    from ledger.writer import append_batch_on
+
+    with decision_lock(pg_engine) as connection:
+        append_batch_on(
+            connection, decision_events("p-9", "run-1", API, four_candidate_decision(), T0)
+        )
+    with pg_engine.connect() as connection:
+        count = connection.execute(select(func.count()).select_from(events)).scalar_one()
+    assert count == 3
