@@ -91,7 +91,6 @@ def test_the_decision_lock_admits_one_holder_at_a_time(
 
 
 def test_what_the_lock_holder_writes_is_committed(pg_engine: Engine) -> None:
-
     with decision_lock(pg_engine) as connection:
         append_batch_on(
             connection, decision_events("p-9", "run-1", API, four_candidate_decision(), T0)

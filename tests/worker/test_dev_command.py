@@ -1,0 +1,103 @@
+"""`preemptctl dev --once`: the whole system on one machine, end to end.
+
+Scenarios:
+- the default (online/offline) scenario: nginx-a preempts batch-1a and batch-1b on node-1 and
+  is bound there; the report and the ledger agree;
+- twenty 2-cpu preemptors over ten full 4-cpu nodes: every preemptor ends bound, all forty
+  batch pods are taken, none twice;
+- --once with --no-worker is refused in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.support.emulator import as_list, node, pod
+
+PREEMPTCTL = str(Path(sys.executable).parent / "preemptctl")
+
+
+def dev_once(tmp_path: Path, *args: str) -> dict[str, Any]:
+    completed = subprocess.run(
+        [PREEMPTCTL, "dev", "--once", "--temporal-port", "0", "--ui-port", "0", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=240,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+        },
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report: dict[str, Any] = json.loads(completed.stdout)
+    report["stderr"] = completed.stderr
+    return report
+
+
+def last_outcome_by_preemptor(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {record["preemptor"]: record for record in report["preemptions"]}
+
+
+def test_default_scenario_preempts_batch_pods_and_binds_nginx(tmp_path: Path) -> None:
+    report = dev_once(tmp_path)
+    nginx = last_outcome_by_preemptor(report)["default/nginx-a"]
+    assert nginx["outcome"] == "completed"
+    assert nginx["node"] == "node-1"
+    assert sorted(nginx["victims"]) == ["default/batch-1a", "default/batch-1b"]
+    assert nginx["message"] == "default/nginx-a bound to node-1"
+    assert "temporal UI   http://127.0.0.1:" in report["stderr"]
+    history = subprocess.run(
+        [PREEMPTCTL, "history", "--pod", "default/nginx-a", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+        },
+    )
+    rows = [json.loads(line) for line in history.stdout.splitlines()]
+    assert rows and rows[0]["outcome"] == "completed"
+
+
+def test_twenty_preemptors_over_ten_nodes_all_bind_and_take_no_victim_twice(
+    tmp_path: Path,
+) -> None:
+    items = []
+    for n in range(10):
+        items.append(node(f"node-{n:02d}", cpu="4"))
+        items += [
+            pod(f"batch-{n:02d}-{i}", node_name=f"node-{n:02d}", priority=100, cpu="1")
+            for i in range(4)
+        ]
+    for p in range(20):
+        urgent = pod(f"urgent-{p:02d}", priority=1000, cpu="2")
+        urgent["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+        ]
+        items.append(urgent)
+    scenario = tmp_path / "twenty.json"
+    scenario.write_text(json.dumps(as_list(*items)))
+
+    report = dev_once(tmp_path, "--scenario", str(scenario))
+
+    final = last_outcome_by_preemptor(report)
+    assert len(final) == 20
+    assert all(
+        record["message"].endswith("bound to " + record["node"]) for record in final.values()
+    )
+    victims = [v for record in report["preemptions"] for v in record["victims"]]
+    assert len(victims) == len(set(victims)) == 40
+
+
+def test_once_without_a_worker_is_refused() -> None:
+    completed = subprocess.run(
+        [PREEMPTCTL, "dev", "--once", "--no-worker"], capture_output=True, text=True, check=False
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.strip() == "preemptctl dev: --once needs the worker; drop --no-worker"
