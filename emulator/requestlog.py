@@ -4,8 +4,9 @@ the state it left behind (a skipped call, a retried delete, the precondition it 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -21,6 +22,7 @@ class Request:
     content_type: str
     body: Any
     code: int  # the answer's status; 0 for a dropped connection
+    received_at: float = field(default_factory=time.time)  # epoch seconds, for benchmarks
 
 
 class RequestLog:

@@ -18,6 +18,7 @@ from worker import (
     dev_command,
     ledger_commands,
     plan_command,
+    replay_command,
     setup_command,
     worker_command,
 )
@@ -30,6 +31,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     setup_command,
     config_command,
     worker_command,
+    replay_command,
 )
 
 EXIT_USAGE = 2

@@ -1,0 +1,208 @@
+"""End-to-end preemption benchmark: the Temporal dev server, the API emulator (in a child
+process) and a Postgres ledger, with the real worker in this process.
+
+Run by hand (not in CI):
+    .venv/bin/python -m benchmarks.preemption_e2e [--preemptions 300] [--rate 30]
+
+N preemptors, each needing the two 1-cpu victims of one full 2-cpu node, are started at
+`--rate` per second. Reported: preemptions per second sustained (started ÷ time until the
+last victim's delete reached the API server), p50/p99 latency from starting a preemption to
+its last victim's delete, the worker's resident memory, and where a preemption's time goes
+(mean duration of each activity, from the workflow histories). Target: ≥ 30/s, p99 ≤ 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import resource
+import secrets
+import statistics
+import time
+import uuid
+from collections import defaultdict
+from multiprocessing.connection import Connection
+from typing import Any
+
+import psycopg
+from temporalio.api.enums.v1 import EventType
+from temporalio.testing import WorkflowEnvironment
+
+from activities.contracts import PreemptionRequest
+from activities.kube.client import connect
+from activities.kube.view import ClusterView
+from activities.preemption import PreemptionActivities
+from emulator import Emulator
+from ledger.engine import create_ledger_engine
+from migrations import upgrade
+from preemption.decision import PodRef
+from worker.starter import start_preemption
+from worker.temporal_binary import temporal_cli
+from worker.temporal_worker import build_worker
+from workflows import search_attributes
+
+ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def scenario(count: int) -> dict[str, Any]:
+    def pod(name: str, priority: int, cpu: str, node: str | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "priority": priority,
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}],
+        }
+        status: dict[str, Any] = {"phase": "Running" if node else "Pending"}
+        if node:
+            spec["nodeName"] = node
+        else:
+            status["conditions"] = [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+            ]
+        meta = {"name": name, "namespace": "bench", "uid": str(uuid.uuid4())}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+    items: list[dict[str, Any]] = []
+    for i in range(count):
+        name = f"node-{i:04d}"
+        allocatable = {"cpu": "2", "memory": "8Gi", "pods": "110"}
+        items.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name},
+                "status": {"allocatable": allocatable, "capacity": allocatable},
+            }
+        )
+        items += [pod(f"victim-{i:04d}-{j}", 100, "1", name) for j in range(2)]
+        items.append(pod(f"urgent-{i:04d}", 1000, "2"))
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def serve(count: int, channel: Connection) -> None:
+    """The child process: the emulator, answering 'deletes' with the delete times."""
+    emulator = Emulator(bookmark_interval=5.0)
+    emulator.load(scenario(count))
+    emulator.start()
+    channel.send(str(emulator.kubeconfig_path))
+    while (command := channel.recv()) is not None:
+        assert command == "deletes"
+        channel.send(
+            {
+                r.name: r.received_at
+                for r in emulator.requests.matching("delete", "pods")
+                if 200 <= r.code < 300
+            }
+        )
+    emulator.stop()
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+async def activity_times(env: WorkflowEnvironment, handles: list[Any]) -> dict[str, float]:
+    """Mean seconds from an activity's scheduling to its completion, by activity type."""
+    spent: dict[str, list[float]] = defaultdict(list)
+    for handle in handles[:: max(1, len(handles) // 20)]:
+        history = await handle.fetch_history()
+        scheduled: dict[int, tuple[str, float]] = {}
+        for event in history.events:
+            moment = event.event_time.ToDatetime().timestamp()
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                name = event.activity_task_scheduled_event_attributes.activity_type.name
+                scheduled[event.event_id] = (name, moment)
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                attributes = event.activity_task_completed_event_attributes
+                name, began = scheduled[attributes.scheduled_event_id]
+                spent[name].append(moment - began)
+    return {name: statistics.mean(times) for name, times in sorted(spent.items())}
+
+
+async def run(count: int, rate: float) -> None:
+    database = f"preemptctl_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(ADMIN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{database}"')
+    url = f"postgresql://postgres@127.0.0.1:5432/{database}"
+    parent, child = multiprocessing.Pipe()
+    emulator = multiprocessing.get_context("fork").Process(target=serve, args=(count, child))
+    emulator.start()
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli(),
+        search_attributes=search_attributes.ALL,
+        dev_server_log_level="error",
+    )
+    try:
+        upgrade(url)
+        ledger = create_ledger_engine(url, pool_size=16)
+        kube = connect(parent.recv(), pool_size=32)
+        view = ClusterView(kube)
+        view.start()
+        assert view.wait_ready(60)
+        activities = PreemptionActivities(kube, view, ledger, identity="bench")
+        async with build_worker(env.client, activities, task_queue="bench"):
+            started: dict[str, float] = {}
+            handles = []
+            began = time.time()
+            for i in range(count):
+                due = began + i / rate
+                await asyncio.sleep(max(0.0, due - time.time()))
+                preemptor = PodRef("bench", f"urgent-{i:04d}", "", 1000)
+                with view.read() as snapshot:
+                    pod = snapshot.pod_by_key(preemptor.key)
+                    assert pod is not None
+                    preemptor = PodRef.of(pod)
+                request = PreemptionRequest(preemptor, scheduled_wait_seconds=0.2)
+                started[preemptor.name] = time.time()
+                handles.append(await start_preemption(env.client, request, task_queue="bench"))
+            results = await asyncio.gather(*(h.result() for h in handles))
+            parent.send("deletes")
+            deletes: dict[str, float] = parent.recv()
+            times = await activity_times(env, handles)
+        view.stop()
+        ledger.dispose()
+    finally:
+        await env.shutdown()
+        parent.send(None)
+        emulator.join(10)
+        with psycopg.connect(ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+    latencies = []
+    for result, start in zip(results, started.values(), strict=True):
+        last = max(deletes[v.pod.name] for v in result.victims)
+        latencies.append(last - start)
+    latencies.sort()
+    span = max(deletes.values()) - min(started.values())
+    print(f"preemptions:            {count} started at {rate:g}/s, 2 victims each")
+    print(f"outcomes:               {dict(sorted(_count(r.outcome for r in results).items()))}")
+    print(f"victims deleted:        {len(deletes)} (expected {2 * count})")
+    print(f"sustained:              {count / span:.1f} preemptions/s (target ≥ 30)")
+    print(
+        f"start → last delete:    p50 {statistics.median(latencies):.2f} s, "
+        f"p99 {latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]:.2f} s "
+        f"(target p99 ≤ 2 s)"
+    )
+    print(f"worker resident memory: {rss_mib():.0f} MiB (this process: worker, view, driver)")
+    print("where the time goes (mean, scheduled → completed):")
+    for name, seconds in times.items():
+        print(f"  {name:<24} {seconds * 1000:7.1f} ms")
+
+
+def _count(values: Any) -> dict[str, int]:
+    counted: dict[str, int] = defaultdict(int)
+    for value in values:
+        counted[value] += 1
+    return counted
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--preemptions", type=int, default=300)
+    parser.add_argument("--rate", type=float, default=30.0)
+    args = parser.parse_args()
+    asyncio.run(run(args.preemptions, args.rate))
+
+
+if __name__ == "__main__":
+    main()
