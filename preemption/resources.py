@@ -83,12 +83,52 @@ def _max(into: _Amounts, amounts: _Amounts) -> None:
             into[name] = amount
 
 
+# Most pods are one container with the same few request/limit maps (their workload's
+# template): the effective request of such a pod is computed once per distinct map.
+_single_container_cache: dict[tuple[Any, ...], Resources] = {}
+
+
+def _single_container_key(spec: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    containers = spec.get("containers")
+    if (
+        not isinstance(containers, list)
+        or len(containers) != 1
+        or spec.get("initContainers")
+        or spec.get("overhead")
+    ):
+        return None
+    resources = containers[0].get("resources") if isinstance(containers[0], Mapping) else None
+    if not resources:
+        return ()
+    try:
+        requests = resources.get("requests") or {}
+        limits = resources.get("limits") or {}
+        return (tuple(requests.items()), tuple(limits.items()))
+    except (AttributeError, TypeError):
+        return None  # malformed: let the full path report it
+
+
 def pod_requests(spec: Mapping[str, Any]) -> Resources:
     """`resourcehelper.PodRequests`: max(containers + sidecars, each init step) plus overhead.
 
     Restartable init containers (sidecars, `restartPolicy: Always`) keep running, so they
     add to the containers' sum and to every later init step, as KEP-753 specifies.
     """
+    key = _single_container_key(spec)
+    if key is not None:
+        try:
+            cached = _single_container_cache.get(key)
+        except TypeError:  # an unhashable value in the maps: take the full path
+            cached, key = None, None
+        if cached is not None:
+            return cached
+    computed = _pod_requests(spec)
+    if key is not None and len(_single_container_cache) < 65_536:
+        _single_container_cache[key] = computed
+    return computed
+
+
+def _pod_requests(spec: Mapping[str, Any]) -> Resources:
     total: _Amounts = {}
     for container in spec.get("containers") or ():
         _add(total, container_requests(container))

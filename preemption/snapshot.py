@@ -10,6 +10,7 @@ importance, PDB matches) cached until the objects they depend on change.
 from __future__ import annotations
 
 import bisect
+import gc
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -171,8 +172,16 @@ class ClusterSnapshot:
     def from_list(cls, document: Any) -> ClusterSnapshot:
         """A snapshot from a `v1 List` of Nodes, Pods and PodDisruptionBudgets."""
         snapshot = cls()
-        for kind, item in iter_list_items(document):
-            snapshot.apply(kind, item)
+        # Building allocates hundreds of thousands of objects and frees none; the cyclic
+        # collector would rescan the whole (large) document again and again meanwhile.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for kind, item in iter_list_items(document):
+                snapshot.apply(kind, item)
+        finally:
+            if collecting:
+                gc.enable()
         return snapshot
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:

@@ -11,47 +11,50 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from importlib import import_module
 from types import ModuleType
 
-from worker import (
-    config_command,
-    dev_command,
-    ledger_commands,
-    plan_command,
-    replay_command,
-    setup_command,
-    worker_command,
-)
 from worker.errors import UsageError
 
-COMMANDS: tuple[ModuleType, ...] = (
-    dev_command,
-    plan_command,
-    ledger_commands,
-    setup_command,
-    config_command,
-    worker_command,
-    replay_command,
-)
+# Command name → the module that registers it. Modules are imported only when needed, so
+# `preemptctl plan` does not pay for Temporal, SQLAlchemy and the Kubernetes client.
+COMMANDS: dict[str, str] = {
+    "dev": "worker.dev_command",
+    "plan": "worker.plan_command",
+    "migrate": "worker.ledger_commands",
+    "history": "worker.ledger_commands",
+    "explain": "worker.ledger_commands",
+    "setup-temporal": "worker.setup_command",
+    "config": "worker.config_command",
+    "worker": "worker.worker_command",
+    "replay": "worker.replay_command",
+}
 
 EXIT_USAGE = 2
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser; exposed so tests can check every subcommand's flags."""
+def _modules(argv: Sequence[str]) -> list[ModuleType]:
+    """The module of the command named first in `argv`, or every command's (for --help)."""
+    names = [COMMANDS[argv[0]]] if argv and argv[0] in COMMANDS else list(COMMANDS.values())
+    return [import_module(name) for name in dict.fromkeys(names)]
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The argument parser, with the subcommand `argv` names (every one when it names none)."""
     parser = argparse.ArgumentParser(
         prog="preemptctl",
         description="Durable, audited Kubernetes pod preemption.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
-        command.register(subparsers)
+    for module in _modules(argv):
+        module.register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; bad input is reported in one line with exit code 2."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:

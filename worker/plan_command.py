@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from typing import Any
@@ -60,6 +61,9 @@ def load_snapshot(path: str) -> ClusterSnapshot:
 def run(args: argparse.Namespace) -> int:
     if args.pod.count("/") != 1 or not all(args.pod.split("/")):
         raise UsageError(f"--pod must be NAMESPACE/NAME, not {args.pod!r}")
+    # One short-lived process that allocates a whole cluster's JSON and frees nothing until
+    # it exits: the cyclic collector would only rescan it, again and again.
+    gc.disable()
     snapshot = load_snapshot(args.snapshot)
     try:
         decision = plan(snapshot, args.pod, Strategy(args.strategy))
