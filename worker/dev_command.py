@@ -160,8 +160,9 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
             ) as controller:
                 if args.once and controller.trigger is not None:
                     return await _until_settled(controller.trigger, cluster, args.timeout, url)
+                stop = _stop_on_signals()
                 say("running; Ctrl-C stops")
-                await _until_interrupted()
+                await stop.wait()
                 return {}
         finally:
             await env.shutdown()
@@ -186,12 +187,13 @@ def _stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-async def _until_interrupted() -> None:
+def _stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (installed before anyone is told to send one)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
+    return stop
 
 
 async def _until_settled(

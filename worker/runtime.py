@@ -221,10 +221,19 @@ async def running_controller(
         if not await asyncio.to_thread(view.wait_ready, view_timeout):
             raise StartupError(f"the cluster view did not sync within {view_timeout:g}s")
 
+        loop = asyncio.get_running_loop()
+
         def readiness() -> tuple[bool, str]:
+            """Ready once the view has synced and Temporal answers (checked on each probe,
+            from the probe server's thread, on the controller's event loop)."""
             if not view.ready.is_set():
                 return False, "cluster view not synced"
-            return True, "ready"
+            check = asyncio.run_coroutine_threadsafe(client.service_client.check_health(), loop)
+            try:
+                healthy = check.result(timeout=5)
+            except Exception as error:
+                return False, f"Temporal does not answer: {error or 'timed out'}"
+            return (True, "ready") if healthy else (False, "Temporal is not serving")
 
         if serve_probes:
             try:

@@ -5,12 +5,14 @@ Scenarios:
   is bound there; the report and the ledger agree;
 - twenty 2-cpu preemptors over ten full 4-cpu nodes: every preemptor ends bound, all forty
   batch pods are taken, none twice;
-- --once with --no-worker is refused in one line.
+- --once with --no-worker is refused in one line;
+- --no-worker starts the dev server, ledger and cluster but no worker, and stops on SIGTERM.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +103,29 @@ def test_once_without_a_worker_is_refused() -> None:
     )
     assert completed.returncode == 2
     assert completed.stderr.strip() == "preemptctl dev: --once needs the worker; drop --no-worker"
+
+
+def test_no_worker_starts_everything_but_the_worker_until_sigterm(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [PREEMPTCTL, "dev", "--no-worker", "--temporal-port", "0", "--ui-port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+        },
+    )
+    assert process.stderr is not None
+    seen: list[str] = []
+    try:
+        for line in process.stderr:
+            seen.append(line)
+            if line.startswith("running; Ctrl-C stops"):
+                break
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=60)
+    assert code == 0
+    assert any(line.startswith("kubeconfig") for line in seen)
+    assert not any(line.startswith("preemption started") for line in seen)

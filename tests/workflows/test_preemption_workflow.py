@@ -69,6 +69,29 @@ async def test_online_offline_example_preempts_batch_pods_and_binds_nginx(client
     assert kinds.index("decision_made") < kinds.index("victim_marked:batch-1a")
 
 
+async def test_a_preemption_is_found_by_node_by_victim_and_by_pod(client, ledger, emulator):
+    async with running_stack(client, ledger, emulator, one_full_node()) as stack:
+        handle = await stack.start("default/urgent", scheduled_wait_seconds=0.2)
+        await handle.result()
+        description = await handle.describe()
+    uid = stack.preemptor("default/urgent").uid
+    queries = [
+        f'TargetNode = "node-1" AND PreemptorUid = "{uid}"',
+        f'VictimPods = "default/victim-0" AND PreemptorUid = "{uid}"',
+        f'PreemptorPod = "default/urgent" AND PreemptionOutcome = "completed" '
+        f'AND PreemptorUid = "{uid}"',
+    ]
+    for query in queries:
+        found: list[str] = []
+        for _ in range(50):  # visibility trails the workflow by a moment
+            found = [execution.id async for execution in client.list_workflows(query)]
+            if found:
+                break
+            await asyncio.sleep(0.1)
+        assert found == [handle.id], query
+    assert await description.static_summary() == "Preempt for default/urgent (priority 1000000)"
+
+
 async def test_second_start_for_the_same_pod_joins_the_running_preemption(client, ledger, emulator):
     async with running_stack(client, ledger, emulator, one_full_node()) as stack:
         emulator.faults.delay("patch", "pods/status", 0.5, times=2)

@@ -1,0 +1,87 @@
+"""The worker's HTTP endpoints: what Kubernetes probes and Prometheus scrape.
+
+Scenarios:
+- /healthz answers while the process runs;
+- /readyz answers ready once the cluster view has synced and Temporal answers;
+- /metrics serves upstream's preemption metrics, counting a finished preemption by outcome
+  and its victims;
+- an unknown path is 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from emulator import SimulatedCluster
+from ledger.engine import create_ledger_engine
+from migrations import upgrade
+from worker.config import load_settings
+from worker.runtime import connect_cluster, running_controller
+from worker.scenarios import ONLINE_OFFLINE
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+async def fetch(port: int, path: str) -> tuple[int, str]:
+    return await asyncio.to_thread(get, port, path)
+
+
+@pytest.fixture
+def cluster():
+    with SimulatedCluster(max_grace_seconds=0.5) as simulated:
+        simulated.load(ONLINE_OFFLINE)
+        simulated.start()
+        yield simulated
+
+
+async def test_probes_and_metrics(temporal, cluster, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    upgrade(url)
+    port = free_port()
+    settings = load_settings(
+        overrides={
+            "kubeconfig": str(cluster.kubeconfig_path),
+            "database_url": url,
+            "metrics_port": port,
+            "task_queue": "probes",
+        },
+        environ={},
+    )
+    ledger = create_ledger_engine(url)
+    try:
+        async with running_controller(
+            settings, temporal.client, connect_cluster(settings), ledger
+        ) as controller:
+            assert await fetch(port, "/healthz") == (200, "ok\n")
+            assert await fetch(port, "/readyz") == (200, "ready\n")
+            assert (await fetch(port, "/nope"))[0] == 404
+            for _ in range(200):
+                if any(r["preemptor"] == "default/nginx-a" for r in controller.trigger.finished):
+                    break
+                await asyncio.sleep(0.1)
+            code, metrics = await fetch(port, "/metrics")
+    finally:
+        ledger.dispose()
+    assert code == 200
+    assert 'preemption_attempts_total{outcome="completed"}' in metrics
+    assert "preemption_victims_bucket" in metrics
+    assert 'preemption_duration_seconds_count{outcome="completed"}' in metrics
+    assert "preemption_evictions_throttled_total 0.0" in metrics
