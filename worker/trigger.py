@@ -22,9 +22,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import PreemptionRequest
 from activities.kube.view import ClusterView
@@ -35,7 +37,7 @@ from preemption.objects import PREEMPT_NEVER, Pod
 from worker.config import Settings
 from worker.metrics import Metrics
 from worker.starter import start_preemption
-from workflows.preemption import PreemptionResult, PreemptionWorkflow
+from workflows.preemption import PreemptionResult, PreemptionWorkflow, workflow_id_for
 
 log = logging.getLogger(__name__)
 
@@ -261,6 +263,12 @@ class TriggerLoop:
             search_attributes=settings.search_attributes,
         )
         self._backoff.tried(pod.uid, now)
+        ended_ago = await self._seconds_since_last_preemption_ended(pod)
+        if ended_ago is not None and ended_ago < MAX_BACKOFF:
+            # Another worker just finished this pod's preemption; our view may not show its
+            # effect yet. Look again once it surely does.
+            self._backoff.hold(pod.uid, now + MAX_BACKOFF - ended_ago)
+            return
         try:
             handle = await start_preemption(self._client, request, task_queue=settings.task_queue)
         except Exception as error:
@@ -270,6 +278,19 @@ class TriggerLoop:
         self._report("started", {"workflowId": handle.id, "preemptor": pod.key})
         self._in_flight[pod.uid] = asyncio.create_task(self._follow(pod, handle, self._clock()))
         self._metrics.in_flight.set(len(self._in_flight))
+
+    async def _seconds_since_last_preemption_ended(self, pod: Pod) -> float | None:
+        """How long ago this pod's latest preemption closed; None if it runs or never ran."""
+        handle = self._client.get_workflow_handle(workflow_id_for(pod.uid))
+        try:
+            description = await handle.describe()
+        except RPCError as error:
+            if error.status is RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+        if description.close_time is None:
+            return None
+        return (datetime.now(UTC) - description.close_time).total_seconds()
 
     async def _follow(
         self, pod: Pod, handle: WorkflowHandle[PreemptionWorkflow, PreemptionResult], began: float
