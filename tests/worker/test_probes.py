@@ -21,6 +21,7 @@ import pytest
 from emulator import SimulatedCluster
 from ledger.engine import create_ledger_engine
 from migrations import upgrade
+from tests.support.temporal import wait_until_closed
 from worker.config import load_settings
 from worker.runtime import connect_cluster, running_controller
 from worker.scenarios import ONLINE_OFFLINE
@@ -78,6 +79,7 @@ async def test_probes_and_metrics(temporal, cluster, tmp_path: Path) -> None:
                     break
                 await asyncio.sleep(0.1)
             code, metrics = await fetch(port, "/metrics")
+            await wait_until_closed(temporal.client, 'TaskQueue = "probes"')
     finally:
         ledger.dispose()
     assert code == 200

@@ -14,12 +14,14 @@ import signal
 import socket
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from emulator import SimulatedCluster
 from migrations import upgrade
+from tests.support.temporal import wait_until_closed
 from worker.scenarios import ONLINE_OFFLINE
 from workflows.preemption import workflow_id_for
 
@@ -105,6 +107,7 @@ async def test_two_workers_give_one_preemption_per_pod(temporal, cluster, tmp_pa
         "PREEMPT_TASK_QUEUE": "two-workers",
         "PREEMPT_LOG_FORMAT": "text",
     }
+    began = datetime.now(UTC).isoformat()
     replicas = [
         subprocess.Popen(
             [PREEMPTCTL, "worker"],
@@ -123,8 +126,10 @@ async def test_two_workers_give_one_preemption_per_pod(temporal, cluster, tmp_pa
             await asyncio.sleep(0.1)
         await asyncio.sleep(1.0)  # long enough for a second preemption to start, if any would
         uid = cluster.emulator.pod("default/nginx-a")["metadata"]["uid"]
-        query = f'WorkflowId = "{workflow_id_for(uid)}"'
+        # The scenario's UIDs are fixed, so earlier tests on this server ran the same ID.
+        query = f'WorkflowId = "{workflow_id_for(uid)}" AND StartTime > "{began}"'
         runs = [execution async for execution in temporal.client.list_workflows(query)]
+        await wait_until_closed(temporal.client, f'StartTime > "{began}"')
     finally:
         for replica in replicas:
             replica.send_signal(signal.SIGTERM)
