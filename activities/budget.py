@@ -1,36 +1,32 @@
-"""The eviction rate budget: at most N evictions a minute from this worker.
+"""The eviction budget: at most N victims chosen in any minute, across every worker.
 
-A token bucket refilled continuously: a burst of a full minute's budget is allowed, then
-evictions are spread out. A preemption needing more victims than remain waits (the workflow
-records it as throttled and sleeps durably); one needing more than a whole minute's budget is
-let through when the bucket is full, or it would starve forever.
+The victims chosen are in the ledger (written ahead under the decision lock), so the budget
+is counted there: a decision that would take more than the last minute leaves room for waits
+until enough of those evictions are a minute old. A preemption needing more victims than a
+whole minute's budget goes through when the minute has been quiet, or it would starve.
 """
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+WINDOW = timedelta(minutes=1)
 
 
-class EvictionBudget:
-    def __init__(self, per_minute: int, now: float) -> None:
-        self._capacity = float(per_minute)
-        self._rate = per_minute / 60.0
-        self._tokens = float(per_minute)
-        self._updated = now
-        self._lock = threading.Lock()
+def seconds_until_budget_allows(
+    recent: Sequence[datetime], victims: int, per_minute: int, now: datetime
+) -> float:
+    """0 when `victims` more evictions fit in the budget now; else how long until they do.
 
-    @property
-    def per_minute(self) -> int:
-        return int(self._capacity)
-
-    def take(self, evictions: int, now: float) -> float:
-        """Spend `evictions` now and return 0, or spend nothing and return how many seconds
-        until they would fit."""
-        with self._lock:
-            elapsed = max(0.0, now - self._updated)
-            self._tokens = min(self._capacity, self._tokens + elapsed * self._rate)
-            self._updated = now
-            if evictions <= self._tokens or self._tokens >= self._capacity:
-                self._tokens -= evictions
-                return 0.0
-            return (min(evictions, self._capacity) - self._tokens) / self._rate
+    `recent` holds when each eviction of the last minute was decided, oldest first.
+    """
+    in_window = [moment for moment in recent if moment > now - WINDOW]
+    if len(in_window) + victims <= per_minute or not in_window:
+        return 0.0
+    # The evictions that must age out of the window before these fit.
+    must_expire = min(len(in_window), len(in_window) + victims - per_minute)
+    frees_at = in_window[must_expire - 1] + WINDOW
+    # Decision times come from each workflow's clock, so one may precede `now` by a moment;
+    # no eviction needs more than one window to age out.
+    return min(WINDOW.total_seconds(), max(0.0, (frees_at - now).total_seconds()))

@@ -24,7 +24,7 @@ from sqlalchemy import Engine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.budget import EvictionBudget
+from activities.budget import WINDOW, seconds_until_budget_allows
 from activities.contracts import (
     LedgerEntry,
     NominationInput,
@@ -41,7 +41,7 @@ from activities.kube.client import KubeClient
 from activities.kube.outcomes import KubeCallError, WriteOutcome
 from activities.kube.pods import Presence, get_pod
 from activities.kube.view import ClusterView
-from ledger.claims import decision_lock, open_claims
+from ledger.claims import decision_lock, open_claims, victims_chosen_since
 from ledger.errors import LedgerError
 from ledger.events import LedgerEvent, decision_events
 from ledger.kinds import EventKind
@@ -131,9 +131,7 @@ class PreemptionActivities:
         self._view_ready_timeout = view_ready_timeout
         self._clock = clock
         self._planner_args = planner_args
-        self._budget = (
-            EvictionBudget(evictions_per_minute, clock()) if evictions_per_minute else None
-        )
+        self._evictions_per_minute = evictions_per_minute
 
     def all(self) -> list[Callable[..., Any]]:
         """Every activity, for `Worker(activities=...)`."""
@@ -215,16 +213,24 @@ class PreemptionActivities:
                     f"cannot plan for {preemptor.key}: {error}", non_retryable=True
                 ) from None
             wait = 0.0
-            if decision.status is Outcome.PREEMPT and not request.dry_run and self._budget:
-                wait = self._budget.take(len(decision.victims), now)
+            budget = self._evictions_per_minute
+            if decision.status is Outcome.PREEMPT and not request.dry_run and budget:
+                decided_at = (
+                    datetime.fromisoformat(request.occurred_at)
+                    if request.occurred_at
+                    else datetime.now(UTC)
+                )
+                recent = victims_chosen_since(connection, decided_at - WINDOW)
+                wait = seconds_until_budget_allows(
+                    recent, len(decision.victims), budget, decided_at
+                )
             selection = _selection(decision, scheduler)
             assert selection.decision is not None
             selection.decision["context"] = context
             if wait:
-                assert self._budget is not None
                 selection.status, selection.retry_after_seconds = THROTTLED, wait
                 selection.message = (
-                    f"held back by the eviction budget ({self._budget.per_minute}/min): "
+                    f"held back by the eviction budget ({budget}/min): "
                     f"{len(decision.victims)} victim(s) fit in {wait:.0f}s; {decision.message}"
                 )
             elif request.run_id:

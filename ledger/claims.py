@@ -104,3 +104,26 @@ def open_claims(connection: Connection, since: datetime) -> list[Claim]:
         for key, victims in grouped.items()
         for uid, node, decided_at in [first[key]]
     ]
+
+
+def victims_chosen_since(connection: Connection, since: datetime) -> list[datetime]:
+    """When each victim chosen since `since` was chosen, oldest first; dry runs, which evict
+    nothing, are left out. The eviction budget counts these, across every worker."""
+    dry = events.alias("dry")
+    not_dry_run = ~exists(
+        select(dry.c.id).where(
+            and_(
+                dry.c.preemption_id == events.c.preemption_id,
+                dry.c.run_id == events.c.run_id,
+                dry.c.kind == EventKind.DRY_RUN.value,
+            )
+        )
+    )
+    rows = connection.execute(
+        select(events.c.occurred_at)
+        .where(events.c.kind == EventKind.VICTIM_CHOSEN.value)
+        .where(events.c.occurred_at >= since)
+        .where(not_dry_run)
+        .order_by(events.c.occurred_at)
+    ).all()
+    return [row.occurred_at for row in rows]

@@ -49,6 +49,18 @@ def ledger() -> Iterator[Engine]:
 
 
 @pytest.fixture
+def own_ledger() -> Iterator[Engine]:
+    """A ledger for one test, for what counts every event in it (the eviction budget)."""
+    with fresh_database("preemptctl_wf_own") as url:
+        upgrade(url)
+        engine = create_ledger_engine(url)
+        try:
+            yield engine
+        finally:
+            engine.dispose()
+
+
+@pytest.fixture
 def emulator() -> Iterator[Emulator]:
     with running_emulator() as running:
         yield running
