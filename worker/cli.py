@@ -9,6 +9,8 @@ never sees a traceback for bad input.
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib import import_module
@@ -66,5 +68,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def console() -> None:
+    """The `preemptctl` executable: run, flush, and exit without interpreter teardown.
+
+    Every command has closed what it opened by the time it returns. Skipping teardown avoids
+    a crash seen when the Temporal SDK's native threads outlive Python's finalization in a
+    short-lived process (setup-temporal, replay), and a few seconds of freeing a large
+    snapshot object by object after `plan`.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    console()
