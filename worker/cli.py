@@ -9,6 +9,7 @@ never sees a traceback for bad input.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -77,8 +78,9 @@ def console() -> None:
     snapshot object by object after `plan`.
     """
     code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError):  # a reader that closed the pipe has what it wanted
+            stream.flush()
     logging.shutdown()
     os._exit(code)
 
