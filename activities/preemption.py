@@ -13,8 +13,6 @@ the same freed capacity (see `preemption.reservations`).
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -119,7 +117,6 @@ class PreemptionActivities:
         *,
         identity: str = "preemptctl",
         view_ready_timeout: float = 30.0,
-        clock: Callable[[], float] = time.time,
         planner_args: PreemptionArgs | None = None,
         evictions_per_minute: int = 0,
     ) -> None:
@@ -129,7 +126,6 @@ class PreemptionActivities:
         self._identity = identity
         self._decisions = 0
         self._view_ready_timeout = view_ready_timeout
-        self._clock = clock
         self._planner_args = planner_args
         self._evictions_per_minute = evictions_per_minute
 
@@ -187,16 +183,13 @@ class PreemptionActivities:
         self, request: SelectInput, pod: dict[str, Any], strategy: Strategy, scheduler: str
     ) -> Selection:
         preemptor = request.preemptor
-        now = self._clock()
         since = datetime.now(UTC) - timedelta(seconds=request.reservation_seconds)
         with decision_lock(self._ledger) as connection, self._view.read() as snapshot:
             book = ReservationBook()
             for claim in open_claims(connection, since):
                 if claim.preemptor_uid != preemptor.uid:
-                    book.reserve(
-                        Reservation(claim.preemptor_uid, claim.node, claim.victim_uids, math.inf)
-                    )
-            book.prune(snapshot, now)
+                    book.reserve(Reservation(claim.preemptor_uid, claim.node, claim.victim_uids))
+            book.prune(snapshot)
             self._decisions += 1
             context = {
                 "worker": self._identity,

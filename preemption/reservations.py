@@ -12,9 +12,9 @@ Deliberate difference from upstream: a higher-priority preemptor cannot take cap
 in-flight preemption has freed (upstream may, and then re-preempts the lower one). Claims are
 first come, first served, so no pod is ever evicted for a preemption that is then undone.
 
-A reservation ends by itself once the cluster shows its effect (the preemptor bound and every
-victim gone), when the preemptor is gone, or when it expires, so a worker that dies with
-reservations in memory leaves nothing stuck.
+The reservations of a decision are the ledger's open claims (see `ledger.claims`, which also
+bounds them in time); one a decision can see through — the preemptor bound and every victim
+gone, or the preemptor gone — is dropped, since the cluster itself now shows its effect.
 """
 
 from __future__ import annotations
@@ -39,12 +39,11 @@ class Reservation:
     preemptor_uid: str
     node: str
     victim_uids: frozenset[str]
-    expires_at: float
 
 
 class ReservationBook:
-    """The in-flight preemptions of this worker; callers serialize access (one decision at a
-    time, under the cluster view's lock)."""
+    """The in-flight preemptions one decision must respect; the caller serializes decisions
+    (under the ledger's decision lock and the cluster view's lock)."""
 
     def __init__(self) -> None:
         self._reservations: dict[str, Reservation] = {}
@@ -65,8 +64,8 @@ class ReservationBook:
     def release(self, preemptor_uid: str) -> None:
         self._reservations.pop(preemptor_uid, None)
 
-    def prune(self, snapshot: ClusterSnapshot, now: float) -> list[str]:
-        """Drop the reservations the cluster no longer needs; the preemptor UIDs dropped."""
+    def prune(self, snapshot: ClusterSnapshot) -> list[str]:
+        """Drop the reservations the cluster already shows; the preemptor UIDs dropped."""
         dropped = []
         for uid, reservation in list(self._reservations.items()):
             preemptor = snapshot.pods.get(uid)
@@ -75,7 +74,7 @@ class ReservationBook:
                 and bool(preemptor.node_name)
                 and not any(victim in snapshot.pods for victim in reservation.victim_uids)
             )
-            if preemptor is None or settled or now >= reservation.expires_at:
+            if preemptor is None or settled:
                 del self._reservations[uid]
                 dropped.append(uid)
         return dropped

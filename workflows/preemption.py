@@ -57,13 +57,11 @@ KUBE_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=30),
 )
 KUBE_TIMEOUTS: dict[str, Any] = {
-    "start_to_close_timeout": timedelta(seconds=30),
     "schedule_to_close_timeout": timedelta(minutes=5),
     "retry_policy": KUBE_RETRY,
 }
 # The ledger: the preemption waits for it rather than lose an event.
 LEDGER_TIMEOUTS: dict[str, Any] = {
-    "start_to_close_timeout": timedelta(seconds=30),
     "schedule_to_close_timeout": timedelta(days=1),
     "retry_policy": RetryPolicy(
         initial_interval=timedelta(seconds=1),
@@ -73,7 +71,6 @@ LEDGER_TIMEOUTS: dict[str, Any] = {
 }
 # The Preempted event is informational: a few tries, then move on.
 EVENT_TIMEOUTS: dict[str, Any] = {
-    "start_to_close_timeout": timedelta(seconds=15),
     "schedule_to_close_timeout": timedelta(minutes=1),
     "retry_policy": RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1)),
 }
@@ -488,7 +485,7 @@ class PreemptionWorkflow:
             workflow.upsert_search_attributes(updates)
 
     def _timeouts(self, options: dict[str, Any]) -> dict[str, Any]:
-        """`options` with the request's per-attempt timeout."""
+        """`options` with the request's per-attempt timeout (`call_timeout_seconds`)."""
         seconds = self._request.call_timeout_seconds if self._request else 30.0
         return {**options, "start_to_close_timeout": timedelta(seconds=seconds)}
 

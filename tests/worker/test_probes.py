@@ -11,7 +11,6 @@ Scenarios:
 from __future__ import annotations
 
 import asyncio
-import socket
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -23,14 +22,9 @@ from ledger.engine import create_ledger_engine
 from migrations import upgrade
 from tests.support.temporal import wait_until_closed
 from worker.config import load_settings
+from worker.dev_command import free_port
 from worker.runtime import connect_cluster, running_controller
 from worker.scenarios import ONLINE_OFFLINE
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def get(port: int, path: str) -> tuple[int, str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -22,6 +21,7 @@ import pytest
 from emulator import SimulatedCluster
 from migrations import upgrade
 from tests.support.temporal import wait_until_closed
+from worker.dev_command import free_port
 from worker.scenarios import ONLINE_OFFLINE
 from workflows.preemption import workflow_id_for
 
@@ -90,12 +90,6 @@ def test_unmigrated_ledger_is_one_line(cluster, tmp_path: Path) -> None:
     assert last.startswith("preemptctl worker: ledger sqlite:///")
     assert "run `preemptctl migrate` first" in last
     assert "Traceback" not in completed.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_two_workers_give_one_preemption_per_pod(temporal, cluster, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ each test gets its own task queue and its own pods."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 import pytest
 import pytest_asyncio
@@ -37,27 +38,28 @@ def client(temporal: WorkflowEnvironment) -> Client:
     return temporal.client
 
 
-@pytest.fixture(scope="session")
-def ledger() -> Iterator[Engine]:
-    with fresh_database("preemptctl_wf") as url:
+@contextmanager
+def migrated_ledger(prefix: str) -> Iterator[Engine]:
+    with fresh_database(prefix) as url:
         upgrade(url)
         engine = create_ledger_engine(url)
         try:
             yield engine
         finally:
             engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def ledger() -> Iterator[Engine]:
+    with migrated_ledger("preemptctl_wf") as engine:
+        yield engine
 
 
 @pytest.fixture
 def own_ledger() -> Iterator[Engine]:
     """A ledger for one test, for what counts every event in it (the eviction budget)."""
-    with fresh_database("preemptctl_wf_own") as url:
-        upgrade(url)
-        engine = create_ledger_engine(url)
-        try:
-            yield engine
-        finally:
-            engine.dispose()
+    with migrated_ledger("preemptctl_wf_own") as engine:
+        yield engine
 
 
 @pytest.fixture
