@@ -67,6 +67,7 @@ class Settings:
     search_attributes: bool = True
     # The process
     metrics_port: int = 9464
+    sdk_metrics_port: int = 9465  # the Temporal SDK's own metrics; 0 turns them off
     log_format: str = "json"
     identity: str = field(default_factory=_default_identity)
 
@@ -122,6 +123,11 @@ def _convert(name: str, raw: Any, source: str) -> Any:
 def _validate(settings: Settings) -> Settings:
     checks = [
         (1 <= settings.metrics_port <= 65535, "metrics_port", "a port from 1 to 65535"),
+        (
+            0 <= settings.sdk_metrics_port <= 65535,
+            "sdk_metrics_port",
+            "a port from 1 to 65535, or 0 for none",
+        ),
         (settings.min_priority >= -(2**31), "min_priority", "a priority (int32)"),
         (settings.max_victims >= 0, "max_victims", "0 (no cap) or more"),
         (settings.evictions_per_minute >= 0, "evictions_per_minute", "0 (no budget) or more"),

@@ -3,7 +3,7 @@
 `preemption_attempts_total` and `preemption_victims` (upstream's buckets, 1 to 64 doubling)
 mirror the scheduler's own, so existing dashboards keep working when the controller takes
 preemption over. The Temporal SDK's metrics are served by the SDK itself (see
-`worker.runtime`), on the port after this one.
+`worker.runtime`), on `PREEMPT_SDK_METRICS_PORT`.
 """
 
 from __future__ import annotations

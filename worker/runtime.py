@@ -97,13 +97,19 @@ def open_ledger(settings: Settings) -> Engine:
     return engine
 
 
-def sdk_runtime(metrics_port: int) -> Runtime:
-    """A Temporal runtime exporting the SDK's own metrics on the port after ours."""
-    return Runtime(
-        telemetry=TelemetryConfig(
-            metrics=PrometheusConfig(bind_address=f"0.0.0.0:{metrics_port + 1}")
+def sdk_runtime(port: int) -> Runtime | None:
+    """A Temporal runtime exporting the SDK's own metrics on `port` (None: the default
+    runtime, without them, for port 0)."""
+    if not port:
+        return None
+    try:
+        return Runtime(
+            telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"0.0.0.0:{port}"))
         )
-    )
+    except ValueError as error:
+        raise StartupError(
+            f"cannot serve the Temporal SDK's metrics on port {port}: {error}"
+        ) from None
 
 
 async def connect_temporal(settings: Settings, runtime: Runtime | None = None) -> Client:

@@ -77,7 +77,7 @@ def register(subparsers: Any) -> None:
 async def serve(settings: Settings) -> None:
     kube = connect_cluster(settings)
     ledger = open_ledger(settings)
-    client = await connect_temporal(settings, sdk_runtime(settings.metrics_port))
+    client = await connect_temporal(settings, sdk_runtime(settings.sdk_metrics_port))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -1,8 +1,8 @@
 """`preemptctl worker` starts only when everything it needs answers, and several can run.
 
 Scenarios:
-- a wrong Temporal address, a missing kubeconfig, an unmigrated ledger: each one line on
-  stderr and exit code 2, before anything runs;
+- a wrong Temporal address, a missing kubeconfig, an unmigrated ledger, a taken SDK metrics
+  port: each one line on stderr and exit code 2, before anything runs;
 - two workers at once on one cluster give one preemption per pod: the pod is preempted for
   once, no victim is deleted twice, the pod ends bound, and both stop cleanly on SIGTERM.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -105,7 +106,11 @@ async def test_two_workers_give_one_preemption_per_pod(temporal, cluster, tmp_pa
     replicas = [
         subprocess.Popen(
             [PREEMPTCTL, "worker"],
-            env={**env, "PREEMPT_METRICS_PORT": str(free_port())},
+            env={
+                **env,
+                "PREEMPT_METRICS_PORT": str(free_port()),
+                "PREEMPT_SDK_METRICS_PORT": str(free_port()),
+            },
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -138,3 +143,24 @@ async def test_two_workers_give_one_preemption_per_pod(temporal, cluster, tmp_pa
     assert len(deleted) == len(set(deleted))
     assert {"batch-1a", "batch-1b"} <= set(deleted) <= {"batch-1a", "batch-1b", "batch-3d"}
     assert codes == [0, 0], [replica.stderr.read() for replica in replicas if replica.stderr]
+
+
+def test_sdk_metrics_port_in_use_is_one_line(cluster, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        completed = start_worker(
+            "--kubeconfig",
+            str(cluster.kubeconfig_path),
+            env={
+                "PREEMPT_DATABASE_URL": migrated_sqlite(tmp_path),
+                "PREEMPT_SDK_METRICS_PORT": str(port),
+            },
+        )
+    assert completed.returncode == 2
+    last = completed.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"preemptctl worker: cannot serve the Temporal SDK's metrics on port {port}"
+    )
+    assert "Traceback" not in completed.stderr
