@@ -12,10 +12,12 @@ ENV PIP_NO_CACHE_DIR=1 \
 
 RUN python -m venv /opt/preemptctl
 WORKDIR /src
-# Only what the distribution is built from (pyproject.toml's packages); .dockerignore keeps
-# caches and virtualenvs out.
+# Only what the distribution is built from: preemptctl/ (links to the folders below, which
+# the wheel carries as preemptctl.*); .dockerignore keeps caches and virtualenvs out.
 COPY pyproject.toml README.md ./
+COPY preemptctl/ preemptctl/
 COPY preemption/ preemption/
+COPY kube/ kube/
 COPY workflows/ workflows/
 COPY activities/ activities/
 COPY ledger/ ledger/

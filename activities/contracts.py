@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from preemption.decision import PodRef
+from preemptctl.preemption.decision import PodRef
 
 
 @dataclass
@@ -106,7 +106,7 @@ class VictimInput:
 
 @dataclass
 class WriteResult:
-    """A settled Kubernetes write: `verdict` is `activities.kube.outcomes.Verdict`'s value, or
+    """A settled Kubernetes write: `verdict` is `kube.outcomes.Verdict`'s value, or
     `Terminating` for a victim already on its way out."""
 
     verdict: str

@@ -22,8 +22,8 @@ from sqlalchemy import Engine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.budget import WINDOW, seconds_until_budget_allows
-from activities.contracts import (
+from preemptctl.activities.budget import WINDOW, seconds_until_budget_allows
+from preemptctl.activities.contracts import (
     LedgerEntry,
     NominationInput,
     PreemptorCheck,
@@ -34,23 +34,23 @@ from activities.contracts import (
     VictimInput,
     WriteResult,
 )
-from activities.kube import conditions, deletion, events, nomination
-from activities.kube.client import KubeClient
-from activities.kube.outcomes import KubeCallError, WriteOutcome
-from activities.kube.pods import Presence, get_pod
-from activities.kube.view import ClusterView
-from ledger.claims import decision_lock, open_claims, victims_chosen_since
-from ledger.errors import LedgerError
-from ledger.events import LedgerEvent, decision_events
-from ledger.kinds import EventKind
-from ledger.writer import append_batch, append_batch_on
-from preemption.decision import Decision, Outcome, PodRef, Strategy
-from preemption.decode import decode_pod
-from preemption.default_preemption import PreemptionArgs
-from preemption.errors import PlannerInputError
-from preemption.planner import plan
-from preemption.reservations import Reservation, ReservationBook
-from preemption.snapshot import ClusterSnapshot
+from preemptctl.kube import conditions, deletion, events, nomination
+from preemptctl.kube.client import KubeClient
+from preemptctl.kube.outcomes import KubeCallError, WriteOutcome
+from preemptctl.kube.pods import Presence, get_pod
+from preemptctl.kube.view import ClusterView
+from preemptctl.ledger.claims import decision_lock, open_claims, victims_chosen_since
+from preemptctl.ledger.errors import LedgerError
+from preemptctl.ledger.events import LedgerEvent, decision_events
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.writer import append_batch, append_batch_on
+from preemptctl.preemption.decision import Decision, Outcome, PodRef, Strategy
+from preemptctl.preemption.decode import decode_pod
+from preemptctl.preemption.default_preemption import PreemptionArgs
+from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.preemption.planner import plan
+from preemptctl.preemption.reservations import Reservation, ReservationBook
+from preemptctl.preemption.snapshot import ClusterSnapshot
 
 ABORTED = "Aborted"
 THROTTLED = "Throttled"

@@ -25,11 +25,11 @@ import sys
 import time
 from multiprocessing.connection import Connection
 
-from activities.kube.client import connect
-from activities.kube.view import ClusterView
 from benchmarks.synthetic_cluster import cluster
-from emulator import Emulator
-from emulator.resources import PODS
+from preemptctl.emulator import Emulator
+from preemptctl.emulator.resources import PODS
+from preemptctl.kube.client import connect
+from preemptctl.kube.view import ClusterView
 
 MERGE_PATCH = "application/merge-patch+json"
 

@@ -29,17 +29,17 @@ from typing import Any
 import orjson
 import psycopg
 
-import migrations
-from ledger.engine import create_ledger_engine
-from ledger.events import LedgerEvent, decision_events
-from ledger.kinds import EventKind
-from ledger.narrative import preemptor_story, victim_story
-from ledger.queries import HistoryQuery, explain, history
-from ledger.views import Outcome
-from ledger.writer import append_async, append_batch_async
-from preemption.decision import PodRef
+from preemptctl import migrations
+from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.ledger.events import LedgerEvent, decision_events
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.narrative import preemptor_story, victim_story
+from preemptctl.ledger.queries import HistoryQuery, explain, history
+from preemptctl.ledger.views import Outcome
+from preemptctl.ledger.writer import append_async, append_batch_async
+from preemptctl.preemption.decision import PodRef
+from preemptctl.worker.cli import main as cli_main
 from tests.support.postgres import fresh_database
-from worker.cli import main as cli_main
 
 COLUMNS = (
     "preemption_id",

@@ -25,9 +25,9 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.synthetic_cluster import cluster, preemptor
-from preemption.decode import decode_pod
-from preemption.default_preemption import preempt
-from preemption.snapshot import ClusterSnapshot
+from preemptctl.preemption.decode import decode_pod
+from preemptctl.preemption.default_preemption import preempt
+from preemptctl.preemption.snapshot import ClusterSnapshot
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -136,7 +136,16 @@ def main() -> None:
     python = sys.executable
     naive = f"import orjson; orjson.loads(open({str(path)!r}, 'rb').read())"
     fair = f"import gc, orjson; gc.disable(); orjson.loads(open({str(path)!r}, 'rb').read())"
-    plan = [python, "-m", "worker.cli", "plan", "--snapshot", str(path), "--pod", "online/urgent-0"]
+    plan = [
+        python,
+        "-m",
+        "preemptctl.worker.cli",
+        "plan",
+        "--snapshot",
+        str(path),
+        "--pod",
+        "online/urgent-0",
+    ]
     naive_s = best_of(args.end_to_end_runs, [python, "-c", naive])
     fair_s = best_of(args.end_to_end_runs, [python, "-c", fair])
     plan_s = best_of(args.end_to_end_runs, plan)

@@ -29,18 +29,18 @@ import psycopg
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from activities.contracts import PreemptionRequest
-from activities.kube.client import connect
-from activities.kube.view import ClusterView
-from activities.preemption import PreemptionActivities
-from emulator import Emulator
-from ledger.engine import create_ledger_engine
-from migrations import upgrade
-from preemption.decision import PodRef
-from worker.starter import start_preemption
-from worker.temporal_binary import temporal_cli
-from worker.temporal_worker import build_worker
-from workflows import search_attributes
+from preemptctl.activities.contracts import PreemptionRequest
+from preemptctl.activities.preemption import PreemptionActivities
+from preemptctl.emulator import Emulator
+from preemptctl.kube.client import connect
+from preemptctl.kube.view import ClusterView
+from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.migrations import upgrade
+from preemptctl.preemption.decision import PodRef
+from preemptctl.worker.starter import start_preemption
+from preemptctl.worker.temporal_binary import temporal_cli
+from preemptctl.worker.temporal_worker import build_worker
+from preemptctl.workflows import search_attributes
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 

@@ -30,11 +30,11 @@ stream), `patch` (merge, strategic merge, JSON patch), `eviction` (PDB-checked d
 with the planner's filters, for `preemptctl dev`).
 """
 
-from emulator.api import Emulator
-from emulator.faults import DEFAULT_USER, Fault, Faults
-from emulator.requestlog import Request, RequestLog
-from emulator.scenario import ScenarioError
-from emulator.simulation import SimulatedCluster, SimulatedKubelet, SimulatedScheduler
+from preemptctl.emulator.api import Emulator
+from preemptctl.emulator.faults import DEFAULT_USER, Fault, Faults
+from preemptctl.emulator.requestlog import Request, RequestLog
+from preemptctl.emulator.scenario import ScenarioError
+from preemptctl.emulator.simulation import SimulatedCluster, SimulatedKubelet, SimulatedScheduler
 
 __all__ = [
     "DEFAULT_USER",

@@ -17,13 +17,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from emulator.faults import Faults
-from emulator.http_server import EmulatorServer
-from emulator.kubeconfig import write_kubeconfig
-from emulator.requestlog import RequestLog
-from emulator.resources import PODS
-from emulator.scenario import iter_objects, read_document
-from emulator.store import Obj, Store
+from preemptctl.emulator.faults import Faults
+from preemptctl.emulator.http_server import EmulatorServer
+from preemptctl.emulator.kubeconfig import write_kubeconfig
+from preemptctl.emulator.requestlog import RequestLog
+from preemptctl.emulator.resources import PODS
+from preemptctl.emulator.scenario import iter_objects, read_document
+from preemptctl.emulator.store import Obj, Store
 
 
 class Emulator:

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from emulator import status
-from emulator.resources import PODS
-from emulator.status import ApiError
-from emulator.store import Obj, Store, now_rfc3339
+from preemptctl.emulator import status
+from preemptctl.emulator.resources import PODS
+from preemptctl.emulator.status import ApiError
+from preemptctl.emulator.store import Obj, Store, now_rfc3339
 
 _SUCCESS: dict[str, Any] = {
     "kind": "Status",

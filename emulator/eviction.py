@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from emulator import status
-from emulator.resources import PDBS, PODS
-from emulator.status import ApiError
-from emulator.store import Obj, Store, now_rfc3339
+from preemptctl.emulator import status
+from preemptctl.emulator.resources import PDBS, PODS
+from preemptctl.emulator.status import ApiError
+from preemptctl.emulator.store import Obj, Store, now_rfc3339
 
 EVICTION_REFUSED = "Cannot evict pod as it would violate the pod's disruption budget."
 

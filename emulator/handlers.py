@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from emulator import status
-from emulator.binding import bind
-from emulator.eviction import evict
-from emulator.resources import PODS
-from emulator.routing import Route
-from emulator.selectors import field_selector, label_selector
-from emulator.store import Obj, Store
+from preemptctl.emulator import status
+from preemptctl.emulator.binding import bind
+from preemptctl.emulator.eviction import evict
+from preemptctl.emulator.resources import PODS
+from preemptctl.emulator.routing import Route
+from preemptctl.emulator.selectors import field_selector, label_selector
+from preemptctl.emulator.store import Obj, Store
 
 _CREATE_ONLY = frozenset({"eviction", "binding"})  # subresources served for POST alone
 

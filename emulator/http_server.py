@@ -18,14 +18,14 @@ from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 
-from emulator import status
-from emulator.faults import Action, Faults
-from emulator.handlers import handle, predicate
-from emulator.requestlog import Request, RequestLog
-from emulator.routing import Route, route
-from emulator.status import ApiError
-from emulator.store import Store
-from emulator.watch import WatchRequest, serve_watch
+from preemptctl.emulator import status
+from preemptctl.emulator.faults import Action, Faults
+from preemptctl.emulator.handlers import handle, predicate
+from preemptctl.emulator.requestlog import Request, RequestLog
+from preemptctl.emulator.routing import Route, route
+from preemptctl.emulator.status import ApiError
+from preemptctl.emulator.store import Store
+from preemptctl.emulator.watch import WatchRequest, serve_watch
 
 _VERSION = {
     "major": "1",

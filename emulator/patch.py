@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from emulator.status import ApiError, bad_request, status_body
+from preemptctl.emulator.status import ApiError, bad_request, status_body
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

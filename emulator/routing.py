@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emulator.resources import BY_PATH, NAMESPACES, Resource
+from preemptctl.emulator.resources import BY_PATH, NAMESPACES, Resource
 
 
 @dataclass(frozen=True, slots=True)

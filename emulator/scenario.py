@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import yaml
 
-from emulator.resources import BY_KIND, Resource
+from preemptctl.emulator.resources import BY_KIND, Resource
 
 
 class ScenarioError(ValueError):

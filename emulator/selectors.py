@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from emulator.status import ApiError, bad_request
+from preemptctl.emulator.status import ApiError, bad_request
 
 Predicate = Callable[[Mapping[str, Any]], bool]
 

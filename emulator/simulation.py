@@ -36,17 +36,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from emulator.api import Emulator
-from emulator.binding import bind
-from emulator.patch import STRATEGIC_MERGE_PATCH
-from emulator.resources import NODES, PODS
-from emulator.status import ApiError
-from emulator.store import Obj, Store, now_rfc3339
-from preemption.default_preemption import filter_nodes
-from preemption.errors import PlannerInputError
-from preemption.filters import Status
-from preemption.objects import Pod
-from preemption.snapshot import ClusterSnapshot
+from preemptctl.emulator.api import Emulator
+from preemptctl.emulator.binding import bind
+from preemptctl.emulator.patch import STRATEGIC_MERGE_PATCH
+from preemptctl.emulator.resources import NODES, PODS
+from preemptctl.emulator.status import ApiError
+from preemptctl.emulator.store import Obj, Store, now_rfc3339
+from preemptctl.preemption.default_preemption import filter_nodes
+from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.preemption.filters import Status
+from preemptctl.preemption.objects import Pod
+from preemptctl.preemption.snapshot import ClusterSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulator.resources import Resource
+from preemptctl.emulator.resources import Resource
 
 
 class ApiError(Exception):

@@ -28,10 +28,10 @@ from typing import Any
 
 import orjson
 
-from emulator import status
-from emulator.patch import apply_patch
-from emulator.resources import BY_KEY, PODS, Resource
-from emulator.status import ApiError
+from preemptctl.emulator import status
+from preemptctl.emulator.patch import apply_patch
+from preemptctl.emulator.resources import BY_KEY, PODS, Resource
+from preemptctl.emulator.status import ApiError
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects

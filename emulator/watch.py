@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import orjson
 
-from emulator.resources import Resource
-from emulator.status import ApiError
-from emulator.store import ADDED, DELETED, MODIFIED, Obj, Store, Watcher, WatchEvent
+from preemptctl.emulator.resources import Resource
+from preemptctl.emulator.status import ApiError
+from preemptctl.emulator.store import ADDED, DELETED, MODIFIED, Obj, Store, Watcher, WatchEvent
 
 
 @dataclass(frozen=True)

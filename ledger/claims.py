@@ -23,9 +23,9 @@ from pathlib import Path
 
 from sqlalchemy import Connection, Engine, and_, exists, select, text
 
-from ledger.engine import sqlite_path, translated_errors
-from ledger.kinds import TERMINAL_KINDS, EventKind
-from ledger.models import events
+from preemptctl.ledger.engine import sqlite_path, translated_errors
+from preemptctl.ledger.kinds import TERMINAL_KINDS, EventKind
+from preemptctl.ledger.models import events
 
 # Any constant shared by all workers; "preempt" in ASCII.
 DECISION_LOCK_KEY = 0x70726565_6D7074

@@ -26,8 +26,8 @@ from sqlalchemy.exc import (
     ProgrammingError,
 )
 
-from ledger.errors import LedgerError, LedgerNotMigratedError, LedgerUnavailableError
-from ledger.models import EVENTS_TABLE
+from preemptctl.ledger.errors import LedgerError, LedgerNotMigratedError, LedgerUnavailableError
+from preemptctl.ledger.models import EVENTS_TABLE
 
 DATABASE_URL_ENV = "PREEMPT_DATABASE_URL"
 CONNECT_TIMEOUT_SECONDS = 5

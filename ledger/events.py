@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger.kinds import EventKind, kind_for_decision
-from preemption.decision import PodRef
+from preemptctl.ledger.kinds import EventKind, kind_for_decision
+from preemptctl.preemption.decision import PodRef
 
 
 def idempotency_key(

@@ -10,8 +10,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ledger.views import Fate, Outcome, PreemptionView, VictimView
-from preemption.decision import PodRef
+from preemptctl.ledger.views import Fate, Outcome, PreemptionView, VictimView
+from preemptctl.preemption.decision import PodRef
 
 CRITERION_MEANING = {
     "minNumPDBViolations": "fewest PodDisruptionBudget violations",

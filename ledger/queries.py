@@ -15,12 +15,18 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Engine, and_, func, or_, select
 
-from ledger.engine import translated_errors
-from ledger.events import RecordedEvent
-from ledger.kinds import EventKind
-from ledger.models import events
-from ledger.views import Outcome, PreemptionView, VictimView, fold_preemptions, kinds_ending_in
-from preemption.decision import PodRef
+from preemptctl.ledger.engine import translated_errors
+from preemptctl.ledger.events import RecordedEvent
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.models import events
+from preemptctl.ledger.views import (
+    Outcome,
+    PreemptionView,
+    VictimView,
+    fold_preemptions,
+    kinds_ending_in,
+)
+from preemptctl.preemption.decision import PodRef
 
 SEED_PAGE = 1000
 """Events read per step while looking for the newest matching preemptions."""

@@ -13,9 +13,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from ledger.events import RecordedEvent
-from ledger.kinds import DECISION_KINDS, TERMINAL_KINDS, VICTIM_KINDS, EventKind
-from preemption.decision import PodRef
+from preemptctl.ledger.events import RecordedEvent
+from preemptctl.ledger.kinds import DECISION_KINDS, TERMINAL_KINDS, VICTIM_KINDS, EventKind
+from preemptctl.preemption.decision import PodRef
 
 
 class Outcome(StrEnum):

@@ -23,9 +23,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Insert
 from sqlalchemy.dialects import postgresql, sqlite
 
-from ledger.engine import translated_errors
-from ledger.events import LedgerEvent
-from ledger.models import events
+from preemptctl.ledger.engine import translated_errors
+from preemptctl.ledger.events import LedgerEvent
+from preemptctl.ledger.models import events
 
 ROWS_PER_STATEMENT = 500
 """Batches up to this size are one multi-row INSERT: atomic on its own, so no BEGIN/COMMIT."""

@@ -11,8 +11,13 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from ledger.engine import configured_url, create_ledger_engine, normalise_url, sqlite_path
-from ledger.models import Base
+from preemptctl.ledger.engine import (
+    configured_url,
+    create_ledger_engine,
+    normalise_url,
+    sqlite_path,
+)
+from preemptctl.ledger.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -12,10 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from preemption.decision import Decision, NodeVerdict, Outcome, PodRef, Rationale, Strategy
-from preemption.default_preemption import PreemptionArgs, filter_pods_with_pdb_violation
-from preemption.filters import Status, node_affinity, node_ports, taint_toleration
-from preemption.objects import (
+from preemptctl.preemption.decision import (
+    Decision,
+    NodeVerdict,
+    Outcome,
+    PodRef,
+    Rationale,
+    Strategy,
+)
+from preemptctl.preemption.default_preemption import PreemptionArgs, filter_pods_with_pdb_violation
+from preemptctl.preemption.filters import Status, node_affinity, node_ports, taint_toleration
+from preemptctl.preemption.objects import (
     CPU,
     EPHEMERAL_STORAGE,
     MEMORY,
@@ -25,7 +32,7 @@ from preemption.objects import (
     QOS_GUARANTEED,
     Pod,
 )
-from preemption.snapshot import ClusterSnapshot, NodeInfo
+from preemptctl.preemption.snapshot import ClusterSnapshot, NodeInfo
 
 
 @dataclass(frozen=True, slots=True)

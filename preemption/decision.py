@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from preemption.objects import Pod
+from preemptctl.preemption.objects import Pod
 
 PLANNER_VERSION = "1"
 

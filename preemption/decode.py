@@ -11,8 +11,8 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
-from preemption.errors import PlannerInputError
-from preemption.objects import (
+from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.preemption.objects import (
     PREEMPT_LOWER_PRIORITY,
     HostPort,
     LabelSelector,
@@ -24,8 +24,8 @@ from preemption.objects import (
     Taint,
     Toleration,
 )
-from preemption.quantity import parse_quantity, to_value
-from preemption.resources import pod_requests, qos_class, resource_amounts, to_resources
+from preemptctl.preemption.quantity import parse_quantity, to_value
+from preemptctl.preemption.resources import pod_requests, qos_class, resource_amounts, to_resources
 
 _LABEL_OPERATORS = {"In", "NotIn", "Exists", "DoesNotExist"}
 _NODE_OPERATORS = _LABEL_OPERATORS | {"Gt", "Lt"}

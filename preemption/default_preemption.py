@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from preemption.decision import (
+from preemptctl.preemption.decision import (
     Decision,
     NodeVerdict,
     Outcome,
@@ -27,7 +27,7 @@ from preemption.decision import (
     SelectionStep,
     Strategy,
 )
-from preemption.filters import (
+from preemptctl.preemption.filters import (
     ERR_PORTS,
     SUCCESS,
     Code,
@@ -39,8 +39,8 @@ from preemption.filters import (
     static_filters,
     status_of,
 )
-from preemption.objects import PREEMPT_NEVER, HostPort, Pod, Resources
-from preemption.snapshot import ClusterSnapshot, NodeInfo, importance_key
+from preemptctl.preemption.objects import PREEMPT_NEVER, HostPort, Pod, Resources
+from preemptctl.preemption.snapshot import ClusterSnapshot, NodeInfo, importance_key
 
 ERR_NO_VICTIMS = "No preemption victims found for incoming pod"
 ERR_NOT_HELPFUL = "Preemption is not helpful for scheduling"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from preemption.decision import Decision, Strategy
+from preemptctl.preemption.decision import Decision, Strategy
 
 _MAX_LISTED = 8
 

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from preemption.objects import HostPort, Node, Pod, Resources
-from preemption.selectors import (
+from preemptctl.preemption.objects import HostPort, Node, Pod, Resources
+from preemptctl.preemption.selectors import (
     UNSCHEDULABLE_TAINT,
     first_untolerated_taint,
     node_selector_term_matches,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from preemption.critical_admission import preempt_for_admission
-from preemption.decision import Decision, Strategy
-from preemption.default_preemption import PreemptionArgs, preempt
-from preemption.errors import UnknownPodError
-from preemption.snapshot import ClusterSnapshot
+from preemptctl.preemption.critical_admission import preempt_for_admission
+from preemptctl.preemption.decision import Decision, Strategy
+from preemptctl.preemption.default_preemption import PreemptionArgs, preempt
+from preemptctl.preemption.errors import UnknownPodError
+from preemptctl.preemption.snapshot import ClusterSnapshot
 
 
 def plan(

@@ -13,7 +13,7 @@ import math
 import re
 from fractions import Fraction
 
-from preemption.errors import QuantityError
+from preemptctl.preemption.errors import QuantityError
 
 _BINARY_SUFFIXES = {
     "Ki": 2**10,

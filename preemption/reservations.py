@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from preemption.objects import Pod
-from preemption.snapshot import ClusterSnapshot
+from preemptctl.preemption.objects import Pod
+from preemptctl.preemption.snapshot import ClusterSnapshot
 
 # Above any priority a PriorityClass can carry (int32), so a reserved nomination counts in
 # every later fit check and is never a lower-priority nomination to clear.

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from preemption.errors import QuantityError
-from preemption.objects import (
+from preemptctl.preemption.errors import QuantityError
+from preemptctl.preemption.objects import (
     CPU,
     EPHEMERAL_STORAGE,
     MEMORY,
@@ -16,7 +16,7 @@ from preemption.objects import (
     QOS_GUARANTEED,
     Resources,
 )
-from preemption.quantity import parse_quantity, to_milli_value, to_value
+from preemptctl.preemption.quantity import parse_quantity, to_milli_value, to_value
 
 _Amounts = dict[str, int]
 

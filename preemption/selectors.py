@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from preemption.objects import (
+from preemptctl.preemption.objects import (
     LabelSelector,
     NodeSelectorTerm,
     Requirement,

@@ -14,9 +14,9 @@ import gc
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from preemption.decode import decode_node, decode_pdb, decode_pod, iter_list_items
-from preemption.objects import HostPort, Node, Pod, PodDisruptionBudget, Resources
-from preemption.selectors import label_selector_matches
+from preemptctl.preemption.decode import decode_node, decode_pdb, decode_pod, iter_list_items
+from preemptctl.preemption.objects import HostPort, Node, Pod, PodDisruptionBudget, Resources
+from preemptctl.preemption.selectors import label_selector_matches
 
 _NEVER_STARTED = float("inf")
 

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import pytest_asyncio
 from temporalio.testing import WorkflowEnvironment
 
+from preemptctl.workflows import search_attributes
 from tests.support.temporal import temporal_cli
-from workflows import search_attributes
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")

@@ -17,20 +17,20 @@ from collections.abc import Callable, Sequence
 from importlib import import_module
 from types import ModuleType
 
-from worker.errors import UsageError
+from preemptctl.worker.errors import UsageError
 
 # Command name → the module that registers it. Modules are imported only when needed, so
 # `preemptctl plan` does not pay for Temporal, SQLAlchemy and the Kubernetes client.
 COMMANDS: dict[str, str] = {
-    "dev": "worker.dev_command",
-    "plan": "worker.plan_command",
-    "migrate": "worker.ledger_commands",
-    "history": "worker.ledger_commands",
-    "explain": "worker.ledger_commands",
-    "setup-temporal": "worker.setup_command",
-    "config": "worker.config_command",
-    "worker": "worker.worker_command",
-    "replay": "worker.replay_command",
+    "dev": "preemptctl.worker.dev_command",
+    "plan": "preemptctl.worker.plan_command",
+    "migrate": "preemptctl.worker.ledger_commands",
+    "history": "preemptctl.worker.ledger_commands",
+    "explain": "preemptctl.worker.ledger_commands",
+    "setup-temporal": "preemptctl.worker.setup_command",
+    "config": "preemptctl.worker.config_command",
+    "worker": "preemptctl.worker.worker_command",
+    "replay": "preemptctl.worker.replay_command",
 }
 
 EXIT_USAGE = 2

@@ -19,7 +19,7 @@ from typing import Any, get_type_hints
 
 import yaml
 
-from ledger.engine import configured_url, display_url
+from preemptctl.ledger.engine import configured_url, display_url
 
 ENV_PREFIX = "PREEMPT_"
 SECRET_FIELDS = frozenset({"temporal_api_key", "database_url"})

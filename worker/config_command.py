@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
-from worker.config import ConfigError, load_settings
-from worker.errors import UsageError
+from preemptctl.worker.config import ConfigError, load_settings
+from preemptctl.worker.errors import UsageError
 
 
 def register(subparsers: Any) -> None:

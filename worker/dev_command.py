@@ -28,15 +28,15 @@ from urllib.parse import quote
 
 from temporalio.testing import WorkflowEnvironment
 
-from emulator import SimulatedCluster
-from ledger.engine import configured_url, create_ledger_engine, display_url
-from migrations import upgrade
-from worker.config import ConfigError, Settings, load_settings
-from worker.errors import UsageError
-from worker.runtime import StartupError, connect_cluster, running_controller
-from worker.scenarios import ONLINE_OFFLINE
-from worker.temporal_binary import temporal_cli
-from workflows import search_attributes
+from preemptctl.emulator import SimulatedCluster
+from preemptctl.ledger.engine import configured_url, create_ledger_engine, display_url
+from preemptctl.migrations import upgrade
+from preemptctl.worker.config import ConfigError, Settings, load_settings
+from preemptctl.worker.errors import UsageError
+from preemptctl.worker.runtime import StartupError, connect_cluster, running_controller
+from preemptctl.worker.scenarios import ONLINE_OFFLINE
+from preemptctl.worker.temporal_binary import temporal_cli
+from preemptctl.workflows import search_attributes
 
 UI_FILTER = 'WorkflowType="Preemption"'
 

@@ -20,8 +20,8 @@ import orjson
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-import migrations
-from ledger.engine import (
+from preemptctl import migrations
+from preemptctl.ledger.engine import (
     configured_url,
     create_ledger_engine,
     display_url,
@@ -29,11 +29,11 @@ from ledger.engine import (
     sqlite_path,
     translated_errors,
 )
-from ledger.errors import LedgerError
-from ledger.narrative import format_seconds, format_time, preemptor_story, victim_story
-from ledger.queries import HistoryQuery, explain, history
-from ledger.views import Outcome, PreemptionView
-from worker.errors import UsageError
+from preemptctl.ledger.errors import LedgerError
+from preemptctl.ledger.narrative import format_seconds, format_time, preemptor_story, victim_story
+from preemptctl.ledger.queries import HistoryQuery, explain, history
+from preemptctl.ledger.views import Outcome, PreemptionView
+from preemptctl.worker.errors import UsageError
 
 DEFAULT_HISTORY_LIMIT = 50
 DEFAULT_EXPLAIN_LIMIT = 10

@@ -10,12 +10,12 @@ from typing import Any
 
 import orjson
 
-from preemption.decision import Strategy
-from preemption.errors import PlannerInputError
-from preemption.explain import render_explanation
-from preemption.planner import plan
-from preemption.snapshot import ClusterSnapshot
-from worker.errors import UsageError
+from preemptctl.preemption.decision import Strategy
+from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.preemption.explain import render_explanation
+from preemptctl.preemption.planner import plan
+from preemptctl.preemption.snapshot import ClusterSnapshot
+from preemptctl.worker.errors import UsageError
 
 
 def register(subparsers: Any) -> None:

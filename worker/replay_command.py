@@ -20,9 +20,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from worker.errors import UsageError
-from worker.temporal_worker import workflow_runner
-from workflows.preemption import PreemptionWorkflow
+from preemptctl.worker.errors import UsageError
+from preemptctl.worker.temporal_worker import workflow_runner
+from preemptctl.workflows.preemption import PreemptionWorkflow
 
 
 def register(subparsers: Any) -> None:

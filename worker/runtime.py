@@ -24,17 +24,17 @@ from sqlalchemy import Engine
 from temporalio.client import Client, TLSConfig
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from activities.kube.client import KubeClient, connect
-from activities.kube.view import ClusterView
-from activities.preemption import PreemptionActivities
-from ledger.engine import create_ledger_engine, display_url
-from ledger.errors import LedgerError
-from migrations import current_revision, head_revision
-from preemption.default_preemption import PreemptionArgs
-from worker.config import Settings
-from worker.metrics import Metrics
-from worker.temporal_worker import build_worker
-from worker.trigger import Reporter, TriggerLoop
+from preemptctl.activities.preemption import PreemptionActivities
+from preemptctl.kube.client import KubeClient, connect
+from preemptctl.kube.view import ClusterView
+from preemptctl.ledger.engine import create_ledger_engine, display_url
+from preemptctl.ledger.errors import LedgerError
+from preemptctl.migrations import current_revision, head_revision
+from preemptctl.preemption.default_preemption import PreemptionArgs
+from preemptctl.worker.config import Settings
+from preemptctl.worker.metrics import Metrics
+from preemptctl.worker.temporal_worker import build_worker
+from preemptctl.worker.trigger import Reporter, TriggerLoop
 
 log = logging.getLogger("preemptctl")
 

@@ -10,8 +10,8 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from worker.errors import UsageError
-from worker.temporal_setup import register_search_attributes
+from preemptctl.worker.errors import UsageError
+from preemptctl.worker.temporal_setup import register_search_attributes
 
 ADDRESS_ENV = "PREEMPT_TEMPORAL_ADDRESS"
 NAMESPACE_ENV = "PREEMPT_TEMPORAL_NAMESPACE"

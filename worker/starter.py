@@ -9,9 +9,9 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
 )
 
-from activities.contracts import PreemptionRequest
-from workflows import search_attributes as sa
-from workflows.preemption import PreemptionResult, PreemptionWorkflow, workflow_id_for
+from preemptctl.activities.contracts import PreemptionRequest
+from preemptctl.workflows import search_attributes as sa
+from preemptctl.workflows.preemption import PreemptionResult, PreemptionWorkflow, workflow_id_for
 
 
 async def start_preemption(

@@ -14,7 +14,7 @@ from temporalio.api.operatorservice.v1 import (
 )
 from temporalio.client import Client
 
-from workflows import search_attributes
+from preemptctl.workflows import search_attributes
 
 
 async def missing_search_attributes(client: Client, namespace: str) -> list[str]:

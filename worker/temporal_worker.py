@@ -8,8 +8,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.preemption import PreemptionActivities
-from workflows.preemption import PreemptionWorkflow
+from preemptctl.activities.preemption import PreemptionActivities
+from preemptctl.workflows.preemption import PreemptionWorkflow
 
 DEFAULT_TASK_QUEUE = "preemptctl"
 

@@ -28,16 +28,16 @@ from typing import Any
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contracts import PreemptionRequest
-from activities.kube.view import ClusterView
-from preemption.decision import PodRef, Strategy
-from preemption.decode import decode_pod
-from preemption.errors import PlannerInputError
-from preemption.objects import PREEMPT_NEVER, Pod
-from worker.config import Settings
-from worker.metrics import Metrics
-from worker.starter import start_preemption
-from workflows.preemption import PreemptionResult, PreemptionWorkflow, workflow_id_for
+from preemptctl.activities.contracts import PreemptionRequest
+from preemptctl.kube.view import ClusterView
+from preemptctl.preemption.decision import PodRef, Strategy
+from preemptctl.preemption.decode import decode_pod
+from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.preemption.objects import PREEMPT_NEVER, Pod
+from preemptctl.worker.config import Settings
+from preemptctl.worker.metrics import Metrics
+from preemptctl.worker.starter import start_preemption
+from preemptctl.workflows.preemption import PreemptionResult, PreemptionWorkflow, workflow_id_for
 
 log = logging.getLogger(__name__)
 

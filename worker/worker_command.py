@@ -13,9 +13,9 @@ import logging
 import signal
 from typing import Any
 
-from worker.config import ConfigError, Settings, load_settings
-from worker.errors import UsageError
-from worker.runtime import (
+from preemptctl.worker.config import ConfigError, Settings, load_settings
+from preemptctl.worker.errors import UsageError
+from preemptctl.worker.runtime import (
     StartupError,
     configure_logging,
     connect_cluster,

@@ -32,7 +32,7 @@ from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import (
+    from preemptctl.activities.contracts import (
         LedgerEntry,
         NominationInput,
         PreemptionRequest,
@@ -44,10 +44,15 @@ with workflow.unsafe.imports_passed_through():
         VictimInput,
         WriteResult,
     )
-    from activities.preemption import ABORTED, TERMINATING, THROTTLED, PreemptionActivities
-    from ledger.kinds import EventKind
-    from preemption.decision import PodRef
-    from workflows import search_attributes as sa
+    from preemptctl.activities.preemption import (
+        ABORTED,
+        TERMINATING,
+        THROTTLED,
+        PreemptionActivities,
+    )
+    from preemptctl.ledger.kinds import EventKind
+    from preemptctl.preemption.decision import PodRef
+    from preemptctl.workflows import search_attributes as sa
 
 # Kubernetes writes: quick retries with backoff, bounded; RBAC denials and invalid requests
 # fail at once (the activities mark them non-retryable).

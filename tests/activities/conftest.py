@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from activities.kube.client import KubeClient, connect
-from activities.kube.outcomes import PodRef
-from emulator import Emulator
+from preemptctl.emulator import Emulator
+from preemptctl.kube.client import KubeClient, connect
+from preemptctl.kube.outcomes import PodRef
 from tests.support.emulator import running_emulator
 
 READ_TIMEOUT = 0.5

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from activities.kube.client import connect
-from activities.kube.deletion import delete_victim
-from activities.kube.outcomes import PodRef, Retryable
-from emulator import Emulator
+from preemptctl.emulator import Emulator
+from preemptctl.kube.client import connect
+from preemptctl.kube.deletion import delete_victim
+from preemptctl.kube.outcomes import PodRef, Retryable
 
 
 def test_explicit_kubeconfig_is_used(emulator: Emulator) -> None:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-from activities.kube.client import KubeClient
-from activities.kube.deletion import delete_victim
-from activities.kube.outcomes import ErrorKind, PodRef, Retryable, Verdict
-from emulator import Emulator
+from preemptctl.emulator import Emulator
+from preemptctl.kube.client import KubeClient
+from preemptctl.kube.deletion import delete_victim
+from preemptctl.kube.outcomes import ErrorKind, PodRef, Retryable, Verdict
 from tests.activities.conftest import ref_of
 from tests.support.emulator import as_list, pdb, pod
 

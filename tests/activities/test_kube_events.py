@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 
-from activities.kube.client import KubeClient
-from activities.kube.events import record_preempted
-from activities.kube.outcomes import PodRef, Verdict
-from emulator import Emulator
-from emulator.resources import EVENTS_V1
+from preemptctl.emulator import Emulator
+from preemptctl.emulator.resources import EVENTS_V1
+from preemptctl.kube.client import KubeClient
+from preemptctl.kube.events import record_preempted
+from preemptctl.kube.outcomes import PodRef, Verdict
 
 VICTIM = PodRef("default", "web-1", "victim-uid")
 PREEMPTOR = PodRef("batch", "urgent", "preemptor-uid")

@@ -20,12 +20,13 @@ from typing import Any
 
 import pytest
 
-from activities.kube.client import KubeClient
-from activities.kube.conditions import add_disruption_target
-from activities.kube.deletion import delete_victim
-from activities.kube.events import record_preempted
-from activities.kube.nomination import clear_nomination, nominate
-from activities.kube.outcomes import (
+from preemptctl.emulator import Emulator
+from preemptctl.kube.client import KubeClient
+from preemptctl.kube.conditions import add_disruption_target
+from preemptctl.kube.deletion import delete_victim
+from preemptctl.kube.events import record_preempted
+from preemptctl.kube.nomination import clear_nomination, nominate
+from preemptctl.kube.outcomes import (
     ErrorKind,
     KubeCallError,
     NotRetryable,
@@ -34,8 +35,7 @@ from activities.kube.outcomes import (
     Rejected,
     Retryable,
 )
-from activities.kube.pods import get_pod
-from emulator import Emulator
+from preemptctl.kube.pods import get_pod
 from tests.activities.conftest import READ_TIMEOUT, ref_of
 from tests.support.emulator import pod
 

@@ -14,10 +14,10 @@ Scenarios:
 
 from __future__ import annotations
 
-from activities.kube.client import KubeClient
-from activities.kube.nomination import clear_nomination, nominate
-from activities.kube.outcomes import PodRef, Verdict
-from emulator import Emulator
+from preemptctl.emulator import Emulator
+from preemptctl.kube.client import KubeClient
+from preemptctl.kube.nomination import clear_nomination, nominate
+from preemptctl.kube.outcomes import PodRef, Verdict
 from tests.activities.conftest import ref_of
 from tests.support.emulator import pod
 

@@ -8,10 +8,10 @@ Scenarios:
 
 from __future__ import annotations
 
-from activities.kube.client import KubeClient
-from activities.kube.outcomes import PodRef
-from activities.kube.pods import Presence, get_pod
-from emulator import Emulator
+from preemptctl.emulator import Emulator
+from preemptctl.kube.client import KubeClient
+from preemptctl.kube.outcomes import PodRef
+from preemptctl.kube.pods import Presence, get_pod
 from tests.support.emulator import pod
 
 

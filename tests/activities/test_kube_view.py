@@ -26,11 +26,11 @@ from typing import Any
 
 import pytest
 
-from activities.kube.client import KubeClient
-from activities.kube.reflector import Backoff
-from activities.kube.view import ClusterView
-from emulator import Emulator
-from emulator.resources import NODES, PDBS, PODS
+from preemptctl.emulator import Emulator
+from preemptctl.emulator.resources import NODES, PDBS, PODS
+from preemptctl.kube.client import KubeClient
+from preemptctl.kube.reflector import Backoff
+from preemptctl.kube.view import ClusterView
 from tests.support.emulator import as_list, node, pdb, pod
 
 State = dict[str, dict[str, str]]

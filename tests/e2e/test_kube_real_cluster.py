@@ -24,14 +24,14 @@ from typing import Any
 
 import pytest
 
-from activities.kube.client import KubeClient, connect
-from activities.kube.conditions import add_disruption_target
-from activities.kube.deletion import delete_victim
-from activities.kube.events import record_preempted
-from activities.kube.nomination import clear_nomination, nominate
-from activities.kube.outcomes import PodRef, Verdict
-from activities.kube.pods import Presence, get_pod
-from activities.kube.view import ClusterView
+from preemptctl.kube.client import KubeClient, connect
+from preemptctl.kube.conditions import add_disruption_target
+from preemptctl.kube.deletion import delete_victim
+from preemptctl.kube.events import record_preempted
+from preemptctl.kube.nomination import clear_nomination, nominate
+from preemptctl.kube.outcomes import PodRef, Verdict
+from preemptctl.kube.pods import Presence, get_pod
+from preemptctl.kube.view import ClusterView
 
 pytestmark = [
     pytest.mark.e2e,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from emulator import Emulator
+from preemptctl.emulator import Emulator
 from tests.support.emulator import running_emulator
 
 

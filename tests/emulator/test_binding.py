@@ -27,8 +27,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from emulator import Emulator
-from emulator.resources import PODS
+from preemptctl.emulator import Emulator
+from preemptctl.emulator.resources import PODS
 from tests.support.emulator import as_list, node, pod
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from emulator import Emulator
+from preemptctl.emulator import Emulator
 from tests.support.emulator import pod
 
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from emulator import Emulator
-from emulator.resources import PDBS
+from preemptctl.emulator import Emulator
+from preemptctl.emulator.resources import PDBS
 from tests.support.emulator import as_list, pdb, pod
 
 

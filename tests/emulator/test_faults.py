@@ -22,7 +22,7 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from emulator import Emulator
+from preemptctl.emulator import Emulator
 from tests.support.emulator import pod
 
 

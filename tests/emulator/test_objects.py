@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from emulator import Emulator
+from preemptctl.emulator import Emulator
 from tests.support.emulator import node, pdb, pod
 
 

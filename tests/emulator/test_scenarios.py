@@ -19,8 +19,8 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from emulator import Emulator, ScenarioError
-from emulator.resources import NODES, PDBS
+from preemptctl.emulator import Emulator, ScenarioError
+from preemptctl.emulator.resources import NODES, PDBS
 from tests.support.emulator import as_list, node, pdb, pod, running_emulator
 
 SCENARIO = as_list(

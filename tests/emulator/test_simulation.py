@@ -28,12 +28,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from emulator import Emulator
-from emulator.patch import MERGE_PATCH
-from emulator.resources import PODS
-from emulator.simulation import SimulatedCluster, SimulatedKubelet, SimulatedScheduler
+from preemptctl.emulator import Emulator
+from preemptctl.emulator.patch import MERGE_PATCH
+from preemptctl.emulator.resources import PODS
+from preemptctl.emulator.simulation import SimulatedCluster, SimulatedKubelet, SimulatedScheduler
+from preemptctl.worker.scenarios import ONLINE_OFFLINE
 from tests.support.emulator import as_list, node, pod
-from worker.scenarios import ONLINE_OFFLINE
 
 
 def _pod(name: str, created: str = "2026-11-01T08:00:00Z", **options: Any) -> dict[str, Any]:

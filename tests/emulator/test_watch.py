@@ -18,7 +18,7 @@ import json
 import threading
 from typing import Any
 
-from emulator import Emulator
+from preemptctl.emulator import Emulator
 from tests.support.emulator import pod
 
 

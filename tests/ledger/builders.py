@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ledger.events import LedgerEvent, RecordedEvent, decision_events
-from ledger.kinds import EventKind
-from preemption.decision import (
+from preemptctl.ledger.events import LedgerEvent, RecordedEvent, decision_events
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.preemption.decision import (
     Decision,
     NodeVerdict,
     Outcome,

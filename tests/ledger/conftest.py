@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-import migrations
-from ledger.engine import create_ledger_engine
+from preemptctl import migrations
+from preemptctl.ledger.engine import create_ledger_engine
 from tests.support.postgres import fresh_database
 
 

@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import Engine, func, select, text
 from sqlalchemy.exc import DBAPIError
 
-from ledger.kinds import EventKind
-from ledger.models import events
-from ledger.writer import append
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.models import events
+from preemptctl.ledger.writer import append
 from tests.ledger.builders import T0, event
 
 CHANGES = {

@@ -18,11 +18,11 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine, func, select
 
-from ledger.claims import decision_lock, open_claims
-from ledger.events import decision_events
-from ledger.kinds import EventKind
-from ledger.models import events
-from ledger.writer import append_batch, append_batch_on
+from preemptctl.ledger.claims import decision_lock, open_claims
+from preemptctl.ledger.events import decision_events
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.models import events
+from preemptctl.ledger.writer import append_batch, append_batch_on
 from tests.ledger.builders import API, BATCH_7, BATCH_8, T0, event, four_candidate_decision
 
 

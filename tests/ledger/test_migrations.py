@@ -18,9 +18,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-import migrations
-from ledger.engine import create_ledger_engine
-from ledger.models import EVENTS_TABLE, Base
+from preemptctl import migrations
+from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.ledger.models import EVENTS_TABLE, Base
 
 EXPECTED_INDEXES = {
     "ix_preemption_events_preemptor",

@@ -17,11 +17,11 @@ from datetime import timedelta
 
 import pytest
 
-from ledger.events import decision_events
-from ledger.kinds import EventKind
-from ledger.narrative import fate_phrase, format_seconds, why_node, why_victim
-from ledger.views import fold_preemption
-from preemption.decision import Decision, Outcome, Rationale, Strategy
+from preemptctl.ledger.events import decision_events
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.narrative import fate_phrase, format_seconds, why_node, why_victim
+from preemptctl.ledger.views import fold_preemption
+from preemptctl.preemption.decision import Decision, Outcome, Rationale, Strategy
 from tests.ledger.builders import (
     API,
     BATCH_7,

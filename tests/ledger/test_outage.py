@@ -17,12 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import Engine, func, select, text
 
-from ledger.engine import create_ledger_engine
-from ledger.errors import LedgerUnavailableError
-from ledger.events import LedgerEvent
-from ledger.kinds import EventKind
-from ledger.models import events
-from ledger.writer import append
+from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.ledger.errors import LedgerUnavailableError
+from preemptctl.ledger.events import LedgerEvent
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.models import events
+from preemptctl.ledger.writer import append
 from tests.ledger.builders import BATCH_7, T0, event
 from tests.support.postgres import OutageProxy
 

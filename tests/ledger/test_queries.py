@@ -25,15 +25,15 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine
 
-import ledger.queries
-from ledger.engine import create_ledger_engine
-from ledger.errors import LedgerNotMigratedError
-from ledger.events import decision_events
-from ledger.kinds import EventKind
-from ledger.queries import HistoryQuery, explain, history
-from ledger.views import Fate, Outcome
-from ledger.writer import append_batch
-from preemption.decision import PodRef
+from preemptctl.ledger import queries as ledger_queries
+from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.ledger.errors import LedgerNotMigratedError
+from preemptctl.ledger.events import decision_events
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.queries import HistoryQuery, explain, history
+from preemptctl.ledger.views import Fate, Outcome
+from preemptctl.ledger.writer import append_batch
+from preemptctl.preemption.decision import PodRef
 from tests.ledger.builders import (
     API,
     BATCH_7,
@@ -119,7 +119,7 @@ def test_history_limit(three_preemptions: Engine) -> None:
 def test_history_pages_through_many_events(
     three_preemptions: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ledger.queries, "SEED_PAGE", 3)
+    monkeypatch.setattr(ledger_queries, "SEED_PAGE", 3)
     assert _ids(three_preemptions, HistoryQuery()) == ["p-api-second", "p-web", "p-api-first"]
     assert _ids(three_preemptions, HistoryQuery(outcome=Outcome.COMPLETED)) == [
         "p-api-second",

@@ -19,11 +19,11 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 
-import migrations
-from ledger.engine import create_ledger_engine
-from ledger.kinds import EventKind
-from ledger.queries import HistoryQuery, history
-from ledger.writer import append
+from preemptctl import migrations
+from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.queries import HistoryQuery, history
+from preemptctl.ledger.writer import append
 from tests.ledger.builders import T0, event
 from tests.support.postgres import admin_url, fresh_database
 

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from ledger.events import LedgerEvent, decision_events
-from ledger.kinds import EventKind
-from ledger.views import Fate, Outcome, Status, fold_preemption
+from preemptctl.ledger.events import LedgerEvent, decision_events
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.views import Fate, Outcome, Status, fold_preemption
 from tests.ledger.builders import (
     API,
     BATCH_7,

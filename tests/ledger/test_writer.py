@@ -26,12 +26,12 @@ import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import DBAPIError
 
-import ledger.writer
-from ledger.events import LedgerEvent, decision_events, idempotency_key
-from ledger.kinds import EventKind
-from ledger.models import events
-from ledger.queries import events_of
-from ledger.writer import append, append_async, append_batch, append_batch_async
+from preemptctl.ledger import writer as ledger_writer
+from preemptctl.ledger.events import LedgerEvent, decision_events, idempotency_key
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.models import events
+from preemptctl.ledger.queries import events_of
+from preemptctl.ledger.writer import append, append_async, append_batch, append_batch_async
 from tests.ledger.builders import API, BATCH_7, BATCH_8, T0, event, four_candidate_decision
 
 
@@ -80,7 +80,7 @@ def test_a_batch_is_all_or_nothing(pg_engine: Engine) -> None:
 def test_a_batch_too_big_for_one_statement_is_still_all_or_nothing(
     pg_engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ledger.writer, "ROWS_PER_STATEMENT", 2)
+    monkeypatch.setattr(ledger_writer, "ROWS_PER_STATEMENT", 2)
     good = [event("p-1", EventKind.NOMINATED, T0, step=i) for i in range(3)]
     too_long = event("p-1", EventKind.VICTIM_MARKED, T0, node="n" * 300, victim=BATCH_7)
     with pytest.raises(DBAPIError):

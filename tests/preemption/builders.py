@@ -12,12 +12,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from preemption.decision import Decision, Strategy
-from preemption.decode import decode_node, decode_pod
-from preemption.default_preemption import PreemptionArgs
-from preemption.objects import Node, Pod
-from preemption.planner import plan
-from preemption.snapshot import ClusterSnapshot
+from preemptctl.preemption.decision import Decision, Strategy
+from preemptctl.preemption.decode import decode_node, decode_pod
+from preemptctl.preemption.default_preemption import PreemptionArgs
+from preemptctl.preemption.objects import Node, Pod
+from preemptctl.preemption.planner import plan
+from preemptctl.preemption.snapshot import ClusterSnapshot
 
 Json = dict[str, Any]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from preemption.decision import Decision, Outcome, Strategy
+from preemptctl.preemption.decision import Decision, Outcome, Strategy
 from tests.preemption.builders import container, decide, node, pdb, pod, taint
 
 Json = dict[str, Any]

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from preemption.decision import Rationale, Strategy
-from preemption.default_preemption import (
+from preemptctl.preemption.decision import Rationale, Strategy
+from preemptctl.preemption.default_preemption import (
     ERR_NO_VICTIMS,
     Candidate,
     PreemptionArgs,
@@ -27,7 +27,7 @@ from preemption.default_preemption import (
     dry_run_preemption,
     offset_and_num_candidates,
 )
-from preemption.snapshot import ClusterSnapshot
+from preemptctl.preemption.snapshot import ClusterSnapshot
 from tests.preemption.builders import node, pdb, pod, snapshot
 
 Json = dict[str, Any]

@@ -15,7 +15,7 @@ Scenarios:
 
 from __future__ import annotations
 
-from preemption.decision import Outcome
+from preemptctl.preemption.decision import Outcome
 from tests.preemption.builders import decide, node, pod, taint
 
 GPU_TAINT = taint("dedicated", "NoSchedule", "gpu")

@@ -11,7 +11,7 @@ Scenarios:
 
 from __future__ import annotations
 
-from preemption.decision import Outcome
+from preemptctl.preemption.decision import Outcome
 from tests.preemption.builders import decide, node, pod
 
 

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from preemption.default_preemption import filter_pods_with_pdb_violation, select_victims_on_node
+from preemptctl.preemption.default_preemption import (
+    filter_pods_with_pdb_violation,
+    select_victims_on_node,
+)
 from tests.preemption.builders import node, pdb, pod, requirement, snapshot
 
 Json = dict[str, Any]

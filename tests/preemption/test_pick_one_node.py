@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from preemption.decision import Decision, Outcome
+from preemptctl.preemption.decision import Decision, Outcome
 from tests.preemption.builders import decide, node, pdb, pod
 
 Json = dict[str, Any]

@@ -23,10 +23,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from preemption.decision import Decision, Outcome
-from preemption.default_preemption import filter_node
-from preemption.planner import plan
-from preemption.snapshot import ClusterSnapshot, importance_key
+from preemptctl.preemption.decision import Decision, Outcome
+from preemptctl.preemption.default_preemption import filter_node
+from preemptctl.preemption.planner import plan
+from preemptctl.preemption.snapshot import ClusterSnapshot, importance_key
 from tests.preemption.builders import node, pdb, pod, snapshot, taint
 
 Json = dict[str, Any]

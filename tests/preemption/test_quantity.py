@@ -15,9 +15,9 @@ from fractions import Fraction
 
 import pytest
 
-from preemption.errors import QuantityError
-from preemption.quantity import parse_quantity, to_milli_value, to_value
-from preemption.resources import resource_amount
+from preemptctl.preemption.errors import QuantityError
+from preemptctl.preemption.quantity import parse_quantity, to_milli_value, to_value
+from preemptctl.preemption.resources import resource_amount
 
 
 @pytest.mark.parametrize(

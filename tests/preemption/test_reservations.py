@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from preemption.decision import Outcome
-from preemption.planner import plan
-from preemption.reservations import Reservation, ReservationBook
-from preemption.snapshot import ClusterSnapshot
+from preemptctl.preemption.decision import Outcome
+from preemptctl.preemption.planner import plan
+from preemptctl.preemption.reservations import Reservation, ReservationBook
+from preemptctl.preemption.snapshot import ClusterSnapshot
 from tests.preemption.builders import node, pod, snapshot, victim_names
 
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import pytest
 
-from preemption.errors import PlannerInputError
-from preemption.objects import QOS_BEST_EFFORT, QOS_BURSTABLE, QOS_GUARANTEED
+from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.preemption.objects import QOS_BEST_EFFORT, QOS_BURSTABLE, QOS_GUARANTEED
 from tests.preemption.builders import as_pod, container, pod
 
 

@@ -22,10 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from preemption.decision import Outcome
-from preemption.default_preemption import ERR_NO_VICTIMS, PreemptionArgs, select_victims_on_node
-from preemption.filters import Code, Status
-from preemption.planner import plan
+from preemptctl.preemption.decision import Outcome
+from preemptctl.preemption.default_preemption import (
+    ERR_NO_VICTIMS,
+    PreemptionArgs,
+    select_victims_on_node,
+)
+from preemptctl.preemption.filters import Code, Status
+from preemptctl.preemption.planner import plan
 from tests.preemption.builders import container, node, pdb, pod, snapshot, victim_names
 
 Json = dict[str, Any]

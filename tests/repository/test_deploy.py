@@ -515,9 +515,9 @@ def test_dockerfile_installs_the_project_from_the_source_tree_not_editable() -> 
 
 def test_dockerfile_copies_every_package_the_distribution_ships() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    packages = {
-        pattern.rstrip("*")
-        for pattern in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert pyproject["tool"]["setuptools"]["packages"]["find"]["include"] == ["preemptctl*"]
+    packages = {"preemptctl"} | {
+        link.name for link in (ROOT / "preemptctl").iterdir() if link.is_symlink()
     }
     copied = {
         source.rstrip("/")
@@ -562,9 +562,8 @@ def test_dockerignore_keeps_the_virtualenv_and_git_out() -> None:
 
 
 def test_dockerignore_keeps_every_file_the_distribution_is_built_from() -> None:
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    packages = [
-        p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = ["preemptctl"] + [
+        link.name for link in (ROOT / "preemptctl").iterdir() if link.is_symlink()
     ]
     shipped = ["pyproject.toml", "README.md"] + [
         path.relative_to(ROOT).as_posix()

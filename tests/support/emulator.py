@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from emulator import Emulator
+from preemptctl.emulator import Emulator
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from worker.temporal_binary import temporal_cli
+from preemptctl.worker.temporal_binary import temporal_cli
 
 __all__ = ["temporal_cli", "temporal_test_server", "wait_until_closed"]
 

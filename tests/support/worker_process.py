@@ -13,11 +13,11 @@ import asyncio
 
 from temporalio.client import Client
 
-from activities.kube.client import connect
-from activities.kube.view import ClusterView
-from activities.preemption import PreemptionActivities
-from ledger.engine import create_ledger_engine
-from worker.temporal_worker import build_worker
+from preemptctl.activities.preemption import PreemptionActivities
+from preemptctl.kube.client import connect
+from preemptctl.kube.view import ClusterView
+from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.worker.temporal_worker import build_worker
 
 
 async def serve(args: argparse.Namespace) -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.cli import main
-from worker.config import ConfigError, load_settings
+from preemptctl.worker.cli import main
+from preemptctl.worker.config import ConfigError, load_settings
 
 
 def test_defaults_are_usable() -> None:

@@ -30,15 +30,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-import migrations
-from ledger.engine import DATABASE_URL_ENV, create_ledger_engine
-from ledger.kinds import EventKind
-from ledger.writer import append_batch
+from preemptctl import migrations
+from preemptctl.ledger.engine import DATABASE_URL_ENV, create_ledger_engine
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.writer import append_batch
+from preemptctl.worker.cli import main
+from preemptctl.worker.errors import UsageError
+from preemptctl.worker.ledger_commands import parse_since
 from tests.ledger.builders import BATCH_8, T0, completed_preemption
 from tests.support.postgres import fresh_database
-from worker.cli import main
-from worker.errors import UsageError
-from worker.ledger_commands import parse_since
 
 PREEMPTCTL = Path(sys.executable).with_name("preemptctl")
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
+from preemptctl.worker.cli import main
 from tests.preemption.builders import container, listing, node, pod
-from worker.cli import main
 
 SCENARIO = Path(__file__).resolve().parents[2] / "worker" / "scenarios" / "online-offline.json"
 PREEMPTCTL = Path(sys.executable).parent / "preemptctl"

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from emulator import SimulatedCluster
-from ledger.engine import create_ledger_engine
-from migrations import upgrade
+from preemptctl.emulator import SimulatedCluster
+from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.migrations import upgrade
+from preemptctl.worker.config import load_settings
+from preemptctl.worker.dev_command import free_port
+from preemptctl.worker.runtime import connect_cluster, running_controller
+from preemptctl.worker.scenarios import ONLINE_OFFLINE
 from tests.support.temporal import wait_until_closed
-from worker.config import load_settings
-from worker.dev_command import free_port
-from worker.runtime import connect_cluster, running_controller
-from worker.scenarios import ONLINE_OFFLINE
 
 
 def get(port: int, path: str) -> tuple[int, str]:

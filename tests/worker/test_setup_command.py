@@ -14,9 +14,9 @@ from pathlib import Path
 
 from temporalio.testing import WorkflowEnvironment
 
+from preemptctl.worker.temporal_setup import missing_search_attributes
+from preemptctl.workflows import search_attributes
 from tests.support.temporal import temporal_cli
-from worker.temporal_setup import missing_search_attributes
-from workflows import search_attributes
 
 PREEMPTCTL = str(Path(sys.executable).parent / "preemptctl")
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from preemption.decision import Strategy
-from preemption.objects import Pod, Resources
-from worker.config import Settings
-from worker.trigger import Backoff, trigger_reason
+from preemptctl.preemption.decision import Strategy
+from preemptctl.preemption.objects import Pod, Resources
+from preemptctl.worker.config import Settings
+from preemptctl.worker.trigger import Backoff, trigger_reason
 
 SETTINGS = Settings(min_priority=100, scheduler_names=("default-scheduler", "batch-scheduler"))
 

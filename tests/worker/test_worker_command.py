@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from emulator import SimulatedCluster
-from migrations import upgrade
+from preemptctl.emulator import SimulatedCluster
+from preemptctl.migrations import upgrade
+from preemptctl.worker.dev_command import free_port
+from preemptctl.worker.scenarios import ONLINE_OFFLINE
+from preemptctl.workflows.preemption import workflow_id_for
 from tests.support.temporal import wait_until_closed
-from worker.dev_command import free_port
-from worker.scenarios import ONLINE_OFFLINE
-from workflows.preemption import workflow_id_for
 
 PREEMPTCTL = str(Path(sys.executable).parent / "preemptctl")
 

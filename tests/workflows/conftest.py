@@ -12,9 +12,9 @@ from sqlalchemy import Engine
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from emulator import Emulator
-from ledger.engine import create_ledger_engine
-from migrations import upgrade
+from preemptctl.emulator import Emulator
+from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.migrations import upgrade
 from tests.support.emulator import running_emulator
 from tests.support.postgres import fresh_database
 from tests.support.temporal import temporal_test_server

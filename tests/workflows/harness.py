@@ -15,17 +15,17 @@ from typing import Any
 from sqlalchemy import Engine, select
 from temporalio.client import Client, WorkflowHandle
 
-from activities.contracts import PreemptionRequest
-from activities.kube.client import KubeClient, connect
-from activities.kube.view import ClusterView
-from activities.preemption import PreemptionActivities
-from emulator import Emulator
-from emulator.resources import PODS
-from ledger.models import events as events_table
-from preemption.decision import PodRef
-from worker.starter import start_preemption
-from worker.temporal_worker import build_worker
-from workflows.preemption import PreemptionResult, PreemptionWorkflow
+from preemptctl.activities.contracts import PreemptionRequest
+from preemptctl.activities.preemption import PreemptionActivities
+from preemptctl.emulator import Emulator
+from preemptctl.emulator.resources import PODS
+from preemptctl.kube.client import KubeClient, connect
+from preemptctl.kube.view import ClusterView
+from preemptctl.ledger.models import events as events_table
+from preemptctl.preemption.decision import PodRef
+from preemptctl.worker.starter import start_preemption
+from preemptctl.worker.temporal_worker import build_worker
+from preemptctl.workflows.preemption import PreemptionResult, PreemptionWorkflow
 
 
 @dataclass

@@ -16,13 +16,13 @@ import dataclasses
 import pytest
 from sqlalchemy import select
 
-from emulator.resources import NODES, PODS
-from ledger.models import events as events_table
-from preemption.planner import plan
-from preemption.snapshot import ClusterSnapshot
+from preemptctl.emulator.resources import NODES, PODS
+from preemptctl.ledger.models import events as events_table
+from preemptctl.preemption.planner import plan
+from preemptctl.preemption.snapshot import ClusterSnapshot
+from preemptctl.workflows.preemption import PreemptionWorkflow
 from tests.support.emulator import as_list, node, pod
 from tests.workflows.harness import Stack, bind_when_room, running_stack
-from workflows.preemption import PreemptionWorkflow
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from ledger.engine import create_ledger_engine
+from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.worker.temporal_worker import build_worker
+from preemptctl.workflows.preemption import PreemptionWorkflow
 from tests.support.postgres import OutageProxy
 from tests.workflows.harness import Stack, bind_when_room, running_stack
 from tests.workflows.scenarios import one_full_node
-from worker.temporal_worker import build_worker
-from workflows.preemption import PreemptionWorkflow
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

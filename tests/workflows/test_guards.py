@@ -9,7 +9,7 @@ Scenarios:
 
 from __future__ import annotations
 
-from preemption.default_preemption import PreemptionArgs
+from preemptctl.preemption.default_preemption import PreemptionArgs
 from tests.support.emulator import as_list, node, pod
 from tests.workflows.harness import running_stack
 from tests.workflows.scenarios import one_full_node

@@ -8,9 +8,9 @@ scheduled, and the state query shows nothing left preempting.
 
 from __future__ import annotations
 
+from preemptctl.workflows.preemption import PreemptionWorkflow
 from tests.workflows.harness import running_stack
 from tests.workflows.scenarios import one_full_node
-from workflows.preemption import PreemptionWorkflow
 
 
 async def test_unbound_preemptor_completes_after_the_default_wait(time_skipping, ledger, emulator):

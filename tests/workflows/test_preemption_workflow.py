@@ -20,9 +20,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from preemptctl.workflows.preemption import PreemptionWorkflow, workflow_id_for
 from tests.workflows.harness import bind_when_room, keep_history, running_stack
 from tests.workflows.scenarios import never_preempts, nothing_lower, one_full_node, spare_room
-from workflows.preemption import PreemptionWorkflow, workflow_id_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

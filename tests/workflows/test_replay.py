@@ -15,8 +15,8 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from worker.temporal_worker import workflow_runner
-from workflows.preemption import PreemptionWorkflow
+from preemptctl.worker.temporal_worker import workflow_runner
+from preemptctl.workflows.preemption import PreemptionWorkflow
 
 HISTORIES = sorted((Path(__file__).resolve().parents[1] / "histories").glob("*.json"))
 

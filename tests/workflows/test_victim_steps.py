@@ -20,7 +20,7 @@ import asyncio
 import pytest
 from temporalio.client import WorkflowFailureError
 
-from emulator.resources import PODS
+from preemptctl.emulator.resources import PODS
 from tests.support.emulator import pod
 from tests.workflows.harness import Stack, bind_when_room, keep_history, running_stack
 from tests.workflows.scenarios import one_full_node

@@ -13,9 +13,9 @@ from urllib.parse import quote
 
 from kubernetes.client.exceptions import ApiException
 
-from activities.kube.classify import Call, api_status, classify_status
-from activities.kube.client import KubeClient
-from activities.kube.outcomes import PodRef
+from preemptctl.kube.classify import Call, api_status, classify_status
+from preemptctl.kube.client import KubeClient
+from preemptctl.kube.outcomes import PodRef
 
 
 def pod_path(namespace: str, name: str, subresource: str = "") -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from preemption.decision import PodRef
+from preemptctl.preemption.decision import PodRef
 
 __all__ = [
     "ErrorKind",

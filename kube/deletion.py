@@ -15,10 +15,10 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from activities.kube.classify import Call, api_status, classify_status, is_uid_precondition_conflict
-from activities.kube.client import KubeClient
-from activities.kube.outcomes import PodRef, Verdict, WriteOutcome
-from activities.kube.pods import pod_path
+from preemptctl.kube.classify import Call, api_status, classify_status, is_uid_precondition_conflict
+from preemptctl.kube.client import KubeClient
+from preemptctl.kube.outcomes import PodRef, Verdict, WriteOutcome
+from preemptctl.kube.pods import pod_path
 
 
 def delete_victim(

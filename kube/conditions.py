@@ -16,10 +16,10 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from activities.kube.classify import Call, api_status, classify_status
-from activities.kube.client import STRATEGIC_MERGE_PATCH, KubeClient
-from activities.kube.outcomes import PodRef, Verdict, WriteOutcome
-from activities.kube.pods import Presence, get_pod, pod_path
+from preemptctl.kube.classify import Call, api_status, classify_status
+from preemptctl.kube.client import STRATEGIC_MERGE_PATCH, KubeClient
+from preemptctl.kube.outcomes import PodRef, Verdict, WriteOutcome
+from preemptctl.kube.pods import Presence, get_pod, pod_path
 
 DISRUPTION_TARGET = "DisruptionTarget"
 PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"

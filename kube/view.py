@@ -28,10 +28,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from activities.kube.client import KubeClient
-from activities.kube.reflector import NODE, PDB, POD, Backoff, Kind, Reflector, ReflectorStats, Sink
-from preemption.errors import PlannerInputError
-from preemption.snapshot import ClusterSnapshot
+from preemptctl.kube.client import KubeClient
+from preemptctl.kube.reflector import NODE, PDB, POD, Backoff, Kind, Reflector, ReflectorStats, Sink
+from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.preemption.snapshot import ClusterSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from kubernetes.client.exceptions import ApiException
 
-from activities.kube.classify import Call, api_status, classify_status
-from activities.kube.client import MERGE_PATCH, KubeClient
-from activities.kube.outcomes import PodRef, Verdict, WriteOutcome
-from activities.kube.pods import PodLookup, Presence, get_pod, pod_path
+from preemptctl.kube.classify import Call, api_status, classify_status
+from preemptctl.kube.client import MERGE_PATCH, KubeClient
+from preemptctl.kube.outcomes import PodRef, Verdict, WriteOutcome
+from preemptctl.kube.pods import PodLookup, Presence, get_pod, pod_path
 
 
 def _settled(lookup: PodLookup, ref: PodRef) -> WriteOutcome | None:

@@ -13,7 +13,7 @@ import orjson
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
-from activities.kube.outcomes import (
+from preemptctl.kube.outcomes import (
     ErrorKind,
     KubeCallError,
     PermissionDenied,

@@ -24,9 +24,9 @@ from typing import Any
 import orjson
 from kubernetes.client.exceptions import ApiException
 
-from activities.kube.classify import ApiStatus, Call, api_status, classify, classify_status
-from activities.kube.client import KubeClient
-from activities.kube.outcomes import KubeCallError
+from preemptctl.kube.classify import ApiStatus, Call, api_status, classify, classify_status
+from preemptctl.kube.client import KubeClient
+from preemptctl.kube.outcomes import KubeCallError
 
 log = logging.getLogger(__name__)
 
