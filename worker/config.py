@@ -60,6 +60,9 @@ class Settings:
     max_victims: int = 0  # per preemption; 0 is no cap
     evictions_per_minute: int = 0  # 0 is no budget
     max_in_flight: int = 100
+    # A failed preemption is retried with exponential backoff up to this cap (the scheduler's
+    # unschedulable queue flushes after 5 minutes); non-retryable causes park the pod.
+    retry_backoff_max_seconds: float = 300.0
     # How a preemption runs
     use_eviction: bool = False
     scheduled_wait_seconds: float = 300.0
@@ -67,6 +70,10 @@ class Settings:
     search_attributes: bool = True
     # The process
     metrics_port: int = 9464
+    # Where /metrics, /healthz and /readyz listen (all interfaces: the kubelet probes the pod IP).
+    http_bind_address: str = "0.0.0.0"
+    # How long start-up waits for the cluster view's first complete list of every kind.
+    sync_timeout_seconds: float = 120.0
     sdk_metrics_port: int = 9465  # the Temporal SDK's own metrics; 0 turns them off
     log_format: str = "json"
     identity: str = field(default_factory=_default_identity)
@@ -134,6 +141,8 @@ def _validate(settings: Settings) -> Settings:
         (settings.max_in_flight >= 1, "max_in_flight", "1 or more"),
         (settings.scheduled_wait_seconds > 0, "scheduled_wait_seconds", "more than 0"),
         (settings.call_timeout_seconds > 0, "call_timeout_seconds", "more than 0"),
+        (settings.retry_backoff_max_seconds > 0, "retry_backoff_max_seconds", "more than 0"),
+        (settings.sync_timeout_seconds > 0, "sync_timeout_seconds", "more than 0"),
         (settings.log_format in ("json", "text"), "log_format", "json or text"),
         (bool(settings.scheduler_names), "scheduler_names", "at least one scheduler name"),
         (":" in settings.temporal_address, "temporal_address", "host:port"),
