@@ -44,7 +44,7 @@ from preemptctl.ledger.errors import LedgerError
 from preemptctl.ledger.events import LedgerEvent, decision_events
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.writer import append_batch, append_batch_on
-from preemptctl.preemption.decision import Decision, Outcome, PodRef, Strategy
+from preemptctl.preemption.decision import Decision, PodRef, Strategy, Verdict
 from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.preemption.errors import PlannerInputError
@@ -207,7 +207,7 @@ class PreemptionActivities:
                 ) from None
             wait = 0.0
             budget = self._evictions_per_minute
-            if decision.status is Outcome.PREEMPT and not request.dry_run and budget:
+            if decision.status is Verdict.PREEMPT and not request.dry_run and budget:
                 decided_at = (
                     datetime.fromisoformat(request.occurred_at)
                     if request.occurred_at
@@ -242,7 +242,7 @@ class PreemptionActivities:
             selection.decision,
             occurred_at,
         )
-        if request.dry_run and selection.status == Outcome.PREEMPT.value:
+        if request.dry_run and selection.status == Verdict.PREEMPT.value:
             batch.append(
                 LedgerEvent(
                     request.preemption_id,

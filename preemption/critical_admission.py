@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from preemptctl.preemption.decision import (
     Decision,
     NodeVerdict,
-    Outcome,
     PodRef,
     Rationale,
     Strategy,
+    Verdict,
 )
 from preemptctl.preemption.default_preemption import PreemptionArgs, filter_pods_with_pdb_violation
 from preemptctl.preemption.filters import Status, node_affinity, node_ports, taint_toleration
@@ -206,38 +206,38 @@ def preempt_for_admission(
     ref = PodRef.of(pod)
     rationale = Rationale(Strategy.CRITICAL_ADMISSION, nodes_total=1 if pod.node_name else 0)
 
-    def decide(status: Outcome, message: str) -> Decision:
+    def decide(status: Verdict, message: str) -> Decision:
         # As for the default strategy, only a decision to preempt names a node.
-        node = pod.node_name if status is Outcome.PREEMPT else None
+        node = pod.node_name if status is Verdict.PREEMPT else None
         return Decision(ref, status, message, rationale, node)
 
     if not pod.node_name:
         return decide(
-            Outcome.INELIGIBLE,
+            Verdict.INELIGIBLE,
             "pod is not bound to a node; critical-admission "
             "preemption applies to a pod the kubelet is admitting",
         )
     if not pod.is_critical():
         return decide(
-            Outcome.INELIGIBLE,
+            Verdict.INELIGIBLE,
             f"pod is not critical (priority {pod.priority} < 2000000000, not static or mirror); "
             "the kubelet preempts only for critical pods",
         )
     info = snapshot.node(pod.node_name)
     if info is None:
-        return decide(Outcome.UNSCHEDULABLE, f"node {pod.node_name} is not in the snapshot")
+        return decide(Verdict.UNSCHEDULABLE, f"node {pod.node_name} is not in the snapshot")
     status = admission_filters(pod, info)
     if not status.ok:
         rationale.unresolvable = {status.reasons[0]: [info.name]}
         return decide(
-            Outcome.UNSCHEDULABLE,
+            Verdict.UNSCHEDULABLE,
             f"admission fails for reasons preemption cannot help: {'; '.join(status.reasons)}",
         )
     missing = insufficient_resources(pod, info)
     rationale.details["insufficient"] = {r.resource: r.quantity for r in missing}
     if not missing:
         rationale.fits = [info.name]
-        return decide(Outcome.FITS_WITHOUT_PREEMPTION, f"fits on {info.name} without preemption")
+        return decide(Verdict.FITS_WITHOUT_PREEMPTION, f"fits on {info.name} without preemption")
     protected = args.protected_namespaces if args else frozenset()
     others = sorted(
         (
@@ -251,11 +251,11 @@ def preempt_for_admission(
         victims = get_pods_to_preempt(pod, others, missing)
     except NoPodsToPreempt as error:
         rationale.evaluated = [NodeVerdict(info.name, False, reasons=(str(error),))]
-        return decide(Outcome.UNSCHEDULABLE, str(error))
+        return decide(Verdict.UNSCHEDULABLE, str(error))
     if args and args.max_victims and len(victims) > args.max_victims:
         message = f"needs {len(victims)} victims, more than the cap of {args.max_victims}"
         rationale.evaluated = [NodeVerdict(info.name, False, reasons=(message,))]
-        return decide(Outcome.UNSCHEDULABLE, message)
+        return decide(Verdict.UNSCHEDULABLE, message)
     violating, _ = filter_pods_with_pdb_violation(victims, snapshot)
     refs = tuple(PodRef.of(victim) for victim in victims)
     rationale.evaluated = [
@@ -266,7 +266,7 @@ def preempt_for_admission(
     rationale.deciding_criterion = "qosTierThenDistance"
     rationale.details["tiers"] = {victim.key: victim.qos_class for victim in victims}
     decision = decide(
-        Outcome.PREEMPT,
+        Verdict.PREEMPT,
         f"preempt {len(victims)} pod(s) on {info.name} to admit critical pod; missing "
         + ", ".join(f"{r.resource} {r.quantity}" for r in missing),
     )

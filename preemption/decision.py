@@ -15,11 +15,17 @@ from preemptctl.preemption.objects import Pod
 PLANNER_VERSION = "1"
 
 
-class Outcome(StrEnum):
+class Verdict(StrEnum):
+    """What the planner concluded for one preemptor: the one vocabulary the plan output, the
+    workflow, the ledger and the CLI share."""
+
     PREEMPT = "Preempt"
     FITS_WITHOUT_PREEMPTION = "FitsWithoutPreemption"
     INELIGIBLE = "Ineligible"
     UNSCHEDULABLE = "Unschedulable"
+    # The preemptor needs a filter the planner does not model soundly: it refuses rather than
+    # guesses, and never names a victim.
+    UNSUPPORTED = "Unsupported"
 
 
 class Strategy(StrEnum):
@@ -137,7 +143,7 @@ class Decision:
     """The planner's answer for one preemptor (see DESIGN.md, the planner contract)."""
 
     preemptor: PodRef
-    status: Outcome
+    status: Verdict
     message: str
     rationale: Rationale
     nominated_node: str | None = None

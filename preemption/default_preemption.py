@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from preemptctl.preemption.decision import (
     Decision,
     NodeVerdict,
-    Outcome,
     PodRef,
     Rationale,
     SelectionStep,
     Strategy,
+    Verdict,
 )
 from preemptctl.preemption.filters import (
     ERR_PORTS,
@@ -107,7 +107,7 @@ def preempt(
     ref = PodRef.of(preemptor)
 
     def decide(
-        status: Outcome,
+        status: Verdict,
         message: str,
         nominated_node: str | None = None,
         victims: tuple[PodRef, ...] = (),
@@ -127,21 +127,21 @@ def preempt(
 
     if preemptor.node_name:
         return decide(
-            Outcome.INELIGIBLE,
+            Verdict.INELIGIBLE,
             f"pod is already bound to node {preemptor.node_name}; the kubelet's admission "
             "preemption (--strategy critical-admission) applies to bound pods",
         )
     if preemptor.terminating:
-        return decide(Outcome.INELIGIBLE, "pod is terminating")
+        return decide(Verdict.INELIGIBLE, "pod is terminating")
     if not nodes:
         # schedulePod's ErrNoNodesAvailable: the cycle fails before any filter or PostFilter.
-        return decide(Outcome.UNSCHEDULABLE, "no nodes available to schedule pods")
+        return decide(Verdict.UNSCHEDULABLE, "no nodes available to schedule pods")
 
     statuses = filter_nodes(snapshot, preemptor)
     _summarise_filters(rationale, statuses)
     if rationale.fits:
         return decide(
-            Outcome.FITS_WITHOUT_PREEMPTION,
+            Verdict.FITS_WITHOUT_PREEMPTION,
             f"fits without preemption on {len(rationale.fits)} node(s), first {rationale.fits[0]}",
         )
 
@@ -149,13 +149,13 @@ def preempt(
         snapshot, preemptor, statuses.get(preemptor.nominated_node_name)
     )
     if not eligible:
-        return decide(Outcome.INELIGIBLE, why)
+        return decide(Verdict.INELIGIBLE, why)
 
     potential = nodes_where_preemption_might_help(snapshot, statuses)
     rationale.potential_nodes = len(potential)
     if not potential:
         return decide(
-            Outcome.UNSCHEDULABLE,
+            Verdict.UNSCHEDULABLE,
             fit_error_message(len(nodes), statuses, {}),
         )
 
@@ -165,7 +165,7 @@ def preempt(
         snapshot, preemptor, potential, offset, wanted, rationale, args
     )
     if not candidates:
-        return decide(Outcome.UNSCHEDULABLE, fit_error_message(len(nodes), statuses, rejected))
+        return decide(Verdict.UNSCHEDULABLE, fit_error_message(len(nodes), statuses, rejected))
 
     best = select_candidate(candidates, rationale)
     victims = tuple(PodRef.of(pod) for pod in best.victims)
@@ -173,7 +173,7 @@ def preempt(
         PodRef.of(pod) for pod in lower_priority_nominated_pods(snapshot, preemptor, best.node)
     )
     return decide(
-        Outcome.PREEMPT,
+        Verdict.PREEMPT,
         f"preempt {len(victims)} pod(s) on {best.node} ({best.num_pdb_violations} PDB "
         f"violation(s)); chosen by {rationale.deciding_criterion} among "
         f"{len(candidates)} candidate node(s)",

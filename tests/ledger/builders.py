@@ -15,11 +15,11 @@ from preemptctl.ledger.kinds import EventKind
 from preemptctl.preemption.decision import (
     Decision,
     NodeVerdict,
-    Outcome,
     PodRef,
     Rationale,
     SelectionStep,
     Strategy,
+    Verdict,
 )
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
@@ -53,7 +53,7 @@ def four_candidate_decision(
     )
     return Decision(
         preemptor=preemptor,
-        status=Outcome.PREEMPT,
+        status=Verdict.PREEMPT,
         message=f"preempt {len(victims)} pod(s) on {node} (0 PDB violation(s)); "
         "chosen by minHighestPriority among 4 candidate node(s)",
         rationale=rationale,
@@ -65,7 +65,7 @@ def four_candidate_decision(
 def unschedulable_decision(preemptor: PodRef = API) -> dict[str, Any]:
     return Decision(
         preemptor=preemptor,
-        status=Outcome.UNSCHEDULABLE,
+        status=Verdict.UNSCHEDULABLE,
         message="0/6 nodes are available: 6 Insufficient cpu.",
         rationale=Rationale(strategy=Strategy.DEFAULT, nodes_total=6),
     ).to_json()

@@ -21,7 +21,7 @@ from preemptctl.ledger.events import decision_events
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.narrative import fate_phrase, format_seconds, why_node, why_victim
 from preemptctl.ledger.views import fold_preemption
-from preemptctl.preemption.decision import Decision, Outcome, Rationale, Strategy
+from preemptctl.preemption.decision import Decision, Rationale, Strategy, Verdict
 from tests.ledger.builders import (
     API,
     BATCH_7,
@@ -64,7 +64,7 @@ def test_rejected_nodes_are_named_with_their_reasons() -> None:
 def test_a_critical_admission_node_is_the_pods_own() -> None:
     decision = Decision(
         preemptor=API,
-        status=Outcome.PREEMPT,
+        status=Verdict.PREEMPT,
         message="",
         rationale=Rationale(strategy=Strategy.CRITICAL_ADMISSION),
         nominated_node="node-9",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from preemptctl.preemption.decision import Decision, Outcome
+from preemptctl.preemption.decision import Decision, Verdict
 from tests.preemption.builders import decide, node, pdb, pod
 
 Json = dict[str, Any]
@@ -47,7 +47,7 @@ def choose(*nodes: list[Json], extra: tuple[Json, ...] = ()) -> Decision:
     """The decision for a preemptor that needs a whole node (every pod on it must go)."""
     flat = [item for items in nodes for item in items]
     decision = decide(*flat, *extra, pod("p", cpu="6", priority=1000), preemptor="p")
-    assert decision.status is Outcome.PREEMPT
+    assert decision.status is Verdict.PREEMPT
     assert len(decision.rationale.evaluated) == len(nodes)
     return decision
 

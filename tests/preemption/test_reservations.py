@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from preemptctl.preemption.decision import Outcome
+from preemptctl.preemption.decision import Verdict
 from preemptctl.preemption.planner import plan
 from preemptctl.preemption.reservations import Reservation, ReservationBook
 from preemptctl.preemption.snapshot import ClusterSnapshot
@@ -34,7 +34,7 @@ def full_node() -> ClusterSnapshot:
 
 def reserve_first_decision(cluster: ClusterSnapshot, book: ReservationBook, key: str) -> list[str]:
     decision = plan(cluster, key)
-    assert decision.status is Outcome.PREEMPT and decision.nominated_node == "node-1"
+    assert decision.status is Verdict.PREEMPT and decision.nominated_node == "node-1"
     preemptor = cluster.pod_by_key(key)
     assert preemptor is not None
     book.reserve(Reservation(preemptor.uid, "node-1", frozenset(v.uid for v in decision.victims)))
@@ -70,7 +70,7 @@ def test_capacity_freed_for_reservations_is_not_claimed_twice() -> None:
     )
     with book.applied(cluster, deciding_for=uid_of(cluster, "default/p3")):
         third = plan(cluster, "default/p3")
-    assert third.status is Outcome.UNSCHEDULABLE
+    assert third.status is Verdict.UNSCHEDULABLE
 
 
 def test_a_preemptors_own_reservation_is_ignored_when_it_decides_again() -> None:

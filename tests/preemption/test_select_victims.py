@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from preemptctl.preemption.decision import Outcome
+from preemptctl.preemption.decision import Verdict
 from preemptctl.preemption.default_preemption import (
     ERR_NO_VICTIMS,
     PreemptionArgs,
@@ -227,7 +227,7 @@ def test_a_node_protected_pods_fill_is_no_candidate() -> None:
     )
     args = PreemptionArgs(protected_namespaces=frozenset({"kube-system"}))
     decision = plan(cluster, "default/urgent", args=args)
-    assert decision.status is Outcome.UNSCHEDULABLE
+    assert decision.status is Verdict.UNSCHEDULABLE
     assert ERR_NO_VICTIMS in decision.message
 
 
@@ -249,5 +249,5 @@ def test_victim_cap_prefers_a_node_within_it_and_refuses_the_rest() -> None:
     assert uncapped.nominated_node == "n1"  # minHighestPriority: priority 0 beats 50
     assert capped.nominated_node == "n2"
     assert victim_names(capped) == ["big"]
-    assert refused.status is Outcome.UNSCHEDULABLE
+    assert refused.status is Verdict.UNSCHEDULABLE
     assert "needs 4 victims, more than the cap of 3" in refused.message

@@ -10,6 +10,7 @@ Scenarios:
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -30,8 +31,20 @@ SUBPACKAGES = {
 
 
 def test_the_wheel_installs_one_top_level_package(tmp_path: Path) -> None:
+    # Built from a copy: setuptools writes build/ beside the sources it builds.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ["pyproject.toml", "README.md", "preemptctl", *SUBPACKAGES]:
+        if (ROOT / name).is_dir() and not (ROOT / name).is_symlink():
+            shutil.copytree(
+                ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__")
+            )
+        else:
+            shutil.copy(ROOT / name, source / name, follow_symlinks=False)
+    if (source / "preemptctl").is_symlink():
+        raise AssertionError("preemptctl/ must be a folder")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(source)],
         check=True,
         capture_output=True,
     )
