@@ -48,8 +48,31 @@ class Metrics:
             "Preemptions this worker is following now.",
             registry=self.registry,
         )
-        self.candidates = Gauge(
-            "preemption_candidate_pods",
-            "Unschedulable pods that meet the trigger rules.",
+        self.pending_pods = Gauge(
+            "preemptctl_pending_pods",
+            "Unschedulable pods that meet the trigger rules (preemptors waiting for a decision).",
+            registry=self.registry,
+        )
+        self.parked_pods = Gauge(
+            "preemptctl_parked_pods",
+            "Pods whose preemption failed for a cause retrying cannot fix (RBAC denial, "
+            "Unsupported); parked until the pod changes or a person runs preemptctl retry.",
+            registry=self.registry,
+        )
+        self.backoff_pods = Gauge(
+            "preemptctl_backoff_pods",
+            "Pods waiting out a retry backoff after a failed or fruitless preemption.",
+            registry=self.registry,
+        )
+        self.task_restarts = Counter(
+            "preemptctl_task_restarts",
+            "Supervised background tasks restarted after they crashed, by task.",
+            ["task"],
+            registry=self.registry,
+        )
+        self.rejected_objects = Counter(
+            "preemptctl_view_rejected_objects",
+            "Watched objects the cluster view could not read and left out, by kind.",
+            ["kind"],
             registry=self.registry,
         )

@@ -178,7 +178,7 @@ class TriggerLoop:
             self._candidates = {}
             for pod in pods:
                 self._consider(pod)
-            self._metrics.candidates.set(len(self._candidates))
+            self._metrics.pending_pods.set(len(self._candidates))
 
     def _consider(self, pod: Pod) -> None:
         found = trigger_reason(pod, self._settings)
@@ -205,7 +205,7 @@ class TriggerLoop:
                 self._consider(pod)
                 if pod.node_name and pod.uid in self._handles:
                     self._bound[pod.uid] = pod.node_name
-            self._metrics.candidates.set(len(self._candidates))
+            self._metrics.pending_pods.set(len(self._candidates))
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._wake.set)
 
