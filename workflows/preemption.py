@@ -119,6 +119,9 @@ class PreemptionResult:
     preemptor_node: str | None = None
     seconds_to_schedule: float | None = None
     throttled: int = 0  # times the eviction budget held this preemption back
+    # False when retrying cannot help until something changes (an RBAC denial, a preemptor
+    # the planner refuses as Unsupported): the trigger parks the pod instead of backing off.
+    retryable: bool = True
 
 
 class _Stop(Exception):
