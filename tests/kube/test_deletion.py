@@ -18,7 +18,7 @@ from preemptctl.emulator import Emulator
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.deletion import delete_victim
 from preemptctl.kube.outcomes import ErrorKind, PodRef, Retryable, Verdict
-from tests.activities.conftest import ref_of
+from tests.kube.conftest import ref_of
 from tests.support.emulator import as_list, pdb, pod
 
 

@@ -36,7 +36,7 @@ from preemptctl.kube.outcomes import (
     Retryable,
 )
 from preemptctl.kube.pods import get_pod
-from tests.activities.conftest import READ_TIMEOUT, ref_of
+from tests.kube.conftest import READ_TIMEOUT, ref_of
 from tests.support.emulator import pod
 
 

@@ -18,7 +18,7 @@ from preemptctl.emulator import Emulator
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.nomination import clear_nomination, nominate
 from preemptctl.kube.outcomes import PodRef, Verdict
-from tests.activities.conftest import ref_of
+from tests.kube.conftest import ref_of
 from tests.support.emulator import pod
 
 
