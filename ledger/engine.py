@@ -10,6 +10,7 @@ not.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +24,6 @@ from sqlalchemy.exc import (
     DBAPIError,
     InterfaceError,
     OperationalError,
-    ProgrammingError,
 )
 
 from preemptctl.ledger.errors import LedgerError, LedgerNotMigratedError, LedgerUnavailableError
@@ -32,6 +32,18 @@ from preemptctl.ledger.models import EVENTS_TABLE
 DATABASE_URL_ENV = "PREEMPT_DATABASE_URL"
 CONNECT_TIMEOUT_SECONDS = 5
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+MAX_CONNECT_TIMEOUT_SECONDS = 3600
+# SQLSTATE classes of errors about the data itself: data exception (22: a NUL in jsonb, a
+# number out of range), integrity constraint violation (23), program limit exceeded (54: a
+# NUL in text, a row too big). Postgres reports 54 as an OperationalError, like a lost
+# connection, so the class, not the exception type, decides.
+REFUSED_DATA_CLASSES = frozenset({"22", "23", "54"})
+_USERINFO = re.compile(r"(?<=://)[^/@]*@")
+
+
+class LedgerRejectedError(LedgerError):
+    """The database refused the data itself (a NUL byte, a value out of range, a broken
+    constraint): the same append would be refused again, so retrying cannot help."""
 
 
 def default_sqlite_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -55,27 +67,49 @@ def normalise_url(url: str | URL) -> URL:
     """Parse a URL and give `postgresql://` the psycopg 3 driver, which is the one installed.
 
     SQLAlchemy would otherwise pick psycopg2 for a bare `postgresql://`, and people copy
-    URLs from `psql` and docker-compose files, which never name a driver.
+    URLs from `psql` and docker-compose files, which never name a driver. A URL that cannot
+    work (a port that is not a number, a `connect_timeout` that is not one) is refused here,
+    in one line with the password masked, rather than by the driver in a traceback.
     """
     try:
         parsed = make_url(url) if isinstance(url, str) else url
-    except ArgumentError:
-        raise LedgerError(f"not a database URL: {url!r}") from None
+    except (ArgumentError, ValueError):
+        raise LedgerError(f"not a database URL: {_masked(str(url))}") from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() not in ("postgresql", "sqlite"):
         raise LedgerError(
             f"unsupported database {parsed.drivername!r}: use postgresql:// or sqlite:///"
         )
+    shown = parsed.render_as_string(hide_password=True)
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise LedgerError(f"database URL {shown}: the port must be from 1 to 65535")
+    timeout = parsed.query.get("connect_timeout")
+    if timeout is not None and not (
+        isinstance(timeout, str)
+        and timeout.isascii()
+        and timeout.isdigit()
+        and int(timeout) <= MAX_CONNECT_TIMEOUT_SECONDS
+    ):
+        raise LedgerError(
+            f"database URL {shown}: connect_timeout must be whole seconds from 0 to "
+            f"{MAX_CONNECT_TIMEOUT_SECONDS}"
+        )
     return parsed
 
 
+def _masked(text: str) -> str:
+    """`text` with any `user:password@` part of a URL replaced, for a URL that cannot be
+    parsed (so SQLAlchemy cannot hide its password for us)."""
+    return _USERINFO.sub("***@", text)
+
+
 def display_url(url: str | URL) -> str:
-    """A URL safe to print in an error: the password masked."""
+    """A URL safe to print in an error: the password masked, even in a malformed URL."""
     try:
         return normalise_url(url).render_as_string(hide_password=True)
     except LedgerError:
-        return str(url)
+        return _masked(str(url))
 
 
 def sqlite_path(url: URL) -> Path | None:
@@ -110,9 +144,31 @@ def create_ledger_engine(url: str | URL, *, pool_size: int = 5, echo: bool = Fal
             options["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_SECONDS}
         return create_engine(parsed, **options)
     options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+    path = sqlite_path(parsed)
+    if path is not None:
+        prepare_private_file(path)
     engine = create_engine(parsed, **options)
     event.listen(engine, "connect", _configure_sqlite)
     return engine
+
+
+def prepare_private_file(path: Path) -> None:
+    """Create the SQLite ledger's directory 0700 and the file 0600, before SQLite does.
+
+    The ledger names pods, nodes and people's workloads: on a shared machine it is nobody
+    else's to read. SQLite would create the file with the umask's mode (often 0644), and its
+    WAL and shared-memory files copy the main file's mode, so the main file is made first.
+    Existing files keep the mode their owner gave them.
+    """
+    if not path.parent.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not path.exists():
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:  # another process made it first: theirs stands
+            pass
+        except OSError as error:
+            raise LedgerError(f"cannot create the ledger file {path}: {error.strerror}") from None
 
 
 def _configure_sqlite(dbapi_connection: Any, _record: Any) -> None:
@@ -136,30 +192,49 @@ def translated_errors(engine: Engine) -> Iterator[None]:
     """Turn driver errors a user or a retry policy can act on into `LedgerError`s.
 
     Unreachable → `LedgerUnavailableError` (retry as is); no table → `LedgerNotMigratedError`
-    (run `preemptctl migrate`). Anything else is a bug and propagates unchanged.
+    (run `preemptctl migrate`); data the database refuses (a NUL byte, a broken constraint) →
+    `LedgerRejectedError` (never retry: the same rows would be refused for as long as the
+    retry policy lasts). Anything else is a bug and propagates unchanged.
     """
     try:
         yield
-    except (OperationalError, InterfaceError) as error:
-        if _is_missing_table(error):
-            raise LedgerNotMigratedError(_not_migrated(engine)) from error
-        if isinstance(error, OperationalError) or error.connection_invalidated:
-            where = display_url(engine.url)
-            raise LedgerUnavailableError(
-                f"cannot reach the ledger database {where}: {_first_line(error)}"
-            ) from error
-        raise
-    except ProgrammingError as error:
-        if _is_missing_table(error):
-            raise LedgerNotMigratedError(_not_migrated(engine)) from error
-        raise
     except DBAPIError as error:
-        if error.connection_invalidated:
-            where = display_url(engine.url)
-            raise LedgerUnavailableError(
-                f"lost the ledger database {where}: {_first_line(error)}"
+        if _sqlstate(error)[:2] in REFUSED_DATA_CLASSES:
+            raise LedgerRejectedError(
+                f"the ledger database {display_url(engine.url)} refused the data: "
+                f"{_first_line(error)}"
             ) from error
-        raise
+        translated = _translated(engine, error)
+        if translated is error:
+            raise
+        raise translated from error
+    except ValueError as error:
+        # psycopg refuses a NUL byte in a text parameter before sending it, as a ValueError.
+        if "NUL" not in str(error):
+            raise
+        raise LedgerRejectedError(
+            f"the ledger database {display_url(engine.url)} refused the data: {error}"
+        ) from error
+
+
+def _sqlstate(error: DBAPIError) -> str:
+    return str(getattr(error.orig, "sqlstate", None) or "")
+
+
+def _translated(engine: Engine, error: DBAPIError) -> Exception:
+    """The `LedgerError` for a driver error that is not about the data, or the error itself."""
+    where = display_url(engine.url)
+    if _is_missing_table(error):
+        return LedgerNotMigratedError(_not_migrated(engine))
+    if isinstance(error, OperationalError) or (
+        isinstance(error, InterfaceError) and error.connection_invalidated
+    ):
+        return LedgerUnavailableError(
+            f"cannot reach the ledger database {where}: {_first_line(error)}"
+        )
+    if error.connection_invalidated:
+        return LedgerUnavailableError(f"lost the ledger database {where}: {_first_line(error)}")
+    return error
 
 
 def _is_missing_table(error: DBAPIError) -> bool:

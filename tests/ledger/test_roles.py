@@ -1,9 +1,13 @@
 """The least-privilege roles in docs/ledger.md work as documented (the SQL is run verbatim).
 
 Scenarios:
-- the migration role can migrate the ledger
+- the migration role can migrate the ledger, and the tables then belong to the NOLOGIN owner
+- the owner role cannot log in
 - the worker role can append and read, and is refused UPDATE, DELETE and TRUNCATE
+- the worker role reads alembic_version but cannot write it
 - the reader role can read and is refused appends
+- the migrator, once its membership is revoked, cannot DISABLE TRIGGER nor become the owner
+- a migrator that is not a member of the owner cannot migrate
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -28,42 +33,71 @@ from tests.ledger.builders import T0, event
 from tests.support.postgres import admin_url, fresh_database
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ledger.md"
-ROLES = ("preemptctl_migrator", "preemptctl_worker", "preemptctl_reader")
+ROLES = ("preemptctl_owner", "preemptctl_migrator", "preemptctl_worker", "preemptctl_reader")
+LOGINS = ("migrator", "worker", "reader")
 
 
-def documented_sql() -> str:
+def documented_sql(block: str = "roles-sql") -> str:
     text = DOC.read_text()
-    match = re.search(r"<!-- roles-sql -->\n```sql\n(.*?)```", text, re.DOTALL)
-    assert match, "docs/ledger.md lost its roles-sql block"
+    match = re.search(rf"<!-- {block} -->\n```sql\n(.*?)```", text, re.DOTALL)
+    assert match, f"docs/ledger.md lost its {block} block"
     return match.group(1)
 
 
+def migrate_statements() -> tuple[str, str]:
+    """The documented GRANT (before migrating) and REVOKE (after)."""
+    lines = [line for line in documented_sql("migrate-sql").splitlines() if line.strip()]
+    grant = next(line for line in lines if line.startswith("GRANT"))
+    revoke = next(line for line in lines if line.startswith("REVOKE"))
+    return grant, revoke
+
+
+def _renamed(sql: str, renamed: dict[str, str]) -> str:
+    for role, unique in renamed.items():
+        sql = sql.replace(role, unique)
+    return sql
+
+
+@dataclass
+class Setup:
+    """The database, as its administrator, and each login role's URL."""
+
+    admin: URL
+    urls: dict[str, URL]
+    renamed: dict[str, str]
+
+    def run(self, sql: str) -> None:
+        with psycopg.connect(
+            host=self.admin.host,
+            port=self.admin.port,
+            user=self.admin.username,
+            dbname=self.admin.database,
+            autocommit=True,
+        ) as connection:
+            connection.execute(_renamed(sql, self.renamed).encode())
+
+
 @pytest.fixture
-def role_urls() -> Iterator[dict[str, URL]]:
+def setup() -> Iterator[Setup]:
     """A fresh database set up by the documented SQL, with this test's own role names."""
     suffix = secrets.token_hex(4)
     renamed = {role: f"{role}_{suffix}" for role in ROLES}
-    sql = documented_sql()
-    for role, unique in renamed.items():
-        sql = sql.replace(role, unique)
     admin = admin_url()
     try:
         with fresh_database() as url:
             database = make_url(url)
-            with psycopg.connect(
-                host=database.host,
-                port=database.port,
-                user=database.username,
-                dbname=database.database,
-                autocommit=True,
-            ) as connection:
-                connection.execute(sql.encode())
-            yield {
-                role.removeprefix("preemptctl_"): database.set(
-                    username=unique, password=f"change-me-{role.removeprefix('preemptctl_')}"
-                )
-                for role, unique in renamed.items()
-            }
+            done = Setup(
+                database,
+                {
+                    name: database.set(
+                        username=renamed[f"preemptctl_{name}"], password=f"change-me-{name}"
+                    )
+                    for name in LOGINS
+                },
+                renamed,
+            )
+            done.run(documented_sql())
+            yield done
     finally:
         with psycopg.connect(
             host=admin.host, port=admin.port, user=admin.username, dbname=admin.database,
@@ -74,16 +108,76 @@ def role_urls() -> Iterator[dict[str, URL]]:
 
 
 @pytest.fixture
-def migrated(role_urls: dict[str, URL]) -> Iterator[dict[str, Engine]]:
-    migrations.upgrade(role_urls["migrator"].render_as_string(hide_password=False))
-    engines = {name: create_ledger_engine(url) for name, url in role_urls.items()}
+def migrated(setup: Setup) -> Iterator[dict[str, Engine]]:
+    """Migrated as documented: membership granted, `migrate`, membership revoked."""
+    grant, revoke = migrate_statements()
+    setup.run(grant)
+    migrations.upgrade(setup.urls["migrator"].render_as_string(hide_password=False))
+    setup.run(revoke)
+    engines = {name: create_ledger_engine(url) for name, url in setup.urls.items()}
     yield engines
     for engine in engines.values():
         engine.dispose()
 
 
-def test_the_migration_role_migrates(migrated: dict[str, Engine]) -> None:
-    assert migrations.current_revision(migrated["migrator"]) == migrations.head_revision()
+def _owner_of(engine: Engine, table: str) -> str:
+    with engine.connect() as connection:
+        return str(
+            connection.exec_driver_sql(
+                f"SELECT tableowner FROM pg_tables WHERE tablename = '{table}'"
+            ).scalar()
+        )
+
+
+def test_the_migration_role_migrates_as_the_nologin_owner(
+    setup: Setup, migrated: dict[str, Engine]
+) -> None:
+    assert migrations.current_revision(migrated["reader"]) == migrations.head_revision()
+    owner = setup.renamed["preemptctl_owner"]
+    assert _owner_of(migrated["reader"], "preemption_events") == owner
+    assert _owner_of(migrated["reader"], "alembic_version") == owner
+
+
+def test_the_owner_cannot_log_in(setup: Setup) -> None:
+    owner = setup.admin.set(username=setup.renamed["preemptctl_owner"])
+    with pytest.raises(psycopg.OperationalError, match="not permitted to log in"):
+        psycopg.connect(
+            host=owner.host, port=owner.port, user=owner.username, dbname=owner.database
+        )
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT INTO alembic_version VALUES ('9999')",
+        "UPDATE alembic_version SET version_num = '9999'",
+        "DELETE FROM alembic_version",
+    ],
+)
+def test_the_worker_reads_the_schema_revision_and_cannot_write_it(
+    migrated: dict[str, Engine], statement: str
+) -> None:
+    worker = migrated["worker"]
+    assert migrations.current_revision(worker) == migrations.head_revision()
+    with pytest.raises(DBAPIError, match="permission denied"), worker.begin() as connection:
+        connection.exec_driver_sql(statement)
+
+
+def test_the_migrator_outside_a_migration_cannot_disable_the_append_only_trigger(
+    setup: Setup, migrated: dict[str, Engine]
+) -> None:
+    migrator = migrated["migrator"]
+    with pytest.raises(DBAPIError, match="must be owner"), migrator.begin() as connection:
+        connection.exec_driver_sql("ALTER TABLE preemption_events DISABLE TRIGGER ALL")
+    owner = setup.renamed["preemptctl_owner"]
+    with pytest.raises(DBAPIError, match="permission denied"), migrator.begin() as connection:
+        connection.exec_driver_sql(f'SET ROLE "{owner}"')
+
+
+def test_a_migrator_without_the_owners_membership_cannot_migrate(setup: Setup) -> None:
+    url = setup.urls["migrator"].render_as_string(hide_password=False)
+    with pytest.raises(DBAPIError, match="permission denied"):
+        migrations.upgrade(url)
 
 
 @pytest.mark.parametrize(
