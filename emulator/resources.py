@@ -1,4 +1,4 @@
-"""The resources the emulator serves: the few a preemption controller reads or writes.
+"""The resources the emulator serves: the ones a preemption controller reads or writes.
 
 A table rather than generic discovery, because each entry carries behaviour the emulator
 must get right (which are namespaced, which have a status subresource).
@@ -46,8 +46,29 @@ PDBS = Resource(
     "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, frozenset({"status"})
 )
 EVENTS_V1 = Resource("events.k8s.io", "v1", "events", "Event", True)
+PVCS = Resource(
+    "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, frozenset({"status"})
+)
+PVS = Resource("", "v1", "persistentvolumes", "PersistentVolume", False, frozenset({"status"}))
+STORAGE_CLASSES = Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", False)
+CSI_NODES = Resource("storage.k8s.io", "v1", "csinodes", "CSINode", False)
+VOLUME_ATTACHMENTS = Resource(
+    "storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", False, frozenset({"status"})
+)
 
-ALL = (PODS, NODES, NAMESPACES, EVENTS, PDBS, EVENTS_V1)
+ALL = (
+    PODS,
+    NODES,
+    NAMESPACES,
+    EVENTS,
+    PDBS,
+    EVENTS_V1,
+    PVCS,
+    PVS,
+    STORAGE_CLASSES,
+    CSI_NODES,
+    VOLUME_ATTACHMENTS,
+)
 BY_PATH = {(r.group, r.version, r.plural): r for r in ALL}
 BY_KEY = {r.key: r for r in ALL}
 BY_KIND = {r.kind: r for r in ALL if r is not EVENTS_V1}

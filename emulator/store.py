@@ -223,6 +223,18 @@ class Store:
                 )
             return self._commit(resource, key, obj, kind)
 
+    def inject(self, resource: Resource, obj: Mapping[str, Any], name: str) -> Obj:
+        """Store `obj` exactly as given (no uid, namespace or kind filled in) under `name`,
+        and publish it to watches: a hostile object no real API server would hold, for
+        tests of a client's defences."""
+        stored = _copy(obj)
+        if not isinstance(stored.get("metadata"), dict):
+            stored["metadata"] = {}
+        with self.lock:
+            key = ("default" if resource.namespaced else "", name)
+            kind = MODIFIED if key in self._objects[resource.key] else ADDED
+            return self._commit(resource, key, stored, kind)
+
     def update(
         self,
         resource: Resource,

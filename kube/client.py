@@ -147,9 +147,10 @@ def connect(
     context: str | None = None,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     read_timeout: float = DEFAULT_READ_TIMEOUT,
-    pool_size: int = 8,
+    pool_size: int = 16,
 ) -> KubeClient:
-    """A `KubeClient` for the cluster the configuration names."""
+    """A `KubeClient` for the cluster the configuration names. The pool holds one connection
+    per watched kind (nine) plus the gateway's calls."""
     configuration = load_configuration(kubeconfig, context)
     configuration.connection_pool_maxsize = pool_size
     return KubeClient(k8s.ApiClient(configuration), connect_timeout, read_timeout)

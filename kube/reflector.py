@@ -5,6 +5,11 @@ resumes a dropped watch from the last resourceVersion it saw, relists when the A
 answers 410 Gone (HTTP 410, or an ERROR event with code 410, which is how a real server
 says it mid-stream), and backs off exponentially while the API server is unreachable.
 
+One bad object (no uid or name, a field of the wrong type, a value the planner rejects, a
+line that is not JSON) is handed to the sink's `reject` and skipped: the stream goes on
+from the next event, so a hostile object can neither stall a kind nor make the watch replay
+the same resourceVersion forever.
+
 Objects are read as raw JSON with orjson: the planner's model decodes the fields it needs
 from the camelCase dict directly, and building the client's generated models for 150,000
 pods would cost more than everything else together.
@@ -16,6 +21,7 @@ import gc
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,19 +48,66 @@ class Kind:
     rbac: str  # resource as RBAC names it, for messages
     group: str = ""
 
+    namespaced: bool = True
+
     def key(self, obj: Obj) -> str:
-        meta = obj["metadata"]
-        if self.name == "Pod":
-            return str(meta["uid"])
-        if self.name == "Node":
-            return str(meta["name"])
-        return f"{meta.get('namespace') or 'default'}/{meta['name']}"
+        """The snapshot's key: a Pod's uid, a cluster-scoped object's name, else ns/name.
+        Raises `KeyError` when the object lacks it (a hostile or broken object)."""
+        found = self.key_or_none(obj)
+        if found is None:
+            raise KeyError(
+                f"{self.name} without metadata.{'uid' if self.name == 'Pod' else 'name'}"
+            )
+        return found
+
+    def key_or_none(self, obj: Any) -> str | None:
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict):
+            return None
+        field = meta.get("uid" if self.name == "Pod" else "name")
+        if not isinstance(field, str) or not field:
+            return None
+        if self.name == "Pod" or not self.namespaced:
+            return field
+        namespace = meta.get("namespace")
+        return f"{namespace if isinstance(namespace, str) and namespace else 'default'}/{field}"
+
+
+def describe(obj: Any) -> str:
+    """An object's namespace/name (and uid) for a log line, whatever shape it has."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return "(an object without metadata)"
+    parts = [meta.get("namespace"), meta.get("name")]
+    name = "/".join(str(p)[:253] for p in parts if p) or "(unnamed)"
+    uid = meta.get("uid")
+    return f"{name} uid {str(uid)[:64]}" if uid else name
 
 
 POD = Kind("Pod", "/api/v1/pods", "pods")
-NODE = Kind("Node", "/api/v1/nodes", "nodes")
+NODE = Kind("Node", "/api/v1/nodes", "nodes", namespaced=False)
 PDB = Kind(
     "PodDisruptionBudget", "/apis/policy/v1/poddisruptionbudgets", "poddisruptionbudgets", "policy"
+)
+NAMESPACE = Kind("Namespace", "/api/v1/namespaces", "namespaces", namespaced=False)
+PVC = Kind("PersistentVolumeClaim", "/api/v1/persistentvolumeclaims", "persistentvolumeclaims")
+PV = Kind("PersistentVolume", "/api/v1/persistentvolumes", "persistentvolumes", namespaced=False)
+STORAGE_CLASS = Kind(
+    "StorageClass",
+    "/apis/storage.k8s.io/v1/storageclasses",
+    "storageclasses",
+    "storage.k8s.io",
+    namespaced=False,
+)
+CSI_NODE = Kind(
+    "CSINode", "/apis/storage.k8s.io/v1/csinodes", "csinodes", "storage.k8s.io", namespaced=False
+)
+VOLUME_ATTACHMENT = Kind(
+    "VolumeAttachment",
+    "/apis/storage.k8s.io/v1/volumeattachments",
+    "volumeattachments",
+    "storage.k8s.io",
+    namespaced=False,
 )
 
 
@@ -112,6 +165,10 @@ class Sink:
     def known_version(self, kind: Kind, key: str) -> str | None:
         raise NotImplementedError
 
+    def reject(self, kind: Kind, obj: Any, error: Exception) -> None:
+        """`obj` could not be read: leave it out, say so, and go on with the next one."""
+        raise NotImplementedError
+
 
 @dataclass
 class ReflectorStats:
@@ -121,7 +178,11 @@ class ReflectorStats:
     events: int = 0
     bookmarks: int = 0
     errors: int = 0
+    rejected: int = 0
     last_error: str = ""
+    listed: int = 0  # objects seen by the latest (or current) list
+    list_seconds: float = 0.0  # how long the latest complete list took
+    synced: bool = False
 
 
 class Reflector:
@@ -164,7 +225,17 @@ class Reflector:
         while not self._stopping.is_set():
             try:
                 if self.resource_version is None:
+                    began = time.monotonic()
                     self.resource_version = self._relist()
+                    self.stats.list_seconds = time.monotonic() - began
+                    if not self.stats.synced:
+                        log.info(
+                            "cluster view: listed %d %s in %.1fs",
+                            self.stats.listed,
+                            self.kind.name,
+                            self.stats.list_seconds,
+                        )
+                    self.stats.synced = True
                     self.on_synced(self.kind)
                 self._watch(self.resource_version)
                 if not self._stopping.is_set():
@@ -196,6 +267,7 @@ class Reflector:
     def _relist(self) -> str:
         """List every object in pages; apply page by page; returns the list's RV."""
         seen: set[str] = set()
+        self.stats.listed = 0
         continue_token = ""
         resource_version = ""
         while True:
@@ -215,12 +287,16 @@ class Reflector:
             items: list[Obj] = page.get("items") or []
             changed = []
             for obj in items:
-                key = self.kind.key(obj)
+                key = self.kind.key_or_none(obj)
+                if key is None:
+                    self._reject(obj, KeyError("no key"))
+                    continue
                 seen.add(key)
                 if self.sink.known_version(self.kind, key) != obj["metadata"].get(
                     "resourceVersion"
                 ):
                     changed.append(obj)
+            self.stats.listed += len(items)
             if changed:
                 with collector_paused():
                     self.sink.replace_page(self.kind, changed)
@@ -252,27 +328,54 @@ class Reflector:
             for line in _lines(response):
                 if self._stopping.is_set():
                     return
-                self._handle(orjson.loads(line))
+                try:
+                    event = orjson.loads(line)
+                except orjson.JSONDecodeError as error:
+                    self._reject({}, error)
+                    continue
+                self._handle(event)
         finally:
             self._response = None
             response.release_conn()
 
-    def _handle(self, event: Obj) -> None:
+    def _handle(self, event: Any) -> None:
+        """One watch event. A bad object is rejected and skipped, never retried: the watch
+        goes on from the event after it (re-watching from before it would replay it
+        forever)."""
+        if not isinstance(event, dict):
+            self._reject(event, TypeError("a watch event that is not an object"))
+            return
         event_type = event.get("type")
         obj = event.get("object") or {}
-        if event_type == "ERROR":
+        if event_type == "ERROR" and isinstance(obj, dict):
             if obj.get("code") == 410:
                 raise Expired()
             raise _error_event(obj, self.kind)
-        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
         if event_type == "BOOKMARK":
             self.stats.bookmarks += 1
+        elif event_type not in ("ADDED", "MODIFIED", "DELETED"):
+            self._reject(obj, ValueError(f"unknown watch event type {str(event_type)[:40]!r}"))
+        elif self.kind.key_or_none(obj) is None:
+            self._reject(obj, KeyError("no uid" if self.kind.name == "Pod" else "no name"))
         else:
-            self.sink.apply_event(self.kind, str(event_type), obj)
-            self.stats.events += 1
-        if rv:
-            self.resource_version = str(rv)
+            try:
+                self.sink.apply_event(self.kind, str(event_type), obj)
+            except Exception as error:
+                self._reject(obj, error)
+            else:
+                self.stats.events += 1
+        if isinstance(rv, str) and rv:
+            self.resource_version = rv
         self.backoff.reset()
+
+    def _reject(self, obj: Any, error: Exception) -> None:
+        self.stats.rejected += 1
+        try:
+            self.sink.reject(self.kind, obj, error)
+        except Exception:
+            log.exception("cluster view could not record a rejected %s", self.kind.name)
 
 
 def _error_event(status: Obj, kind: Kind) -> KubeCallError:

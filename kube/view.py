@@ -1,5 +1,8 @@
-"""The cluster view: Nodes, Pods and PodDisruptionBudgets kept current by list+watch, in the
-planner's model (`preemption.snapshot.ClusterSnapshot`).
+"""The cluster view: every kind the planner reads (Nodes, Pods, PodDisruptionBudgets,
+Namespaces, PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes and
+VolumeAttachments) kept current by list+watch, in the planner's model
+(`preemption.snapshot.ClusterSnapshot`, fed through `apply(kind, obj)` and
+`remove(kind, key)`).
 
 Guarantees:
 
@@ -12,11 +15,15 @@ Guarantees:
 - Eventually equal to the API server: missed history (410 Gone) triggers a relist that applies
   what changed and removes what vanished; a dropped watch resumes from the last
   resourceVersion seen, with exponential backoff while the server is unreachable.
-- Objects the planner cannot read (a malformed quantity) are left out and counted in
-  `rejected`, rather than stopping the view.
+- Objects the planner cannot read (a malformed quantity, a missing uid, a field of the wrong
+  type) are left out, logged with their key, counted in `rejected` and reported to
+  `on_rejected(kind)`, rather than stopping the view. A pod left out is not taken to have
+  freed its node: the snapshot's `reject_pod` keeps that node from being a candidate until
+  the pod is readable again or deleted.
+- Sync progress per kind (objects listed, seconds) is in `sync_progress()`.
 
-Three threads, one per kind: the official client is synchronous, and per-kind threads keep a
-slow pod stream from delaying node updates.
+One thread per kind: the official client is synchronous, and per-kind threads keep a slow
+pod stream from delaying node updates. `start(spawn)` lets a supervisor run them.
 """
 
 from __future__ import annotations
@@ -29,15 +36,32 @@ from dataclasses import dataclass
 from typing import Any
 
 from preemptctl.kube.client import KubeClient
-from preemptctl.kube.reflector import NODE, PDB, POD, Backoff, Kind, Reflector, ReflectorStats, Sink
-from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.kube.reflector import (
+    CSI_NODE,
+    NAMESPACE,
+    NODE,
+    PDB,
+    POD,
+    PV,
+    PVC,
+    STORAGE_CLASS,
+    VOLUME_ATTACHMENT,
+    Backoff,
+    Kind,
+    Reflector,
+    ReflectorStats,
+    Sink,
+    describe,
+)
 from preemptctl.preemption.snapshot import ClusterSnapshot
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 Listener = Callable[[str, str, Obj], None]
-KINDS = (NODE, POD, PDB)
+# How the view runs a reflector: `spawn(name, target)` runs `target` in a thread of its own.
+ThreadSpawner = Callable[[str, Callable[[], None]], object]
+KINDS = (NODE, POD, PDB, NAMESPACE, PVC, PV, STORAGE_CLASS, CSI_NODE, VOLUME_ATTACHMENT)
 
 
 @dataclass
@@ -54,14 +78,18 @@ class ClusterView(Sink):
         page_size: int = 500,
         watch_timeout: int = 300,
         backoff: Callable[[], Backoff] = Backoff,
+        kinds: tuple[Kind, ...] = KINDS,
+        on_rejected: Callable[[str], None] = lambda kind: None,
     ) -> None:
         self._snapshot = ClusterSnapshot()
         self._lock = threading.Lock()
-        self._versions: dict[str, dict[str, str]] = {kind.name: {} for kind in KINDS}
+        self._kinds = kinds
+        self._versions: dict[str, dict[str, str]] = {kind.name: {} for kind in kinds}
         self._synced: set[str] = set()
         self._listeners: list[Listener] = []
         self.ready = threading.Event()
         self.stats = ViewStats()
+        self._on_rejected = on_rejected
         self.reflectors = {
             kind.name: Reflector(
                 kube,
@@ -72,14 +100,19 @@ class ClusterView(Sink):
                 backoff=backoff(),
                 on_synced=self._on_synced,
             )
-            for kind in KINDS
+            for kind in kinds
         }
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, spawn: ThreadSpawner | None = None) -> None:
+        """Run one reflector per kind: in threads of the view's own, or each through `spawn`
+        (a supervisor that restarts a reflector whose thread dies)."""
         for name, reflector in self.reflectors.items():
+            if spawn is not None:
+                spawn(f"view-{name}", reflector.run)
+                continue
             thread = threading.Thread(target=reflector.run, name=f"view-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -97,7 +130,7 @@ class ClusterView(Sink):
     def _on_synced(self, kind: Kind) -> None:
         with self._lock:
             self._synced.add(kind.name)
-            if len(self._synced) == len(KINDS):
+            if len(self._synced) == len(self._kinds):
                 self.ready.set()
 
     # -- reading ----------------------------------------------------------------------------
@@ -115,6 +148,17 @@ class ClusterView(Sink):
 
     def reflector_stats(self) -> dict[str, ReflectorStats]:
         return {name: reflector.stats for name, reflector in self.reflectors.items()}
+
+    def sync_progress(self) -> dict[str, dict[str, Any]]:
+        """Per kind: objects listed, seconds the complete list took, whether it synced."""
+        return {
+            name: {
+                "listed": r.stats.listed,
+                "seconds": round(r.stats.list_seconds, 3),
+                "synced": r.stats.synced,
+            }
+            for name, r in self.reflectors.items()
+        }
 
     # -- writing (Sink) ---------------------------------------------------------------------
 
@@ -144,23 +188,39 @@ class ClusterView(Sink):
             except Exception:
                 log.exception("cluster view listener failed on %s %s", event_type, kind.name)
 
+    def reject(self, kind: Kind, obj: Any, error: Exception) -> None:
+        with self._lock:
+            self._reject(kind, obj, error)
+
     def _upsert(self, kind: Kind, obj: Obj) -> None:
         key = kind.key(obj)
         try:
             self._snapshot.apply(kind.name, obj)
-        except (PlannerInputError, ValueError, KeyError, TypeError) as error:
-            self.stats.rejected += 1
-            log.warning("cluster view left out %s %s: %s", kind.name, key, error)
-            self._remove(kind, key)
+        except Exception as error:  # any object the planner cannot read: leave it out
+            self._reject(kind, obj, error)
             return
         self._versions[kind.name][key] = str(obj["metadata"].get("resourceVersion", ""))
         self.stats.applied += 1
 
+    def _reject(self, kind: Kind, obj: Any, error: Exception) -> None:
+        """Under the lock: leave `obj` out; a pod's node stops being a candidate."""
+        self.stats.rejected += 1
+        log.warning("cluster view left out %s %s: %s", kind.name, describe(obj), str(error)[:300])
+        key = kind.key_or_none(obj)
+        if kind is POD:
+            spec = obj.get("spec") if isinstance(obj, dict) else None
+            node = spec.get("nodeName") if isinstance(spec, dict) else None
+            uid = key or describe(obj)
+            if key is not None:
+                self._versions[kind.name].pop(key, None)
+            self._snapshot.reject_pod(uid, node if isinstance(node, str) and node else None)
+        elif key is not None:
+            self._remove(kind, key)
+        try:
+            self._on_rejected(kind.name)
+        except Exception:
+            log.exception("cluster view: on_rejected failed")
+
     def _remove(self, kind: Kind, key: str) -> None:
         self._versions[kind.name].pop(key, None)
-        if kind is POD:
-            self._snapshot.remove_pod(key)
-        elif kind is NODE:
-            self._snapshot.remove_node(key)
-        else:
-            self._snapshot.remove_pdb(key)
+        self._snapshot.remove(kind.name, key)

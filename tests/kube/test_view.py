@@ -30,7 +30,7 @@ from preemptctl.emulator import Emulator
 from preemptctl.emulator.resources import NODES, PDBS, PODS
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.reflector import Backoff
-from preemptctl.kube.view import ClusterView
+from preemptctl.kube.view import KINDS, ClusterView
 from tests.support.emulator import as_list, node, pdb, pod
 
 State = dict[str, dict[str, str]]
@@ -165,7 +165,7 @@ def test_initial_list_is_paginated_and_watch_starts_from_its_rv(
     revision = emulator.store.revision
     view = make_view(page_size=2)
     assert view.wait_ready(5)
-    assert emulator.wait_for_watches(3)
+    assert emulator.wait_for_watches(len(KINDS))
     pod_lists = [r for r in emulator.requests.matching("list", "pods")]
     assert [r.query.get("limit") for r in pod_lists] == ["2", "2"]
     assert "continue" in pod_lists[1].query
@@ -191,7 +191,7 @@ def test_view_relists_after_410_and_equals_emulator(
     seed_cluster(emulator)
     view = make_view()
     assert view.wait_ready(5)
-    assert emulator.wait_for_watches(3)
+    assert emulator.wait_for_watches(len(KINDS))
     emulator.faults.fail("watch", None, 503, times=None)  # keep the watches from coming back
     emulator.end_watches()
     random_burst(emulator, random.Random(7), 200)
@@ -207,7 +207,7 @@ def test_dropped_watch_resumes_without_relist(
     seed_cluster(emulator)
     view = make_view()
     assert view.wait_ready(5)
-    assert emulator.wait_for_watches(3)
+    assert emulator.wait_for_watches(len(KINDS))
     emulator.end_watches()
     emulator.store.load(PODS, pod("after-drop"))
     assert converged(view, emulator)
@@ -290,10 +290,10 @@ def test_stop_ends_watch_threads_promptly(emulator: Emulator, kube: KubeClient) 
     view = ClusterView(kube, watch_timeout=30)
     view.start()
     assert view.wait_ready(5)
-    assert emulator.wait_for_watches(3)
+    assert emulator.wait_for_watches(len(KINDS))
     threads = [t for t in threading.enumerate() if t.name.startswith("view-")]
     started = time.monotonic()
     view.stop(timeout=3)
     assert time.monotonic() - started < 2
-    assert len(threads) == 3
+    assert len(threads) == len(KINDS)
     assert not any(thread.is_alive() for thread in threads)
