@@ -150,11 +150,22 @@ class Decision:
     victims: tuple[PodRef, ...] = ()
     num_pdb_violations: int = 0
     nominated_pods_to_clear: tuple[PodRef, ...] = ()
+    # FitsWithoutPreemption while the pod's PodScheduled condition says the scheduler found
+    # no node: one of the two is out of date. Nothing is evicted; the pod is retried later.
+    scheduler_disagrees: bool = False
+
+    @property
+    def verdict(self) -> Verdict:
+        """The planner's conclusion (the JSON carries it as `verdict` and, for the published
+        contract, as `status`)."""
+        return self.status
 
     def to_json(self) -> dict[str, Any]:
         return {
             "preemptor": self.preemptor.key,
+            "verdict": str(self.status),
             "status": str(self.status),
+            "schedulerDisagrees": self.scheduler_disagrees,
             "nominatedNode": self.nominated_node,
             "victims": [victim.to_json() for victim in self.victims],
             "numPDBViolations": self.num_pdb_violations,

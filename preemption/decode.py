@@ -14,13 +14,16 @@ from typing import Any, TypeVar
 from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.objects import (
     PREEMPT_LOWER_PRIORITY,
+    AffinityTerm,
     HostPort,
     LabelSelector,
+    Namespace,
     Node,
     NodeSelectorTerm,
     Pod,
     PodDisruptionBudget,
     Requirement,
+    SpreadConstraint,
     Taint,
     Toleration,
 )
@@ -59,10 +62,40 @@ def _wrong_shape(error: Exception) -> str:
     return f"a field has the wrong type ({type(error).__name__}: {error})"
 
 
+_INT32 = 2**31
+
+
+def _string(value: Any, what: str, default: str = "") -> str:
+    """A field that must be a string (absent or null is `default`)."""
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise PlannerInputError(f"{what} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _labels(value: Any, what: str) -> Mapping[str, str]:
+    """A string-to-string map (labels, nodeSelector)."""
+    labels = _mapping(value, what)
+    for key, item in labels.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise PlannerInputError(f"{what} must map strings to strings ({key!r}: {item!r})")
+    return labels
+
+
+def _int32(value: Any, what: str) -> int:
+    """An integer within int32, as the API server stores priorities and counts."""
+    if not isinstance(value, int) or isinstance(value, bool) or not -_INT32 <= value < _INT32:
+        raise PlannerInputError(f"{what} must be a 32-bit integer, not {value!r}")
+    return value
+
+
 def parse_time(text: str | None) -> float | None:
     """An RFC 3339 timestamp as epoch seconds (None stays None)."""
     if not text:
         return None
+    if not isinstance(text, str):
+        raise PlannerInputError(f"malformed timestamp {text!r}")
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except (TypeError, ValueError):
@@ -92,13 +125,13 @@ def decode_pod(obj: Mapping[str, Any]) -> Pod:
 def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping[str, Any]) -> Pod:
     spec = _mapping(obj.get("spec"), "spec")
     status = _mapping(obj.get("status"), "status")
-    annotations = meta.get("annotations") or {}
+    annotations = _labels(meta.get("annotations"), "metadata.annotations")
     priority = spec.get("priority", 0)
     if priority is None:
         priority = 0
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise PlannerInputError(f"spec.priority must be an integer, not {priority!r}")
+    priority = _int32(priority, "spec.priority")
     disrupted = unschedulable = False
+    scheduler_message = ""
     for condition in status.get("conditions") or ():
         kind = condition.get("type")
         if kind == "DisruptionTarget":
@@ -110,22 +143,34 @@ def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping
             unschedulable = (
                 condition.get("status") == "False" and condition.get("reason") == "Unschedulable"
             )
+            if unschedulable:
+                scheduler_message = _string(condition.get("message"), "PodScheduled message")
     source = annotations.get("kubernetes.io/config.source")
+    uid = _string(meta.get("uid"), "metadata.uid") or str(
+        uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{namespace}/{name}")
+    )
+    labels = _labels(meta.get("labels"), "metadata.labels")
+    node_selector = _labels(spec.get("nodeSelector"), "spec.nodeSelector")
+    affinity = _mapping(spec.get("affinity"), "spec.affinity")
+    pod_affinity, pod_anti_affinity, term_problem = _pod_affinity_terms(affinity, namespace, labels)
+    spread, spread_problem = _spread_constraints(spec, labels)
     return Pod(
         namespace=namespace,
         name=name,
-        uid=str(meta.get("uid") or uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{namespace}/{name}")),
+        uid=uid,
         priority=priority,
         requests=pod_requests(spec),
-        node_name=spec.get("nodeName") or "",
-        nominated_node_name=status.get("nominatedNodeName") or "",
+        node_name=_string(spec.get("nodeName"), "spec.nodeName"),
+        nominated_node_name=_string(status.get("nominatedNodeName"), "status.nominatedNodeName"),
         start_time=parse_time(status.get("startTime")),
-        labels=_mapping(meta.get("labels"), "metadata.labels"),
+        labels=labels,
         host_ports=_host_ports(spec),
-        preemption_policy=spec.get("preemptionPolicy") or PREEMPT_LOWER_PRIORITY,
-        scheduler_name=spec.get("schedulerName") or "default-scheduler",
-        phase=status.get("phase") or "Pending",
-        status_reason=str(status.get("reason") or ""),
+        preemption_policy=_string(spec.get("preemptionPolicy"), "spec.preemptionPolicy")
+        or PREEMPT_LOWER_PRIORITY,
+        scheduler_name=_string(spec.get("schedulerName"), "spec.schedulerName")
+        or "default-scheduler",
+        phase=_string(status.get("phase"), "status.phase") or "Pending",
+        status_reason=_string(status.get("reason"), "status.reason"),
         terminating=meta.get("deletionTimestamp") is not None,
         disrupted_by_scheduler=disrupted,
         unschedulable=unschedulable,
@@ -133,11 +178,140 @@ def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping
         static_or_mirror=("kubernetes.io/config.mirror" in annotations)
         or (source is not None and source != "api"),
         tolerations=_tolerations(spec.get("tolerations")),
-        node_selector=_intern(tuple(sorted((spec.get("nodeSelector") or {}).items()))),
+        node_selector=_intern(tuple(sorted(node_selector.items()))),
         required_affinity=_required_affinity(spec),
-        priority_class_name=spec.get("priorityClassName") or "",
+        priority_class_name=_string(spec.get("priorityClassName"), "spec.priorityClassName"),
         resource_version=str(meta.get("resourceVersion") or ""),
+        pod_affinity=pod_affinity,
+        pod_anti_affinity=pod_anti_affinity,
+        spread_constraints=spread,
+        unsupported=term_problem or spread_problem or _unmodeled_needs(spec),
+        scheduler_message=scheduler_message,
     )
+
+
+# Volume sources no scheduler filter looks at; any other (claims, CSI, cloud disks...) is
+# judged by a volume filter the planner does not model, so a preemptor using one is refused.
+_FILTER_FREE_VOLUMES = frozenset(
+    {"emptyDir", "configMap", "secret", "projected", "downwardAPI", "hostPath", "image", "nfs"}
+)
+
+
+def _unmodeled_needs(spec: Mapping[str, Any]) -> str:
+    """What of this pod's spec a filter the planner does not model would judge ("" if none)."""
+    if spec.get("resourceClaims"):
+        return "DRA resource claims (spec.resourceClaims)"
+    for volume in spec.get("volumes") or ():
+        source = sorted(k for k in _mapping(volume, "a volume") if k != "name")
+        judged = [k for k in source if k not in _FILTER_FREE_VOLUMES]
+        if judged:
+            return (
+                f"volume {volume.get('name')!r} of type {judged[0]} (the volume filters "
+                "VolumeRestrictions, VolumeZone, NodeVolumeLimits, VolumeBinding)"
+            )
+    return ""
+
+
+def _merge_label_keys(
+    selector: LabelSelector | None,
+    labels: Mapping[str, str],
+    match_keys: Any,
+    mismatch_keys: Any = None,
+) -> LabelSelector | None:
+    """`matchLabelKeys` (In the pod's value) and `mismatchLabelKeys` (NotIn) merged into the
+    selector, as the API server and the scheduler do; keys the pod lacks are skipped."""
+    added: list[Requirement] = []
+    for keys, operator in ((match_keys, "In"), (mismatch_keys, "NotIn")):
+        for key in keys or ():
+            key = _string(key, "matchLabelKeys")
+            if key in labels:
+                added.append(Requirement(key, operator, (labels[key],)))
+    if not added or selector is None:
+        return selector
+    return LabelSelector(
+        selector.match_labels, selector.match_expressions + tuple(added), selector.valid
+    )
+
+
+def _affinity_term(raw: Any, namespace: str, labels: Mapping[str, str]) -> tuple[AffinityTerm, str]:
+    term = _mapping(raw, "a pod affinity term")
+    selector = decode_label_selector(term.get("labelSelector"))
+    selector = _merge_label_keys(
+        selector, labels, term.get("matchLabelKeys"), term.get("mismatchLabelKeys")
+    )
+    namespaces = frozenset(_string(n, "namespaces") for n in term.get("namespaces") or ())
+    namespace_selector = decode_label_selector(term.get("namespaceSelector"))
+    if not namespaces and namespace_selector is None:
+        namespaces = frozenset((namespace,))
+    problem = ""
+    if (selector is not None and not selector.valid) or (
+        namespace_selector is not None and not namespace_selector.valid
+    ):
+        problem = "a pod (anti-)affinity term with an invalid label selector"
+    topology_key = _string(term.get("topologyKey"), "topologyKey")
+    if not topology_key:
+        problem = "a pod (anti-)affinity term without a topologyKey"
+    return AffinityTerm(selector, namespaces, namespace_selector, topology_key), problem
+
+
+def _pod_affinity_terms(
+    affinity: Mapping[str, Any], namespace: str, labels: Mapping[str, str]
+) -> tuple[tuple[AffinityTerm, ...], tuple[AffinityTerm, ...], str]:
+    """The required pod affinity and anti-affinity terms, and any reason they cannot be judged."""
+    found: list[tuple[AffinityTerm, ...]] = []
+    problems = []
+    for kind in ("podAffinity", "podAntiAffinity"):
+        section = _mapping(affinity.get(kind), f"spec.affinity.{kind}")
+        terms = []
+        for raw in section.get("requiredDuringSchedulingIgnoredDuringExecution") or ():
+            term, problem = _affinity_term(raw, namespace, labels)
+            terms.append(term)
+            if problem:
+                problems.append(problem)
+        found.append(_intern(tuple(terms)) if terms else ())
+    return found[0], found[1], problems[0] if problems else ""
+
+
+def _spread_constraints(
+    spec: Mapping[str, Any], labels: Mapping[str, str]
+) -> tuple[tuple[SpreadConstraint, ...], str]:
+    """The DoNotSchedule topology spread constraints (ScheduleAnyway only scores)."""
+    constraints = []
+    for raw in spec.get("topologySpreadConstraints") or ():
+        item = _mapping(raw, "a topology spread constraint")
+        if item.get("whenUnsatisfiable") != "DoNotSchedule":
+            continue
+        max_skew = _int32(item.get("maxSkew"), "maxSkew")
+        min_domains = item.get("minDomains")
+        min_domains = 1 if min_domains is None else _int32(min_domains, "minDomains")
+        if max_skew < 1 or min_domains < 1:
+            return (), "a topology spread constraint with maxSkew or minDomains below 1"
+        selector = decode_label_selector(item.get("labelSelector"))
+        if selector is not None and not selector.valid:
+            return (), "a topology spread constraint with an invalid label selector"
+        topology_key = _string(item.get("topologyKey"), "topologyKey")
+        if not topology_key:
+            return (), "a topology spread constraint without a topologyKey"
+        constraints.append(
+            SpreadConstraint(
+                max_skew=max_skew,
+                topology_key=topology_key,
+                selector=_merge_label_keys(selector, labels, item.get("matchLabelKeys")),
+                min_domains=min_domains,
+                honor_node_affinity=item.get("nodeAffinityPolicy") != "Ignore",
+                honor_node_taints=item.get("nodeTaintsPolicy") == "Honor",
+            )
+        )
+    return _intern(tuple(constraints)), ""
+
+
+def decode_namespace(obj: Mapping[str, Any]) -> Namespace:
+    """A Namespace: the labels a `namespaceSelector` is matched against."""
+    _, name, meta = _identity(obj, "Namespace")
+    try:
+        return Namespace(name, _labels(meta.get("labels"), "metadata.labels"))
+    except PlannerInputError as error:
+        raise PlannerInputError(f"namespace {name}: {error}") from None
 
 
 def _host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
@@ -205,8 +379,9 @@ def decode_label_selector(raw: Any) -> LabelSelector | None:
     """A `metav1.LabelSelector`; None for a missing one (which matches nothing)."""
     if raw is None:
         return None
+    raw = _mapping(raw, "a label selector")
     expressions, valid = _requirements(raw.get("matchExpressions"), _LABEL_OPERATORS)
-    labels = tuple(sorted((str(k), str(v)) for k, v in (raw.get("matchLabels") or {}).items()))
+    labels = tuple(sorted(_labels(raw.get("matchLabels"), "matchLabels").items()))
     return LabelSelector(labels, expressions, valid)
 
 
@@ -227,7 +402,7 @@ def decode_node(obj: Mapping[str, Any]) -> Node:
             name=name,
             allocatable=to_resources(resource_amounts(allocatable)),
             allowed_pods=allowed_pods,
-            labels=_mapping(meta.get("labels"), "metadata.labels"),
+            labels=_labels(meta.get("labels"), "metadata.labels"),
             taints=taints,
             unschedulable=bool(spec.get("unschedulable")),
             resource_version=str(meta.get("resourceVersion") or ""),
@@ -273,8 +448,11 @@ _LIST_ITEM_KINDS = {
     "PodList": "Pod",
     "NodeList": "Node",
     "PodDisruptionBudgetList": "PodDisruptionBudget",
+    "NamespaceList": "Namespace",
 }
-SNAPSHOT_KINDS = ("Node", "Pod", "PodDisruptionBudget")
+# The kinds a snapshot's objects are read as; any other kind is skipped (the snapshot
+# contract's kubectl command lists storage kinds the planner refuses rather than models).
+SNAPSHOT_KINDS = ("Node", "Pod", "PodDisruptionBudget", "Namespace")
 
 
 def iter_list_items(document: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -286,7 +464,7 @@ def iter_list_items(document: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
     if list_kind != "List" and default_kind is None:
         raise PlannerInputError(
             f"the snapshot is a {list_kind or 'object without kind'}, expected a v1 List "
-            "(kubectl get nodes,pods,pdb -A -o json)"
+            "(kubectl get nodes,pods,pdb,namespaces -A -o json)"
         )
     items = document.get("items")
     if items is None:
@@ -297,11 +475,6 @@ def iter_list_items(document: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
         if not isinstance(item, Mapping):
             raise PlannerInputError(f"item {index} of the snapshot is not an object")
         kind = item.get("kind") or default_kind
-        if kind not in SNAPSHOT_KINDS:
-            meta = item.get("metadata")
-            name = meta.get("name", "?") if isinstance(meta, Mapping) else "?"
-            raise PlannerInputError(
-                f"item {index} ({kind or 'no kind'} {name}) is of the wrong kind: a snapshot "
-                "holds Node, Pod and PodDisruptionBudget objects"
-            )
-        yield str(kind), item
+        if not isinstance(kind, str):
+            raise PlannerInputError(f"item {index} of the snapshot has no kind")
+        yield kind, item

@@ -27,6 +27,7 @@ from preemptctl.preemption.decision import (
     Strategy,
     Verdict,
 )
+from preemptctl.preemption.diagnosis import unmodeled_scheduler_reasons
 from preemptctl.preemption.filters import (
     ERR_PORTS,
     SUCCESS,
@@ -39,13 +40,15 @@ from preemptctl.preemption.filters import (
     static_filters,
     status_of,
 )
-from preemptctl.preemption.objects import PREEMPT_NEVER, HostPort, Pod, Resources
+from preemptctl.preemption.objects import PREEMPT_NEVER, HostPort, Node, Pod, Resources
+from preemptctl.preemption.pod_constraints import PodConstraints
 from preemptctl.preemption.snapshot import ClusterSnapshot, NodeInfo, importance_key
 
 ERR_NO_VICTIMS = "No preemption victims found for incoming pod"
 ERR_NOT_HELPFUL = "Preemption is not helpful for scheduling"
 ERR_EXPECTED_VICTIM = "expected at least one victim pod on node"
 ERR_LIST_FULL = "a candidate violating PDBs, not kept: that candidate list is full"
+UNREADABLE_POD = "ClusterView"
 
 _UNLIMITED = 1 << 62
 _NEVER_STARTED = float("inf")  # upstream's GetPodStartTime falls back to "now": the newest
@@ -82,16 +85,24 @@ class _Extra:
     requests: Resources
     count: int
     ports: tuple[HostPort, ...]
+    pods: tuple[Pod, ...]
 
     @classmethod
     def of(cls, pods: Sequence[Pod]) -> _Extra:
         total = Resources()
         for pod in pods:
             total = total + pod.requests
-        return cls(total, len(pods), tuple(p for pod in pods for p in pod.host_ports))
+        return cls(total, len(pods), tuple(p for pod in pods for p in pod.host_ports), tuple(pods))
 
 
-_NO_EXTRA = _Extra(Resources(), 0, ())
+_NO_EXTRA = _Extra(Resources(), 0, (), ())
+
+
+class _Prefilter:
+    """Marks "compute the PreFilter state here" where a caller has none to pass."""
+
+
+PREFILTER = _Prefilter()
 
 
 # -- the sequence ----------------------------------------------------------------------------
@@ -133,24 +144,44 @@ def preempt(
         )
     if preemptor.terminating:
         return decide(Verdict.INELIGIBLE, "pod is terminating")
+    refusal = unsupported_needs(snapshot, preemptor)
+    if refusal:
+        return decide(
+            Verdict.UNSUPPORTED,
+            f"the planner does not model {refusal}; it refuses rather than guesses which pods "
+            "to preempt",
+        )
     if not nodes:
         # schedulePod's ErrNoNodesAvailable: the cycle fails before any filter or PostFilter.
         return decide(Verdict.UNSCHEDULABLE, "no nodes available to schedule pods")
 
-    statuses = filter_nodes(snapshot, preemptor)
+    # 0) The scheduling cycle that failed: PreFilter state, then every node's filter status.
+    constraints = PodConstraints.prefilter(snapshot, preemptor)
+    statuses = filter_nodes(snapshot, preemptor, constraints)
     _summarise_filters(rationale, statuses)
     if rationale.fits:
-        return decide(
-            Verdict.FITS_WITHOUT_PREEMPTION,
-            f"fits without preemption on {len(rationale.fits)} node(s), first {rationale.fits[0]}",
+        message = (
+            f"fits without preemption on {len(rationale.fits)} node(s), first {rationale.fits[0]}"
         )
+        disagrees = preemptor.unschedulable
+        if disagrees:
+            message += (
+                "; but the scheduler found no node for it (PodScheduled is Unschedulable"
+                + (f": {preemptor.scheduler_message}" if preemptor.scheduler_message else "")
+                + "), so nothing is evicted and the pod is retried after a backoff"
+            )
+        decision = decide(Verdict.FITS_WITHOUT_PREEMPTION, message)
+        decision.scheduler_disagrees = disagrees
+        return decision
 
+    # 1) Ensure the preemptor is eligible to preempt other pods.
     eligible, why = pod_eligible_to_preempt_others(
-        snapshot, preemptor, statuses.get(preemptor.nominated_node_name)
+        snapshot, preemptor, statuses.get(preemptor.nominated_node_name), args
     )
     if not eligible:
         return decide(Verdict.INELIGIBLE, why)
 
+    # 2) Find all preemption candidates.
     potential = nodes_where_preemption_might_help(snapshot, statuses)
     rationale.potential_nodes = len(potential)
     if not potential:
@@ -162,12 +193,14 @@ def preempt(
     offset, wanted = offset_and_num_candidates(preemptor.uid, len(potential), args)
     rationale.offset, rationale.candidates_wanted = offset, wanted
     candidates, rejected = dry_run_preemption(
-        snapshot, preemptor, potential, offset, wanted, rationale, args
+        snapshot, preemptor, potential, offset, wanted, rationale, args, constraints
     )
     if not candidates:
         return decide(Verdict.UNSCHEDULABLE, fit_error_message(len(nodes), statuses, rejected))
 
+    # 3) (upstream: call extenders; this planner has none) 4) Find the best candidate.
     best = select_candidate(candidates, rationale)
+    # 5) What the preemption touches beside its victims: lower-priority nominations to clear.
     victims = tuple(PodRef.of(pod) for pod in best.victims)
     to_clear = tuple(
         PodRef.of(pod) for pod in lower_priority_nominated_pods(snapshot, preemptor, best.node)
@@ -187,6 +220,26 @@ def preempt(
 # -- step 0: the scheduling cycle's filter pass ------------------------------------------------
 
 
+def unsupported_needs(snapshot: ClusterSnapshot, preemptor: Pod) -> str:
+    """What the preemptor needs judged that the planner does not model ("" if nothing): its
+    own spec (DRA claims, volumes), a namespaceSelector with no Namespace objects to read,
+    or a reason the scheduler gave from a filter the planner does not run."""
+    if preemptor.unsupported:
+        return preemptor.unsupported
+    if not snapshot.namespaces and any(
+        term.namespace_selector is not None
+        for term in (*preemptor.pod_affinity, *preemptor.pod_anti_affinity)
+    ):
+        return (
+            "a namespaceSelector without Namespace objects (add namespaces to the snapshot: "
+            "kubectl get nodes,pods,pdb,namespaces -A -o json)"
+        )
+    unmodeled = unmodeled_scheduler_reasons(preemptor.scheduler_message)
+    if unmodeled:
+        return f"the scheduler's reason {unmodeled[0]!r} (from a filter the planner does not run)"
+    return ""
+
+
 def nominated_extra(snapshot: ClusterSnapshot, preemptor: Pod, node: str) -> _Extra:
     """`addGENominatedPods`: pods nominated here at >= the preemptor's priority count as placed."""
     if not snapshot.has_nominations(node):
@@ -199,8 +252,15 @@ def nominated_extra(snapshot: ClusterSnapshot, preemptor: Pod, node: str) -> _Ex
     return _Extra.of(nominated) if nominated else _NO_EXTRA
 
 
-def filter_node(snapshot: ClusterSnapshot, preemptor: Pod, info: NodeInfo) -> Status:
+def filter_node(
+    snapshot: ClusterSnapshot,
+    preemptor: Pod,
+    info: NodeInfo,
+    constraints: PodConstraints | _Prefilter | None = PREFILTER,
+) -> Status:
     """`RunFilterPluginsWithNominatedPods` on one node, as it stands."""
+    if isinstance(constraints, _Prefilter):
+        constraints = PodConstraints.prefilter(snapshot, preemptor)
     node = info.node
     assert node is not None
     if (
@@ -218,7 +278,7 @@ def filter_node(snapshot: ClusterSnapshot, preemptor: Pod, info: NodeInfo) -> St
         if not status.ok:
             return status
     nominated = extra.requests
-    return fits_request(
+    status = fits_request(
         preemptor.requests,
         node,
         info.milli_cpu + nominated.milli_cpu,
@@ -230,14 +290,25 @@ def filter_node(snapshot: ClusterSnapshot, preemptor: Pod, info: NodeInfo) -> St
         },
         len(info.pods) + extra.count,
     )
+    if status.ok and constraints is not None:
+        status = constraints.filter_with_nominated(node, extra.pods)
+    return status
 
 
-def filter_nodes(snapshot: ClusterSnapshot, preemptor: Pod) -> dict[str, Status]:
+def filter_nodes(
+    snapshot: ClusterSnapshot,
+    preemptor: Pod,
+    constraints: PodConstraints | _Prefilter | None = PREFILTER,
+) -> dict[str, Status]:
     """The scheduling cycle's `Diagnosis.NodeToStatus`: each node's filter status.
 
     Most nodes need only the resource check (no taints, no nominations, a pod without
-    selectors or host ports); they take a direct path to `fits_request`.
+    selectors or host ports); they take a direct path to `fits_request`, then to the
+    PreFilter state's answer when the pod has spread or pod-affinity rules to judge. A node
+    with a pod the cluster view could not read is unresolvable: its load is unknown.
     """
+    if isinstance(constraints, _Prefilter):
+        constraints = PodConstraints.prefilter(snapshot, preemptor)
     statuses: dict[str, Status] = {}
     want = preemptor.requests
     plain_pod = not (
@@ -252,11 +323,23 @@ def filter_nodes(snapshot: ClusterSnapshot, preemptor: Pod) -> dict[str, Status]
         if plain_pod and not (
             node.unschedulable or node.taints or snapshot.has_nominations(info.name)
         ):
-            statuses[info.name] = fits_request(
+            status = fits_request(
                 want, node, info.milli_cpu, info.memory, info.ephemeral_storage, {}, len(info.pods)
             )
+            if constraints is not None and status.ok:
+                status = constraints.filter(node)
+            statuses[info.name] = status
         else:
-            statuses[info.name] = filter_node(snapshot, preemptor, info)
+            statuses[info.name] = filter_node(snapshot, preemptor, info, constraints)
+    if snapshot.rejected:
+        for name in statuses:
+            unreadable = snapshot.unreadable_pods(name)
+            if unreadable:
+                statuses[name] = status_of(
+                    Code.UNRESOLVABLE,
+                    (f"node(s) had a pod the cluster view could not read (uid {unreadable[0]})",),
+                    UNREADABLE_POD,
+                )
     return statuses
 
 
@@ -282,8 +365,19 @@ def pod_terminating_by_preemption(pod: Pod) -> bool:
     return pod.terminating and pod.disrupted_by_scheduler
 
 
+def is_preemption_allowed(victim: Pod, preemptor: Pod, args: PreemptionArgs | None) -> bool:
+    """`isPreemptionAllowed`: a lower-priority pod that `IsEligiblePod` admits (here: not in
+    a namespace the operator protects)."""
+    if victim.priority >= preemptor.priority:
+        return False
+    return not (args and victim.namespace in args.protected_namespaces)
+
+
 def pod_eligible_to_preempt_others(
-    snapshot: ClusterSnapshot, preemptor: Pod, nominated_node_status: Status | None
+    snapshot: ClusterSnapshot,
+    preemptor: Pod,
+    nominated_node_status: Status | None,
+    args: PreemptionArgs | None = None,
 ) -> tuple[bool, str]:
     """`DefaultPreemption.PodEligibleToPreemptOthers`.
 
@@ -300,7 +394,9 @@ def pod_eligible_to_preempt_others(
         info = snapshot.node(nominated)
         if info is not None:
             for pod in info.pods.values():
-                if pod.priority < preemptor.priority and pod_terminating_by_preemption(pod):
+                if is_preemption_allowed(pod, preemptor, args) and pod_terminating_by_preemption(
+                    pod
+                ):
                     return False, "not eligible due to a terminating pod on the nominated node."
     return True, ""
 
@@ -338,6 +434,7 @@ def dry_run_preemption(
     wanted: int,
     rationale: Rationale,
     args: PreemptionArgs | None = None,
+    constraints: PodConstraints | _Prefilter | None = PREFILTER,
 ) -> tuple[list[Candidate], dict[str, Status]]:
     """`Evaluator.DryRunPreemption`: select victims on each node from the offset on.
 
@@ -348,6 +445,8 @@ def dry_run_preemption(
     are kept is dropped (the walk goes on, looking for a non-violating one). A node needing
     more victims than `args.max_victims` allows is rejected, not a candidate.
     """
+    if isinstance(constraints, _Prefilter):
+        constraints = PodConstraints.prefilter(snapshot, preemptor)
     max_victims = args.max_victims if args else 0
     non_violating: list[Candidate] = []
     violating: list[Candidate] = []
@@ -355,7 +454,9 @@ def dry_run_preemption(
     size = len(potential)
     for step in range(size):
         info = potential[(offset + step) % size]
-        victims, num_violations, status = select_victims_on_node(snapshot, preemptor, info, args)
+        victims, num_violations, status = select_victims_on_node(
+            snapshot, preemptor, info, args, constraints
+        )
         if status.ok and max_victims and len(victims) > max_victims:
             status = status_of(
                 Code.UNSCHEDULABLE,
@@ -393,20 +494,27 @@ def select_victims_on_node(
     preemptor: Pod,
     info: NodeInfo,
     args: PreemptionArgs | None = None,
+    constraints: PodConstraints | _Prefilter | None = PREFILTER,
 ) -> tuple[list[Pod], int, Status]:
     """`DefaultPreemption.SelectVictimsOnNode`: the fewest, least important pods to remove.
 
-    Remove every lower-priority pod; if the preemptor then fits, reprieve pods back one by
-    one (PDB-violating ones first, each group most important first) as long as it still fits.
-    Fit is checked incrementally: with the pods removed the free capacity is known, and a
-    reprieved pod fits exactly when its request is within what is still free.
+    Remove every pod `isPreemptionAllowed` admits (RemovePod on the PreFilter state too); if
+    the preemptor then fits, reprieve pods back one by one (PDB-violating ones first, each
+    group most important first) as long as it still fits. Resources are checked
+    incrementally (a reprieved pod fits when its request is within what is still free);
+    spread and pod affinity by AddPod and the plugins' Filter, for the pods they count.
     """
+    if isinstance(constraints, _Prefilter):
+        constraints = PodConstraints.prefilter(snapshot, preemptor)
+    node = info.node
+    assert node is not None
+    # The pods below the preemptor's priority are a suffix of the importance order; the
+    # rest of `is_preemption_allowed` is applied to that suffix only when it can matter.
     start = info.lower_priority_start(preemptor.priority)
-    ordered = info.pods_by_importance()
-    potential = ordered[start:]
+    potential = info.pods_by_importance()[start:]
     protected = args.protected_namespaces if args else frozenset()
     if protected:
-        potential = [pod for pod in potential if pod.namespace not in protected]
+        potential = [pod for pod in potential if is_preemption_allowed(pod, preemptor, args)]
     if not potential:
         return [], 0, status_of(Code.UNRESOLVABLE, (ERR_NO_VICTIMS,))
 
@@ -426,22 +534,53 @@ def select_victims_on_node(
     if not free.fits() or (wanted_ports and _ports_blocked(preemptor, info, extra, potential)):
         return [], 0, _why_not(preemptor, info, extra, potential)
 
+    judged = None
+    if constraints is not None:
+        judged = constraints
+        judged.begin()
+        for pod in potential:
+            judged.update(pod, node, -1)
+        status = judged.filter_with_nominated(node, extra.pods)
+        if not status.ok:
+            judged.restore()
+            return [], 0, status
+
     if any(matches):
         violating, non_violating = filter_pods_with_pdb_violation(potential, snapshot, matches)
     else:
         violating, non_violating = [], potential
+    try:
+        victims, num_violating = _reprieve_pods(
+            ((violating, True), (non_violating, False)), free, wanted_ports, judged, node, extra
+        )
+    finally:
+        if judged is not None:
+            judged.restore()
+    if violating and non_violating:
+        victims.sort(key=importance_key)
+    return victims, num_violating, SUCCESS
+
+
+def _reprieve_pods(
+    groups: tuple[tuple[list[Pod], bool], ...],
+    free: _Free,
+    wanted_ports: tuple[HostPort, ...],
+    constraints: PodConstraints | None,
+    node: Node,
+    extra: _Extra,
+) -> tuple[list[Pod], int]:
+    """`reprievePod`, the one routine: put each pod back if the preemptor still fits beside
+    it; the pods that cannot be put back are the victims (and how many violate a PDB).
+
+    Resources are compared inline (this loop runs for every pod on every node the dry run
+    visits: the planner's hot path); scalars, host ports and the spread and affinity state are
+    checked only when the preemptor has any.
+    """
     victims: list[Pod] = []
     num_violating = 0
-    for group, counts_as_violation in ((violating, True), (non_violating, False)):
-        if free.scalars or wanted_ports:
-            for pod in group:
-                if not free.reprieve(pod, wanted_ports):
-                    victims.append(pod)
-                    num_violating += counts_as_violation
-            continue
-        # The common case, `_Free.reprieve` inlined: this loop runs for every pod on every
-        # node the dry run visits, so it is the planner's hot path.
-        slots, cpu, memory, ephemeral = free.slots, free.cpu, free.memory, free.ephemeral
+    slots, cpu, memory, ephemeral = free.slots, free.cpu, free.memory, free.ephemeral
+    scalars = free.scalars
+    for group, counts_as_violation in groups:
         for pod in group:
             r = pod.requests
             if (
@@ -449,6 +588,10 @@ def select_victims_on_node(
                 and r.milli_cpu <= cpu
                 and r.memory <= memory
                 and r.ephemeral_storage <= ephemeral
+                and (
+                    not (scalars or wanted_ports or constraints)
+                    or _also_fits_beside(pod, scalars, wanted_ports, constraints, node, extra)
+                )
             ):
                 slots -= 1
                 cpu -= r.milli_cpu
@@ -457,10 +600,36 @@ def select_victims_on_node(
             else:
                 victims.append(pod)
                 num_violating += counts_as_violation
-        free.slots, free.cpu, free.memory, free.ephemeral = slots, cpu, memory, ephemeral
-    if violating and non_violating:
-        victims.sort(key=importance_key)
-    return victims, num_violating, SUCCESS
+    free.slots, free.cpu, free.memory, free.ephemeral = slots, cpu, memory, ephemeral
+    return victims, num_violating
+
+
+def _also_fits_beside(
+    pod: Pod,
+    scalars: dict[str, int],
+    wanted_ports: tuple[HostPort, ...],
+    constraints: PodConstraints | None,
+    node: Node,
+    extra: _Extra,
+) -> bool:
+    """The rest of the reprieve check once cpu, memory, storage and the pod slot fit: extended
+    resources, host ports, and (AddPod, then Filter) spread and pod affinity. On success the
+    pod is back in the state and its extended resources are taken from `scalars`."""
+    r = pod.requests
+    if scalars and any(r.get(name) > left for name, left in scalars.items()):
+        return False
+    if wanted_ports and any(
+        ports_conflict(w, used) for w in wanted_ports for used in pod.host_ports
+    ):
+        return False
+    if constraints is not None and constraints.affects(pod):
+        constraints.update(pod, node, 1)
+        if not constraints.filter_with_nominated(node, extra.pods).ok:
+            constraints.update(pod, node, -1)
+            return False
+    for name in scalars:
+        scalars[name] -= r.get(name)
+    return True
 
 
 class _Free:
@@ -479,30 +648,6 @@ class _Free:
         if self.slots < 0 or self.cpu < 0 or self.memory < 0 or self.ephemeral < 0:
             return False
         return not self.scalars or all(amount >= 0 for amount in self.scalars.values())
-
-    def reprieve(self, pod: Pod, wanted_ports: tuple[HostPort, ...]) -> bool:
-        """Put `pod` back if the preemptor still fits with it; say whether it was."""
-        r = pod.requests
-        if (
-            self.slots < 1
-            or r.milli_cpu > self.cpu
-            or r.memory > self.memory
-            or r.ephemeral_storage > self.ephemeral
-        ):
-            return False
-        if self.scalars and any(r.get(name) > left for name, left in self.scalars.items()):
-            return False
-        if wanted_ports and any(
-            ports_conflict(w, used) for w in wanted_ports for used in pod.host_ports
-        ):
-            return False
-        self.slots -= 1
-        self.cpu -= r.milli_cpu
-        self.memory -= r.memory
-        self.ephemeral -= r.ephemeral_storage
-        for name in self.scalars:
-            self.scalars[name] -= r.get(name)
-        return True
 
 
 def _free_after_removal(

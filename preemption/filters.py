@@ -9,7 +9,7 @@ Filters run in the default profile's order and the first failure is the node's s
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from preemptctl.preemption.objects import HostPort, Node, Pod, Resources
@@ -29,8 +29,12 @@ class Code(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Status:
+    """A filter's answer for one node; `plugin` names the filter that failed (upstream's
+    `Status.Plugin()`), for people reading why a node was passed over."""
+
     code: Code
     reasons: tuple[str, ...] = ()
+    plugin: str = field(default="", compare=False)
 
     @property
     def ok(self) -> bool:
@@ -39,15 +43,17 @@ class Status:
 
 SUCCESS = Status(Code.SUCCESS)
 
-_interned_statuses: dict[tuple[Code, tuple[str, ...]], Status] = {}
+_interned_statuses: dict[tuple[Code, tuple[str, ...], str], Status] = {}
 
 
-def status_of(code: Code, reasons: tuple[str, ...]) -> Status:
-    """One shared Status per distinct (code, reasons): thousands of nodes fail alike."""
-    key = (code, reasons)
+def status_of(code: Code, reasons: tuple[str, ...], plugin: str = "") -> Status:
+    """One shared Status per distinct (code, reasons, plugin): thousands of nodes fail alike."""
+    key = (code, reasons, plugin)
     status = _interned_statuses.get(key)
     if status is None:
-        status = _interned_statuses.setdefault(key, Status(code, reasons))
+        if len(_interned_statuses) > 10_000:
+            return Status(code, reasons, plugin)
+        status = _interned_statuses.setdefault(key, Status(code, reasons, plugin))
     return status
 
 
@@ -61,14 +67,14 @@ ERR_TOO_MANY_PODS = "Too many pods"
 def node_unschedulable(pod: Pod, node: Node) -> Status:
     """`NodeUnschedulable.Filter`: a cordoned node, unless the pod tolerates the cordon taint."""
     if node.unschedulable and not any(tolerates(t, UNSCHEDULABLE_TAINT) for t in pod.tolerations):
-        return status_of(Code.UNRESOLVABLE, (ERR_UNSCHEDULABLE,))
+        return status_of(Code.UNRESOLVABLE, (ERR_UNSCHEDULABLE,), "NodeUnschedulable")
     return SUCCESS
 
 
 def node_name(pod: Pod, node: Node) -> Status:
     """`NodeName.Filter`: a pod that names its node fits nowhere else."""
     if pod.node_name and pod.node_name != node.name:
-        return status_of(Code.UNRESOLVABLE, (ERR_NODE_NAME,))
+        return status_of(Code.UNRESOLVABLE, (ERR_NODE_NAME,), "NodeName")
     return SUCCESS
 
 
@@ -82,7 +88,9 @@ def taint_toleration(
     taint = first_untolerated_taint(node.taints, pod.tolerations, effects)
     if taint is not None:
         return status_of(
-            Code.UNRESOLVABLE, (f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}",)
+            Code.UNRESOLVABLE,
+            (f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}",),
+            "TaintToleration",
         )
     return SUCCESS
 
@@ -92,12 +100,12 @@ def node_affinity(pod: Pod, node: Node) -> Status:
     labels = node.labels
     for key, value in pod.node_selector:
         if labels.get(key) != value:
-            return status_of(Code.UNRESOLVABLE, (ERR_AFFINITY,))
+            return status_of(Code.UNRESOLVABLE, (ERR_AFFINITY,), "NodeAffinity")
     terms = pod.required_affinity
     if terms is not None and not any(
         node_selector_term_matches(term, node.name, labels) for term in terms
     ):
-        return status_of(Code.UNRESOLVABLE, (ERR_AFFINITY,))
+        return status_of(Code.UNRESOLVABLE, (ERR_AFFINITY,), "NodeAffinity")
     return SUCCESS
 
 
@@ -125,7 +133,7 @@ def node_ports(wanted: Iterable[HostPort], used: Iterable[HostPort]) -> Status:
     used_list = list(used)
     for port in wanted:
         if any(ports_conflict(port, other) for other in used_list):
-            return status_of(Code.UNSCHEDULABLE, (ERR_PORTS,))
+            return status_of(Code.UNSCHEDULABLE, (ERR_PORTS,), "NodePorts")
     return SUCCESS
 
 
@@ -186,4 +194,8 @@ def fits_request(
             unresolvable = unresolvable or want > total
     if reasons is None:
         return SUCCESS
-    return status_of(Code.UNRESOLVABLE if unresolvable else Code.UNSCHEDULABLE, tuple(reasons))
+    return status_of(
+        Code.UNRESOLVABLE if unresolvable else Code.UNSCHEDULABLE,
+        tuple(reasons),
+        "NodeResourcesFit",
+    )

@@ -155,6 +155,35 @@ class LabelSelector:
         return not self.match_labels and not self.match_expressions
 
 
+@dataclass(frozen=True, slots=True)
+class AffinityTerm:
+    """A required `PodAffinityTerm`, defaulted as the scheduler's `AffinityTerm`.
+
+    `namespaces` already holds the owning pod's namespace when neither `namespaces` nor a
+    `namespaceSelector` was given; `namespace_selector` None selects no namespace, an empty
+    selector selects all. `selector` None (no `labelSelector`) selects no pod. Keys of
+    `matchLabelKeys`/`mismatchLabelKeys` are merged into `selector` as the API server does.
+    """
+
+    selector: LabelSelector | None
+    namespaces: frozenset[str]
+    namespace_selector: LabelSelector | None
+    topology_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadConstraint:
+    """A `whenUnsatisfiable: DoNotSchedule` topology spread constraint (the only kind that
+    filters), with `matchLabelKeys` merged into `selector` and the policies defaulted."""
+
+    max_skew: int
+    topology_key: str
+    selector: LabelSelector | None
+    min_domains: int = 1
+    honor_node_affinity: bool = True  # nodeAffinityPolicy: Honor (the default)
+    honor_node_taints: bool = False  # nodeTaintsPolicy: Ignore (the default)
+
+
 @dataclass(slots=True, eq=False)
 class Pod:
     """What the planner needs of a pod. `requests` is the effective request (see `resources`)."""
@@ -183,6 +212,14 @@ class Pod:
     required_affinity: tuple[NodeSelectorTerm, ...] | None = None
     priority_class_name: str = ""
     resource_version: str = ""
+    pod_affinity: tuple[AffinityTerm, ...] = ()
+    pod_anti_affinity: tuple[AffinityTerm, ...] = ()
+    spread_constraints: tuple[SpreadConstraint, ...] = ()
+    # What this pod needs that the planner does not model (e.g. DRA resource claims): as a
+    # preemptor it is refused with this text, never guessed about. Empty when all is modeled.
+    unsupported: str = ""
+    # The scheduler's last PodScheduled=False message ("0/40 nodes are available: ...").
+    scheduler_message: str = ""
 
     @property
     def key(self) -> str:
@@ -225,3 +262,11 @@ class PodDisruptionBudget:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(slots=True, eq=False)
+class Namespace:
+    """A Namespace as `namespaceSelector` reads it: its name and labels."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)

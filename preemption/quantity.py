@@ -40,6 +40,15 @@ _QUANTITY = re.compile(
     r"(?:(?P<binary>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exponent>[eE][+-]?[0-9]+)|(?P<decimal>[numkMGTPE]?))"
 )
 
+# Bounds that keep hostile input cheap. The scheduler counts in int64, so a larger value can
+# only overflow there; an exponent far beyond that is rejected before it is computed (1e100000000
+# would otherwise build a hundred-million-digit number). Values below a nano-unit round up to
+# one nano-unit, as upstream's parser rounds them, however small the exponent.
+MAX_VALUE = 2**63 - 1
+_MAX_DIGITS = 64
+_MAX_EXPONENT = 40
+_NANO = Fraction(1, 10**9)
+
 # Quantities repeat endlessly across a cluster ("100m", "128Mi"); parsing each string once
 # keeps building a 150,000-pod view cheap. Bounded so hostile input cannot grow it forever.
 _CACHE_LIMIT = 65_536
@@ -64,16 +73,36 @@ def parse_quantity(text: str | int | float) -> Fraction:
     match = _QUANTITY.fullmatch(text)  # upstream trims nothing: " 1" is malformed
     if match is None:
         raise QuantityError(f"malformed quantity {text!r}")
+    if len(match["number"]) > _MAX_DIGITS:
+        raise QuantityError(f"quantity {text[:40]!r}... has more than {_MAX_DIGITS} digits")
     number = Fraction(match["number"])
     if match["binary"]:
+        # upstream caps binary-SI quantities at the largest int64
         value = number * _BINARY_SUFFIXES[match["binary"]]
+        value = max(min(value, Fraction(MAX_VALUE)), Fraction(-MAX_VALUE))
     elif match["exponent"]:
-        value = number * Fraction(10) ** int(match["exponent"][1:])
+        value = _scaled(number, match["exponent"][1:], text)
     else:
         value = number * _DECIMAL_SUFFIXES[match["decimal"] or ""]
+    if abs(value) > MAX_VALUE:
+        raise QuantityError(f"quantity {text!r} is out of range (at most {MAX_VALUE})")
     if len(_value_cache) < _CACHE_LIMIT:
         _value_cache[text] = value
     return value
+
+
+def _scaled(number: Fraction, exponent_text: str, text: str) -> Fraction:
+    """`number` times ten to the exponent, without computing absurd powers."""
+    if len(exponent_text.lstrip("+-").lstrip("0")) > 10:
+        raise QuantityError(f"quantity {text!r} has an exponent out of range")
+    exponent = int(exponent_text)
+    if not number:
+        return number
+    if exponent > _MAX_EXPONENT:
+        raise QuantityError(f"quantity {text!r} is out of range (at most {MAX_VALUE})")
+    if exponent < -_MAX_EXPONENT:
+        return _NANO if number > 0 else -_NANO
+    return number * Fraction(10) ** exponent
 
 
 def to_value(quantity: Fraction) -> int:

@@ -16,7 +16,7 @@ from preemptctl.preemption.objects import (
     QOS_GUARANTEED,
     Resources,
 )
-from preemptctl.preemption.quantity import parse_quantity, to_milli_value, to_value
+from preemptctl.preemption.quantity import MAX_VALUE, parse_quantity, to_milli_value, to_value
 
 _Amounts = dict[str, int]
 
@@ -44,6 +44,8 @@ def resource_amount(name: str, quantity: Any) -> int:
     if value < 0:
         raise QuantityError(f"negative request {quantity!r} ({name})")
     amount = to_milli_value(value) if is_cpu else to_value(value)
+    if amount > MAX_VALUE:
+        raise QuantityError(f"quantity {quantity!r} is out of range ({name})")
     if isinstance(quantity, str) and len(_amount_cache) < 65_536:
         _amount_cache[(is_cpu, quantity)] = amount
     return amount
@@ -146,6 +148,9 @@ def _pod_requests(spec: Mapping[str, Any]) -> Resources:
         _max(init_peak, step)
     _max(total, init_peak)
     _add(total, resource_amounts(spec.get("overhead")))
+    for name, amount in total.items():
+        if amount > MAX_VALUE:
+            raise QuantityError(f"the pod's total {name} request is beyond 64-bit range")
     return to_resources(total)
 
 

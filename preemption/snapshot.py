@@ -14,9 +14,36 @@ import gc
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from preemptctl.preemption.decode import decode_node, decode_pdb, decode_pod, iter_list_items
-from preemptctl.preemption.objects import HostPort, Node, Pod, PodDisruptionBudget, Resources
+from preemptctl.preemption.decode import (
+    decode_namespace,
+    decode_node,
+    decode_pdb,
+    decode_pod,
+    iter_list_items,
+)
+from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.preemption.objects import (
+    AffinityTerm,
+    HostPort,
+    LabelSelector,
+    Namespace,
+    Node,
+    Pod,
+    PodDisruptionBudget,
+    Resources,
+)
 from preemptctl.preemption.selectors import label_selector_matches
+
+# Kinds the cluster view may feed and `remove` may name. Those the planner does not model
+# (storage: it refuses preemptors whose volumes a volume filter would judge) are accepted
+# and ignored, so one feed serves every version of the planner.
+CLUSTER_SCOPED_KINDS = frozenset(
+    {"Node", "Namespace", "PersistentVolume", "StorageClass", "CSINode", "VolumeAttachment"}
+)
+NAMESPACED_KINDS = frozenset({"Pod", "PodDisruptionBudget", "PersistentVolumeClaim"})
+IGNORED_KINDS = frozenset(
+    {"PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode", "VolumeAttachment"}
+)
 
 _NEVER_STARTED = float("inf")
 
@@ -135,13 +162,75 @@ class NodeInfo:
         return [port for pod in self.pods.values() for port in pod.host_ports]
 
 
+class BoundPodIndex:
+    """The bound, non-terminal pods by namespace and by label, and those with required
+    anti-affinity grouped by their terms: what lets InterPodAffinity and PodTopologySpread
+    precompute their state from the pods a selector can match, not from every pod."""
+
+    __slots__ = ("anti_affinity", "by_label", "by_namespace")
+
+    def __init__(self) -> None:
+        self.by_namespace: dict[str, dict[str, Pod]] = {}
+        self.by_label: dict[tuple[str, str, str], dict[str, Pod]] = {}
+        self.anti_affinity: dict[tuple[AffinityTerm, ...], dict[str, Pod]] = {}
+
+    def add(self, pod: Pod) -> None:
+        self.by_namespace.setdefault(pod.namespace, {})[pod.uid] = pod
+        for key, value in pod.labels.items():
+            self.by_label.setdefault((pod.namespace, key, value), {})[pod.uid] = pod
+        if pod.pod_anti_affinity:
+            self.anti_affinity.setdefault(pod.pod_anti_affinity, {})[pod.uid] = pod
+
+    def discard(self, pod: Pod) -> None:
+        _discard(self.by_namespace, pod.namespace, pod.uid)
+        for key, value in pod.labels.items():
+            _discard(self.by_label, (pod.namespace, key, value), pod.uid)
+        if pod.pod_anti_affinity:
+            _discard(self.anti_affinity, pod.pod_anti_affinity, pod.uid)
+
+    def selectable(self, namespace: str, selector: LabelSelector) -> Iterable[Pod]:
+        """The bound pods of `namespace` the selector may select (a superset: check each)."""
+        narrowest: dict[str, Pod] | None = self.by_namespace.get(namespace)
+        if narrowest is None:
+            return ()
+        for key, value in selector.match_labels:
+            found = self.by_label.get((namespace, key, value))
+            if found is None:
+                return ()
+            if len(found) < len(narrowest):
+                narrowest = found
+        for requirement in selector.match_expressions:
+            if requirement.operator == "In":
+                union: dict[str, Pod] = {}
+                for value in requirement.values:
+                    union.update(self.by_label.get((namespace, requirement.key, value)) or {})
+                if len(union) < len(narrowest):
+                    narrowest = union
+        return narrowest.values()
+
+
+def _discard(index: dict[Any, dict[str, Pod]], key: Any, uid: str) -> None:
+    found = index.get(key)
+    if found is not None:
+        found.pop(uid, None)
+        if not found:
+            del index[key]
+
+
 class ClusterSnapshot:
-    """Nodes, pods, PDBs and nominations, kept consistent under one-object updates."""
+    """Nodes, pods, PDBs, namespaces and nominations, kept consistent under one-object
+    updates."""
 
     def __init__(self) -> None:
         self.node_infos: dict[str, NodeInfo] = {}
         self.pods: dict[str, Pod] = {}
         self.pdbs: dict[str, PodDisruptionBudget] = {}
+        self.namespaces: dict[str, Namespace] = {}
+        self.bound = BoundPodIndex()
+        # Pods the feeder could not read, by UID, with the node they were on (if known):
+        # that node's capacity is unknown, so it is no candidate until the pod is readable.
+        self.rejected: dict[str, str | None] = {}
+        self._rejected_on_node: dict[str, set[str]] = {}
         self._uid_by_key: dict[str, str] = {}
         self._nominated: dict[str, dict[str, Pod]] = {}
         self._sorted_nodes: list[NodeInfo] | None = None
@@ -170,7 +259,11 @@ class ClusterSnapshot:
 
     @classmethod
     def from_list(cls, document: Any) -> ClusterSnapshot:
-        """A snapshot from a `v1 List` of Nodes, Pods and PodDisruptionBudgets."""
+        """A snapshot from a `v1 List` (kubectl get nodes,pods,pdb,namespaces,... -A -o json).
+
+        Kinds the planner does not read are skipped. Two pods with one UID are an error: a
+        decision about one of them could name the other.
+        """
         snapshot = cls()
         # Building allocates hundreds of thousands of objects and frees none; the cyclic
         # collector would rescan the whole (large) document again and again meanwhile.
@@ -178,22 +271,85 @@ class ClusterSnapshot:
         gc.disable()
         try:
             for kind, item in iter_list_items(document):
-                snapshot.apply(kind, item)
+                if kind == "Pod":
+                    pod = decode_pod(item)
+                    seen = snapshot.pods.get(pod.uid)
+                    if seen is not None:
+                        raise PlannerInputError(
+                            f"pods {seen.key} and {pod.key} share the uid {pod.uid}; a "
+                            "snapshot names each pod once (take it again with kubectl get)"
+                        )
+                    snapshot.upsert_pod(pod)
+                elif kind in _DECODERS:
+                    snapshot.apply(kind, item)
         finally:
             if collecting:
                 gc.enable()
         return snapshot
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
-        """Add or replace one object given as Kubernetes JSON."""
+        """Add or replace one object given as Kubernetes JSON; kinds in `IGNORED_KINDS` are
+        accepted and not kept. Raises `PlannerInputError` for an object it cannot read."""
         if kind == "Pod":
             self.upsert_pod(decode_pod(obj))
         elif kind == "Node":
             self.upsert_node(decode_node(obj))
         elif kind == "PodDisruptionBudget":
             self.upsert_pdb(decode_pdb(obj))
-        else:
+        elif kind == "Namespace":
+            self.upsert_namespace(decode_namespace(obj))
+        elif kind not in IGNORED_KINDS:
             raise ValueError(f"unsupported kind {kind}")
+
+    def remove(self, kind: str, key: str) -> None:
+        """Forget one object: a Pod by UID, a cluster-scoped object by name, any other
+        namespaced one by `namespace/name`. Unknown objects and ignored kinds are no-ops."""
+        if kind == "Pod":
+            self.remove_pod(key)
+            self._forget_rejection(key)
+        elif kind == "Node":
+            self.remove_node(key)
+        elif kind == "PodDisruptionBudget":
+            self.remove_pdb(key)
+        elif kind == "Namespace":
+            self.namespaces.pop(key, None)
+        elif kind not in IGNORED_KINDS:
+            raise ValueError(f"unsupported kind {kind}")
+
+    # -- namespaces -------------------------------------------------------------------------
+
+    def upsert_namespace(self, namespace: Namespace) -> None:
+        self.namespaces[namespace.name] = namespace
+
+    def namespace_labels(self, name: str) -> Mapping[str, str] | None:
+        """A namespace's labels; None when the snapshot has no such Namespace object."""
+        found = self.namespaces.get(name)
+        return found.labels if found is not None else None
+
+    # -- pods the feeder could not read -----------------------------------------------------
+
+    def reject_pod(self, uid: str, node_name: str | None) -> None:
+        """A pod that could not be read: drop what was known of it, and keep its node (if
+        any) out of the candidates until that UID is upserted readably or removed."""
+        self.remove_pod(uid)
+        self._forget_rejection(uid)
+        self.rejected[uid] = node_name
+        if node_name:
+            self._rejected_on_node.setdefault(node_name, set()).add(uid)
+
+    def _forget_rejection(self, uid: str) -> None:
+        node_name = self.rejected.pop(uid, None)
+        if node_name:
+            on_node = self._rejected_on_node.get(node_name)
+            if on_node is not None:
+                on_node.discard(uid)
+                if not on_node:
+                    del self._rejected_on_node[node_name]
+
+    def unreadable_pods(self, node_name: str) -> list[str]:
+        """UIDs of pods on this node the feeder could not read (sorted)."""
+        found = self._rejected_on_node.get(node_name)
+        return sorted(found) if found else []
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -243,6 +399,8 @@ class ClusterSnapshot:
         self.pods[pod.uid] = pod
         self._uid_by_key[pod.key] = pod.uid
         self._attach(pod)
+        if self.rejected:
+            self._forget_rejection(pod.uid)
 
     def remove_pod(self, uid: str) -> Pod | None:
         pod = self.pods.pop(uid, None)
@@ -261,6 +419,7 @@ class ClusterSnapshot:
             if info is None:
                 info = self.node_infos[pod.node_name] = NodeInfo(pod.node_name)
             info.add_pod(pod)
+            self.bound.add(pod)
         elif pod.nominated_node_name:
             self._nominated.setdefault(pod.nominated_node_name, {})[pod.uid] = pod
 
@@ -268,6 +427,7 @@ class ClusterSnapshot:
         self._pdb_matches.pop(pod.uid, None)
         if pod.node_name:
             info = self.node_infos.get(pod.node_name)
+            self.bound.discard(pod)
             if info is not None:
                 info.remove_pod(pod.uid)
                 if info.node is None and not info.pods:
@@ -339,3 +499,6 @@ class ClusterSnapshot:
             matches = tuple(found)
         self._pdb_matches[pod.uid] = matches
         return matches
+
+
+_DECODERS = frozenset({"Node", "Pod", "PodDisruptionBudget", "Namespace"})

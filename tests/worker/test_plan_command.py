@@ -1,13 +1,15 @@
 """`preemptctl plan`: the planner contract of DESIGN.md, at the command line.
 
 Scenarios:
+- kinds the planner does not read (a Service, a PersistentVolume) are skipped;
 - stdout is one JSON object with exactly the contract's fields (plus the rationale), victims
   named by namespace, name, uid and priority, in upstream order (most important first);
 - every decision kind exits 0: Preempt, FitsWithoutPreemption, Ineligible, Unschedulable,
   and Preempt by the critical-admission strategy;
 - bad input exits 2 with one line on stderr and no traceback: a missing file, a directory,
-  a file that is not JSON, JSON that is not a List, an item of the wrong kind, an object
-  with a field of the wrong type, an unknown pod, a malformed quantity or a negative request
+  a file that is not JSON, JSON that is not a List, an object with a field of the wrong type
+  (a list or dict for nodeName, a priority beyond 32 bits), two pods with one UID, a huge
+  quantity exponent, an unknown pod, a malformed quantity or a negative request
   (naming the object), a `--pod` that is not NAMESPACE/NAME;
 - `--explain` prints the rationale as tables;
 - the installed `preemptctl` on the bundled online/offline scenario preempts the two batch
@@ -31,7 +33,9 @@ SCENARIO = Path(__file__).resolve().parents[2] / "worker" / "scenarios" / "onlin
 PREEMPTCTL = Path(sys.executable).parent / "preemptctl"
 CONTRACT_FIELDS = {
     "preemptor",
+    "verdict",
     "status",
+    "schedulerDisagrees",
     "nominatedNode",
     "victims",
     "numPDBViolations",
@@ -79,7 +83,8 @@ def test_the_output_has_exactly_the_contract_fields(
     decided = plan_json(capsys, write(tmp_path, TWO_VICTIMS), "default/p")
     assert set(decided) == CONTRACT_FIELDS | {"rationale"}
     assert decided["preemptor"] == "default/p"
-    assert decided["status"] == "Preempt"
+    assert decided["verdict"] == decided["status"] == "Preempt"
+    assert decided["schedulerDisagrees"] is False
     assert decided["nominatedNode"] == "n"
     assert decided["numPDBViolations"] == 0
     assert decided["nominatedPodsToClear"] == []
@@ -211,12 +216,62 @@ def test_json_that_is_not_a_list_is_a_usage_error(
     assert_usage_error(*run_plan(capsys, write(tmp_path, document), "default/p"), expected)
 
 
-def test_an_item_of_the_wrong_kind_is_a_usage_error(
+def test_kinds_the_planner_does_not_read_are_skipped(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}}
-    got = run_plan(capsys, write(tmp_path, listing(node("n"), service)), "default/p")
-    assert_usage_error(*got, "item 1 (Service web) is of the wrong kind")
+    volume = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-1"}}
+    items = listing(node("n"), service, volume, pod("p", cpu="1"))
+    decided = plan_json(capsys, write(tmp_path, items), "default/p")
+    assert decided["verdict"] == "FitsWithoutPreemption"
+
+
+def test_two_pods_with_one_uid_are_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    items = listing(node("n"), pod("a", uid="same"), pod("b", uid="same"))
+    got = run_plan(capsys, write(tmp_path, items), "default/a")
+    assert_usage_error(*got, "pods default/a and default/b share the uid same")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("nodeName", ["n"], "spec.nodeName must be a string, not list"),
+        ("nodeName", {"a": 1}, "spec.nodeName must be a string, not dict"),
+        ("priority", 2**64, "spec.priority must be a 32-bit integer"),
+        ("schedulerName", 7, "spec.schedulerName must be a string, not int"),
+    ],
+)
+def test_a_spec_field_of_the_wrong_type_is_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    field: str,
+    value: Any,
+    expected: str,
+) -> None:
+    hostile = pod("h", node="n")
+    hostile["spec"][field] = value
+    got = run_plan(capsys, write(tmp_path, listing(node("n"), hostile)), "default/h")
+    assert_usage_error(*got, f"pod default/h: {expected}")
+
+
+def test_a_null_nominated_node_is_no_nomination(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pending = pod("p", cpu="1")
+    pending["status"]["nominatedNodeName"] = None
+    decided = plan_json(capsys, write(tmp_path, listing(node("n"), pending)), "default/p")
+    assert decided["verdict"] == "FitsWithoutPreemption"
+
+
+def test_a_huge_quantity_exponent_is_bad_input_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got = run_plan(
+        capsys, write(tmp_path, listing(node("n"), pod("p", cpu="1e100000000"))), "default/p"
+    )
+    assert_usage_error(*got, "pod default/p", "1e100000000")
 
 
 def test_a_field_of_the_wrong_type_is_a_usage_error_naming_the_object(
