@@ -109,8 +109,14 @@ class RandomApiFaults(Faults):
         self.share = share
         self.enabled = threading.Event()
         self.injected: Counter[str] = Counter()
+        # Called as each request arrives, before it is served: a test can change the cluster
+        # between a caller's decision to write and the write.
+        self.on_arrival: Callable[[str, str, str, str], None] | None = None
 
     def decide(self, verb: str, resource: str, namespace: str, name: str) -> Decision:
+        hook = self.on_arrival
+        if hook is not None:
+            hook(verb, resource, namespace, name)
         decision = super().decide(verb, resource, namespace, name)
         if decision.fault is not None or not self.enabled.is_set():
             return decision
@@ -253,10 +259,66 @@ class Rig:
         """A new object, as a controller or a person would create it (ADDED on the watch)."""
         self.cluster.store.load(PODS, obj)
 
+    def replace_pod(self, namespace: str, name: str) -> str:
+        """Delete the pod at once and create a pending one of the same name, as a StatefulSet
+        recreates its pod; returns the new pod's UID."""
+        store = self.cluster.store
+        with store.transaction():
+            old = store.get(PODS, namespace, name)
+            store.delete(PODS, namespace, name, grace_period=0)
+            fresh = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": old["metadata"].get("labels") or {},
+                },
+                "spec": {k: v for k, v in old["spec"].items() if k != "nodeName"},
+            }
+            created = store.create(PODS, namespace, fresh)
+        return str(created["metadata"]["uid"])
+
     def restart_worker(self, worker: WorkerProcess) -> None:
         worker.kill()
         worker.start()
         worker.wait_ready()
+
+    def ledger_count(self, kind: str) -> int:
+        """How many events of `kind` the ledger holds (read directly, not through the proxy)."""
+        engine = create_engine(self.database_url)
+        try:
+            with engine.connect() as connection:
+                return len(
+                    connection.execute(
+                        select(events_table.c.id).where(events_table.c.kind == kind)
+                    ).all()
+                )
+        finally:
+            engine.dispose()
+
+    def ledger_payloads(self, kind: str) -> list[dict[str, Any]]:
+        """The payloads of every event of `kind`, in order."""
+        engine = create_engine(self.database_url)
+        try:
+            with engine.connect() as connection:
+                return [
+                    dict(payload)
+                    for (payload,) in connection.execute(
+                        select(events_table.c.payload)
+                        .where(events_table.c.kind == kind)
+                        .order_by(events_table.c.id)
+                    )
+                ]
+        finally:
+            engine.dispose()
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+            time.sleep(0.05)
 
     def running_workflows(self) -> list[str]:
         async def ask() -> list[str]:
@@ -366,6 +428,7 @@ def fault_rig(
                 yield rig
             finally:
                 requests.on_deleted = None
+                faults.on_arrival = None
                 faults.enabled.clear()
                 for worker in fleet:
                     worker.stop()
