@@ -135,11 +135,27 @@ class PodConstraints:
         """Both plugins' `PreFilter`; None when neither has anything to judge for this pod."""
         state = cls(snapshot, preemptor)
         state._count_existing_anti_affinity()
-        if not (state.affinity_terms or state.anti_terms or state.spreads or state.existing_keys):
+        if not (
+            state.affinity_terms
+            or state.anti_terms
+            or state.spreads
+            or state.existing_keys
+            or state._nominated_anti_affinity()
+        ):
             return None
         state._count_incoming_affinity()
         state._count_spread()
         return state
+
+    def _nominated_anti_affinity(self) -> bool:
+        """Whether a pending pod nominated somewhere has anti-affinity against the preemptor
+        (AddPod of nominated pods would then change the answer on its node)."""
+        labels = self.namespace_labels if self.namespace_labels is not None else _EMPTY
+        return any(
+            term_matches(t, self.pod, labels)
+            for pod in self.snapshot.all_nominated_pods()
+            for t in pod.pod_anti_affinity
+        )
 
     def _node_of(self, pod: Pod) -> Node | None:
         info = self.snapshot.node_infos.get(pod.node_name)

@@ -449,6 +449,10 @@ class ClusterSnapshot:
         nominated = self._nominated.get(node_name)
         return list(nominated.values()) if nominated else []
 
+    def all_nominated_pods(self) -> list[Pod]:
+        """Every pending pod with a nomination (the nominator's whole index)."""
+        return [pod for pods in self._nominated.values() for pod in pods.values()]
+
     def has_nominations(self, node_name: str) -> bool:
         return node_name in self._nominated
 

@@ -84,6 +84,9 @@ def pod(
     phase: str | None = None,
     qos: str | None = None,
     annotations: Mapping[str, str] | None = None,
+    pod_affinity: Sequence[Json] = (),
+    pod_anti_affinity: Sequence[Json] = (),
+    spread: Sequence[Json] = (),
 ) -> Json:
     """A pod; bound to `node` (Running) or pending (nominated to `nominated`, if given).
 
@@ -123,6 +126,13 @@ def pod(
                 }
             }
         }
+    if pod_affinity or pod_anti_affinity:
+        affinity = spec.setdefault("affinity", {})
+        for kind, terms in (("podAffinity", pod_affinity), ("podAntiAffinity", pod_anti_affinity)):
+            if terms:
+                affinity[kind] = {"requiredDuringSchedulingIgnoredDuringExecution": list(terms)}
+    if spread:
+        spec["topologySpreadConstraints"] = list(spread)
     if preemption_policy:
         spec["preemptionPolicy"] = preemption_policy
     status: Json = {"phase": phase or ("Running" if node else "Pending")}
@@ -162,6 +172,72 @@ def node(
         "metadata": {"name": name, "labels": dict(labels or {"kubernetes.io/hostname": name})},
         "spec": spec,
         "status": {"allocatable": allocatable, "capacity": allocatable},
+    }
+
+
+def term(
+    topology_key: str = "kubernetes.io/hostname",
+    *,
+    match_labels: Mapping[str, str] | None = None,
+    expressions: Sequence[Json] = (),
+    namespaces: Sequence[str] = (),
+    namespace_selector: Json | None = None,
+    match_label_keys: Sequence[str] = (),
+    mismatch_label_keys: Sequence[str] = (),
+) -> Json:
+    """A required pod (anti-)affinity term selecting `match_labels` and `expressions`."""
+    made: Json = {
+        "topologyKey": topology_key,
+        "labelSelector": {
+            "matchLabels": dict(match_labels or {}),
+            "matchExpressions": list(expressions),
+        },
+    }
+    if namespaces:
+        made["namespaces"] = list(namespaces)
+    if namespace_selector is not None:
+        made["namespaceSelector"] = namespace_selector
+    if match_label_keys:
+        made["matchLabelKeys"] = list(match_label_keys)
+    if mismatch_label_keys:
+        made["mismatchLabelKeys"] = list(mismatch_label_keys)
+    return made
+
+
+def spread(
+    topology_key: str = "zone",
+    max_skew: int = 1,
+    *,
+    match_labels: Mapping[str, str] | None = None,
+    when: str = "DoNotSchedule",
+    min_domains: int | None = None,
+    node_affinity_policy: str | None = None,
+    node_taints_policy: str | None = None,
+    match_label_keys: Sequence[str] = (),
+) -> Json:
+    """A topology spread constraint over pods with `match_labels`."""
+    made: Json = {
+        "maxSkew": max_skew,
+        "topologyKey": topology_key,
+        "whenUnsatisfiable": when,
+        "labelSelector": {"matchLabels": dict(match_labels or {})},
+    }
+    if min_domains is not None:
+        made["minDomains"] = min_domains
+    if node_affinity_policy:
+        made["nodeAffinityPolicy"] = node_affinity_policy
+    if node_taints_policy:
+        made["nodeTaintsPolicy"] = node_taints_policy
+    if match_label_keys:
+        made["matchLabelKeys"] = list(match_label_keys)
+    return made
+
+
+def namespace(name: str, labels: Mapping[str, str] | None = None) -> Json:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": dict(labels or {})},
     }
 
 

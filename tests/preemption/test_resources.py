@@ -138,7 +138,7 @@ def test_a_negative_request_names_the_pod() -> None:
 
 
 def _qos(*containers: dict[str, object], qos: str | None = None) -> str:
-    return as_pod(pod("p", containers=list(containers), qos=qos)).qos_class  # type: ignore[arg-type]
+    return as_pod(pod("p", containers=list(containers), qos=qos)).qos_class
 
 
 def test_a_pod_without_requests_or_limits_is_best_effort() -> None:
