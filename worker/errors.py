@@ -1,7 +1,34 @@
-"""Errors a user caused and can fix; the CLI prints them as one line and exits 2."""
+"""What a command reports instead of a traceback, and the exit code each kind gets.
+
+Exit codes follow kubectl's habit: 0 done, 1 a runtime failure (a server that cannot be
+reached, a database that went away: trying again later may work), 2 bad usage or bad input
+(a flag, a file, a setting: the command line must change). Either way, one line on stderr.
+"""
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Sequence
+
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
+
 
 class UsageError(Exception):
-    """Bad input: an unreadable file, an unknown pod, a malformed flag value."""
+    """Bad input: an unreadable file, an unknown pod, a malformed flag value (exit 2)."""
+
+
+class Unavailable(Exception):
+    """A server the command needs cannot be reached or failed it; retrying may help (exit 1)."""
+
+
+def add_output_flag(parser: argparse.ArgumentParser, formats: Sequence[str], default: str) -> None:
+    """`-o/--output FORMAT`, as kubectl spells it, checked here so a bad value is one line."""
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FORMAT",
+        default=default,
+        help=f"one of: {', '.join(formats)} (default {default})",
+    )
+    parser.set_defaults(output_formats=tuple(formats))

@@ -3,7 +3,8 @@
 The database is `--database-url`, else `PREEMPT_DATABASE_URL`, else the embedded SQLite
 file (`ledger.engine.default_sqlite_path`). Every flag value is validated here rather than
 by argparse `type=`/`choices=`, because argparse reports a bad value in two lines (usage
-and error) and the CLI promises one.
+and error) and the CLI promises one. A database that cannot be reached is exit 1 (a runtime
+failure); a URL, flag or schema that is wrong is exit 2 (the command line must change).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
+import yaml
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from preemptctl import migrations
 from preemptctl.ledger.engine import (
@@ -29,14 +31,17 @@ from preemptctl.ledger.engine import (
     sqlite_path,
     translated_errors,
 )
-from preemptctl.ledger.errors import LedgerError
+from preemptctl.ledger.errors import LedgerError, LedgerUnavailableError
 from preemptctl.ledger.narrative import format_seconds, format_time, preemptor_story, victim_story
 from preemptctl.ledger.queries import HistoryQuery, explain, history
 from preemptctl.ledger.views import Outcome, PreemptionView
-from preemptctl.worker.errors import UsageError
+from preemptctl.worker.errors import Unavailable, UsageError, add_output_flag
 
 DEFAULT_HISTORY_LIMIT = 50
 DEFAULT_EXPLAIN_LIMIT = 10
+MAX_LIMIT = 100_000
+MAX_SINCE = timedelta(days=365 * 100)
+HISTORY_FORMATS = ("table", "wide", "json", "yaml")
 _DURATION = re.compile(r"(?:\d+[smhdw])+")
 _DURATION_PART = re.compile(r"(\d+)([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -65,7 +70,14 @@ def register(subparsers: Any) -> None:
         "--outcome", metavar="OUTCOME", help="one of: " + ", ".join(o.value for o in Outcome)
     )
     past.add_argument("--limit", metavar="N", help=f"at most N (default {DEFAULT_HISTORY_LIMIT})")
-    past.add_argument("--json", action="store_true", help="one JSON object per line")
+    add_output_flag(past, HISTORY_FORMATS, default="table")
+    past.add_argument(
+        "--json",
+        dest="output",
+        action="store_const",
+        const="json",
+        help="the same as -o json: one JSON object per line",
+    )
     _database_flag(past)
     past.set_defaults(handler=run_history)
 
@@ -105,14 +117,16 @@ def parse_pod(text: str, flag: str) -> tuple[str, str]:
 
 def parse_since(text: str, now: datetime) -> datetime:
     """`2h`, `90m`, `1d12h` back from `now`, or an ISO 8601 time (UTC when no zone is given)."""
-    if _DURATION.fullmatch(text):
+    if len(text) <= 40 and _DURATION.fullmatch(text):
         seconds = sum(
             int(amount) * _UNIT_SECONDS[unit] for amount, unit in _DURATION_PART.findall(text)
         )
+        if seconds > MAX_SINCE.total_seconds():
+            raise UsageError(f"--since {text!r} reaches back more than 100 years")
         return now - timedelta(seconds=seconds)
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+    except (ValueError, OverflowError):
         raise UsageError(
             f"--since {text!r} is neither a duration (30m, 2h, 1d12h) nor an ISO 8601 time"
         ) from None
@@ -130,8 +144,11 @@ def parse_outcome(text: str) -> Outcome:
 def parse_limit(text: str | None, default: int) -> int:
     if text is None:
         return default
-    if not text.isdigit() or int(text) < 1:
-        raise UsageError(f"--limit must be a positive whole number, not {text!r}")
+    # isdecimal() alone would take '²' and '٣'; only ASCII digits are a number here.
+    if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) < 1:
+        raise UsageError(f"--limit must be a whole number from 1 to {MAX_LIMIT}, not {text!r}")
+    if int(text) > MAX_LIMIT:
+        raise UsageError(f"--limit must be a whole number from 1 to {MAX_LIMIT}, not {text!r}")
     return int(text)
 
 
@@ -174,6 +191,8 @@ def open_ledger(args: argparse.Namespace) -> Iterator[Engine]:
                 f"this preemptctl needs {head}; run `preemptctl migrate`"
             )
         yield engine
+    except LedgerUnavailableError as error:
+        raise Unavailable(str(error)) from None
     except LedgerError as error:
         raise UsageError(str(error)) from None
     finally:
@@ -193,18 +212,22 @@ def run_migrate(args: argparse.Namespace) -> int:
                 revision = migrations.current_revision(engine)
         finally:
             engine.dispose()
+    except LedgerUnavailableError as error:
+        raise Unavailable(str(error)) from None
     except LedgerError as error:
         raise UsageError(str(error)) from None
     except DBAPIError as error:
         first = str(error.orig).strip().splitlines()[0] if str(error.orig).strip() else "error"
-        raise UsageError(
-            f"cannot migrate the ledger database {display_url(url)}: {first}"
-        ) from None
+        message = f"cannot migrate the ledger database {display_url(url)}: {first}"
+        if isinstance(error, OperationalError) and not getattr(error.orig, "sqlstate", None):
+            raise Unavailable(message) from None  # never connected: try again later
+        raise UsageError(message) from None
     print(f"ledger {display_url(url)} is at schema revision {revision} (head)")
     return 0
 
 
 HISTORY_COLUMNS = ("STARTED", "PREEMPTOR", "NODE", "VICTIMS", "OUTCOME", "DURATION")
+WIDE_COLUMNS = (*HISTORY_COLUMNS, "RUNS", "SCHEDULED", "PREEMPTION")
 
 
 def history_row(view: PreemptionView) -> tuple[str, ...]:
@@ -215,6 +238,17 @@ def history_row(view: PreemptionView) -> tuple[str, ...]:
         str(view.victim_count),
         str(view.outcome) if view.outcome is not None else str(view.status),
         format_seconds(view.duration_seconds),
+    )
+
+
+def wide_row(view: PreemptionView) -> tuple[str, ...]:
+    """`-o wide`: the table's columns, then the runs, where the preemptor was scheduled, and
+    the preemption's ID (the Temporal workflow ID, to paste into the UI's search)."""
+    return (
+        *history_row(view),
+        str(len(view.runs)),
+        view.scheduled_node or "-",
+        view.preemption_id,
     )
 
 
@@ -237,13 +271,20 @@ def run_history(args: argparse.Namespace) -> int:
     )
     with open_ledger(args) as engine:
         views = history(engine, query)
-    if args.json:
+    if args.output == "json":
         for view in views:
             sys.stdout.buffer.write(orjson.dumps(view.to_json()) + b"\n")
         sys.stdout.flush()
         return 0
+    if args.output == "yaml":
+        documents = [orjson.loads(orjson.dumps(view.to_json())) for view in views]
+        sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False) if documents else "")
+        return 0
     if not views:
         print("no preemptions in the ledger match")
+        return 0
+    if args.output == "wide":
+        sys.stdout.write(render_table([WIDE_COLUMNS, *(wide_row(v) for v in views)]))
         return 0
     sys.stdout.write(render_table([HISTORY_COLUMNS, *(history_row(v) for v in views)]))
     return 0

@@ -1,20 +1,24 @@
-"""`preemptctl setup-temporal`: register the search attributes on an existing Temporal server."""
+"""`preemptctl setup-temporal`: register the search attributes on an existing Temporal server.
+
+It connects as the worker does (the same settings: Temporal's environment configuration,
+the settings file, `PREEMPT_*` variables, TLS, client certificates, API keys), so a server
+the worker can reach is one this command can set up.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
-from preemptctl.worker.errors import UsageError
+from preemptctl.worker.config import ConfigError, Settings, load_settings, temporal_tls
+from preemptctl.worker.errors import Unavailable, UsageError
 from preemptctl.worker.temporal_setup import register_search_attributes
 
-ADDRESS_ENV = "PREEMPT_TEMPORAL_ADDRESS"
-NAMESPACE_ENV = "PREEMPT_TEMPORAL_NAMESPACE"
+CONNECT_TIMEOUT_SECONDS = 15.0
 
 
 def register(subparsers: Any) -> None:
@@ -22,39 +26,80 @@ def register(subparsers: Any) -> None:
         "setup-temporal",
         help="register the preemption search attributes on a Temporal namespace (once)",
         description="Add the custom search attributes (PreemptorPod, TargetNode, VictimPods, "
-        "...) that make preemptions findable in the Temporal UI. Safe to run again.",
+        "...) that make preemptions findable in the Temporal UI. Safe to run again. "
+        "Connects with the worker's settings (TEMPORAL_* and PREEMPT_* variables, --config).",
+    )
+    parser.add_argument("--config", metavar="FILE", help="settings file (YAML); or $PREEMPT_CONFIG")
+    parser.add_argument(
+        "--temporal-address",
+        "--address",  # the name this flag had before it matched `worker`'s
+        dest="temporal_address",
+        metavar="HOST:PORT",
+        help="Temporal frontend (default: the settings' temporal_address, localhost:7233)",
     )
     parser.add_argument(
-        "--address",
-        default=os.environ.get(ADDRESS_ENV, "localhost:7233"),
-        help=f"Temporal frontend host:port (default ${ADDRESS_ENV} or localhost:7233)",
-    )
-    parser.add_argument(
+        "--temporal-namespace",
         "--namespace",
-        default=os.environ.get(NAMESPACE_ENV, "default"),
-        help=f"Temporal namespace (default ${NAMESPACE_ENV} or default)",
+        dest="temporal_namespace",
+        metavar="NAMESPACE",
+        help="Temporal namespace (default: the settings' temporal_namespace, default)",
     )
     parser.set_defaults(handler=run)
 
 
-async def _setup(address: str, namespace: str) -> list[str]:
+def settings_from(args: argparse.Namespace) -> Settings:
+    overrides = {
+        "temporal_address": args.temporal_address,
+        "temporal_namespace": args.temporal_namespace,
+    }
     try:
-        client = await Client.connect(address, namespace=namespace)
-    except RuntimeError as error:
-        raise UsageError(f"cannot reach Temporal at {address}: {error}") from None
+        return load_settings(args.config, overrides)
+    except ConfigError as error:
+        raise UsageError(str(error)) from None
+
+
+async def _setup(settings: Settings) -> list[str]:
+    address, namespace = settings.temporal_address, settings.temporal_namespace
+    try:
+        tls = temporal_tls(settings)
+    except ConfigError as error:
+        raise UsageError(str(error)) from None
+    try:
+        client = await asyncio.wait_for(
+            Client.connect(
+                address,
+                namespace=namespace,
+                tls=tls,
+                api_key=settings.temporal_api_key or None,
+                identity=settings.identity,
+            ),
+            timeout=CONNECT_TIMEOUT_SECONDS,
+        )
+    except (RuntimeError, TimeoutError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else "timed out"
+        raise Unavailable(f"cannot reach Temporal at {address}: {reason}") from None
     try:
         return await register_search_attributes(client, namespace)
     except RPCError as error:
-        raise UsageError(
+        message = (
             f"Temporal at {address} refused to register search attributes on namespace "
             f"{namespace}: {error.message}"
-        ) from None
+        )
+        if error.status in (
+            RPCStatusCode.UNAVAILABLE,
+            RPCStatusCode.DEADLINE_EXCEEDED,
+            RPCStatusCode.INTERNAL,
+        ):
+            raise Unavailable(message) from None
+        raise UsageError(message) from None
 
 
 def run(args: argparse.Namespace) -> int:
-    added = asyncio.run(_setup(args.address, args.namespace))
+    settings = settings_from(args)
+    added = asyncio.run(_setup(settings))
+    where = f"namespace {settings.temporal_namespace} at {settings.temporal_address}"
     if added:
-        print(f"registered on namespace {args.namespace} at {args.address}: {', '.join(added)}")
+        print(f"registered on {where}: {', '.join(added)}")
     else:
-        print(f"namespace {args.namespace} at {args.address} already has every search attribute")
+        print(f"{where} already has every search attribute")
     return 0

@@ -7,17 +7,32 @@ Scenarios:
 - KUBECONFIG fills the kubeconfig setting when nothing else does;
 - a wrong value is one error naming the setting and its source; an unknown key in the file
   is refused; a missing kubeconfig file is refused at load time;
-- `preemptctl config` masks secrets.
+- `preemptctl config` masks secrets, and prints JSON with `-o json`;
+- timeouts that are infinite, not a number or absurdly long are refused, as are addresses
+  without a host or a port (`:`), and numbers too long to be a setting;
+- a settings file that is not a regular file (/dev/zero), is too large, or uses YAML aliases
+  (an alias bomb) is refused at once; a YAML error names the line, never quotes it;
+- Temporal's own environment configuration (TEMPORAL_ADDRESS, a TOML profile) fills the
+  connection settings, and PREEMPT_* variables override it;
+- TLS follows the settings: an API key implies TLS, a CA file or client certificate makes a
+  TLS configuration.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from temporalio.client import TLSConfig
 
 from preemptctl.worker.cli import main
-from preemptctl.worker.config import ConfigError, load_settings
+from preemptctl.worker.config import (
+    MAX_SETTINGS_FILE_BYTES,
+    ConfigError,
+    load_settings,
+    temporal_tls,
+)
 
 
 def test_defaults_are_usable() -> None:
@@ -87,3 +102,125 @@ def test_config_command_masks_secrets(
     assert "very-secret" not in shown and "hunter2" not in shown
     assert "temporal_api_key: '********'" in shown
     assert "worker:***@db:5432/ledger" in shown
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e300", "604801", "0"])
+def test_timeouts_must_be_finite_positive_and_at_most_a_week(value: str) -> None:
+    with pytest.raises(ConfigError, match="call_timeout_seconds: expected seconds"):
+        load_settings(environ={"PREEMPT_CALL_TIMEOUT_SECONDS": value})
+
+
+@pytest.mark.parametrize("address", [":", "host:", ":7233", "host:0", "host:99999", "host:x"])
+def test_a_temporal_address_needs_a_host_and_a_port(address: str) -> None:
+    with pytest.raises(ConfigError, match="temporal_address: expected host:port"):
+        load_settings(environ={"PREEMPT_TEMPORAL_ADDRESS": address})
+
+
+def test_an_ipv6_temporal_address_is_accepted() -> None:
+    settings = load_settings(environ={"PREEMPT_TEMPORAL_ADDRESS": "[::1]:7233"})
+    assert settings.temporal_address == "[::1]:7233"
+
+
+def test_a_number_too_long_to_be_a_setting_is_refused() -> None:
+    with pytest.raises(ConfigError, match="PREEMPT_MAX_VICTIMS: expected an integer"):
+        load_settings(environ={"PREEMPT_MAX_VICTIMS": "9" * 5000})
+
+
+def test_a_settings_file_that_is_not_a_regular_file_is_refused_at_once() -> None:
+    with pytest.raises(ConfigError, match="/dev/zero is not a regular file"):
+        load_settings("/dev/zero", environ={})
+
+
+def test_a_settings_file_too_large_is_refused(tmp_path: Path) -> None:
+    file = tmp_path / "big.yaml"
+    file.write_text("# " + "x" * MAX_SETTINGS_FILE_BYTES + "\n")
+    with pytest.raises(ConfigError, match="is larger than 256 KiB"):
+        load_settings(str(file), environ={})
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path: Path) -> None:
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
+    for level in range(1, 12):
+        previous = chr(ord("a") + level - 1)
+        name = chr(ord("a") + level)
+        lines.append(f"{name}: &{name} [" + ", ".join([f"*{previous}"] * 10) + "]")
+    lines.append("protected_namespaces: *l")
+    file = tmp_path / "bomb.yaml"
+    file.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match="YAML aliases"):
+        load_settings(str(file), environ={})
+
+
+def test_a_yaml_error_names_the_line_and_never_quotes_the_file(tmp_path: Path) -> None:
+    file = tmp_path / "s.yaml"
+    file.write_text("database_url: postgresql://u:hunter2@db/ledger\ntask_queue: [unclosed\n")
+    with pytest.raises(ConfigError) as error:
+        load_settings(str(file), environ={})
+    message = str(error.value)
+    assert "is not valid YAML at line" in message
+    assert "hunter2" not in message and "\n" not in message
+
+
+def test_a_wrong_value_in_a_file_is_quoted_short(tmp_path: Path) -> None:
+    file = tmp_path / "s.yaml"
+    file.write_text(f"metrics_port: {'x' * 500}\n")
+    with pytest.raises(ConfigError) as error:
+        load_settings(str(file), environ={})
+    assert len(str(error.value)) < 200
+
+
+def test_temporals_own_variables_fill_the_connection() -> None:
+    environ = {"TEMPORAL_ADDRESS": "temporal.example:7233", "TEMPORAL_NAMESPACE": "prod"}
+    settings = load_settings(environ=environ)
+    assert (settings.temporal_address, settings.temporal_namespace) == (
+        "temporal.example:7233",
+        "prod",
+    )
+
+
+def test_preempt_variables_override_temporals_own() -> None:
+    environ = {"TEMPORAL_ADDRESS": "temporal.example:7233", "PREEMPT_TEMPORAL_ADDRESS": "o:1"}
+    assert load_settings(environ=environ).temporal_address == "o:1"
+
+
+def test_a_temporal_profile_file_fills_the_connection(tmp_path: Path) -> None:
+    profiles = tmp_path / "temporal.toml"
+    profiles.write_text(
+        '[profile.staging]\naddress = "staging.example:7233"\nnamespace = "stage"\n'
+        'api_key = "from-profile"\n'
+    )
+    environ = {"TEMPORAL_CONFIG_FILE": str(profiles), "TEMPORAL_PROFILE": "staging"}
+    settings = load_settings(environ=environ)
+    assert settings.temporal_address == "staging.example:7233"
+    assert settings.temporal_namespace == "stage"
+    assert settings.temporal_api_key == "from-profile"
+    assert temporal_tls(settings) is True
+
+
+def test_plain_settings_connect_without_tls() -> None:
+    assert temporal_tls(load_settings(environ={})) is False
+
+
+def test_a_ca_file_makes_a_tls_configuration(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(b"-----BEGIN CERTIFICATE-----\n")
+    environ = {"PREEMPT_TEMPORAL_TLS_CA": str(ca), "PREEMPT_TEMPORAL_TLS_SERVER_NAME": "t.local"}
+    tls = temporal_tls(load_settings(environ=environ))
+    assert isinstance(tls, TLSConfig)
+    assert tls.server_root_ca_cert == b"-----BEGIN CERTIFICATE-----\n"
+    assert tls.domain == "t.local"
+
+
+def test_config_command_prints_json_on_request(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "-o", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["task_queue"] == "preemptctl"
+
+
+def test_config_command_refuses_dev_zero_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["config", "--config", "/dev/zero"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "preemptctl config: settings file /dev/zero is not a regular file"
+    )

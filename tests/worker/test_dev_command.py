@@ -6,18 +6,29 @@ Scenarios:
 - twenty 2-cpu preemptors over ten full 4-cpu nodes: every preemptor ends bound, all forty
   batch pods are taken, none twice;
 - --once with --no-worker is refused in one line;
-- --no-worker starts the dev server, ledger and cluster but no worker, and stops on SIGTERM.
+- --no-worker starts the dev server, ledger and cluster but no worker, and stops on SIGTERM,
+  having printed the task queue of its own that a `preemptctl worker` must use;
+- a taken --temporal-port or --ui-port is one line and exit 2, with no temp dir left behind;
+- an activity failure the activity classified (an ApplicationError) is logged as one line,
+  not a traceback.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import signal
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+from temporalio.exceptions import ApplicationError
+
+from preemptctl.worker.dev_command import _ExpectedActivityFailures
 from tests.support.emulator import as_list, node, pod
 
 PREEMPTCTL = str(Path(sys.executable).parent / "preemptctl")
@@ -128,4 +139,69 @@ def test_no_worker_starts_everything_but_the_worker_until_sigterm(tmp_path: Path
         code = process.wait(timeout=60)
     assert code == 0
     assert any(line.startswith("kubeconfig") for line in seen)
+    assert any(line.startswith("task queue    preemptctl-dev-") for line in seen)
     assert not any(line.startswith("preemption started") for line in seen)
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port some other process listens on."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        yield int(listener.getsockname()[1])
+
+
+@pytest.mark.parametrize("flag", ["--temporal-port", "--ui-port"])
+def test_a_taken_port_is_one_line_and_leaves_nothing_behind(
+    tmp_path: Path, taken_port: int, flag: str
+) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    ports = {"--temporal-port": "0", "--ui-port": "0", flag: str(taken_port)}
+    completed = subprocess.run(
+        [PREEMPTCTL, "dev", "--once", *(word for pair in ports.items() for word in pair)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "TMPDIR": str(scratch),
+            "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+        },
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.strip() == (
+        f"preemptctl dev: {flag} {taken_port} is taken (another `preemptctl dev` or Temporal "
+        "server?); stop it, or pass 0 for a free port"
+    )
+    assert list(scratch.iterdir()) == []
+
+
+def _failed_activity_record(error: BaseException) -> logging.LogRecord:
+    try:
+        raise error
+    except BaseException:
+        return logging.getLogger("temporalio.activity").makeRecord(
+            "temporalio.activity",
+            logging.WARNING,
+            __file__,
+            1,
+            "Completing activity as failed (%s)",
+            ("delete_victim",),
+            sys.exc_info(),
+        )
+
+
+def test_a_classified_activity_failure_is_one_line() -> None:
+    record = _failed_activity_record(ApplicationError("403 forbidden", type="Forbidden"))
+    assert _ExpectedActivityFailures().filter(record)
+    line = logging.Formatter("%(message)s").format(record)
+    assert line == "Completing activity as failed (delete_victim): Forbidden: 403 forbidden"
+
+
+def test_an_unexpected_activity_failure_keeps_its_traceback() -> None:
+    record = _failed_activity_record(KeyError("bug"))
+    assert _ExpectedActivityFailures().filter(record)
+    assert "Traceback" in logging.Formatter("%(message)s").format(record)

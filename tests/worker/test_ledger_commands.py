@@ -6,14 +6,18 @@ Scenarios:
 - PREEMPT_DATABASE_URL selects the database; --database-url overrides it
 - a postgresql:// URL (no driver) works
 - history prints a table, most recent first
-- history --json prints one JSON object per line
+- history --json (and -o json) prints one JSON object per line; -o yaml one document per
+  preemption; -o wide adds runs, where the preemptor was scheduled, and the preemption ID
 - history on an empty ledger says nothing matches
 - explain tells a victim's story: by whom, where, why, its fate
 - explain tells a preemptor's story: decision, victims' fates, scheduling
-- each bad input exits 2 with one line naming the problem: unparseable --since, unknown
-  --outcome, bad --limit, malformed pod, unreachable database, unmigrated database, missing
-  SQLite ledger, unsupported URL, a pod not in the ledger
-- the installed `preemptctl` script reports an unreachable database in one line, exit 2
+- each bad input exits 2 with one line naming the problem: unparseable --since (or one
+  reaching back 800000 days), unknown --outcome, bad --limit (a superscript digit, a huge
+  number), malformed pod, unmigrated database, missing SQLite ledger, unsupported URL, a URL
+  with a bad port or connect_timeout (its password never shown), a pod not in the ledger,
+  an unknown -o format
+- an unreachable database is a runtime failure: one line, exit 1
+- the installed `preemptctl` script reports an unreachable database in one line, exit 1
 - durations and ISO times are both accepted by --since
 """
 
@@ -29,10 +33,12 @@ from pathlib import Path
 
 import orjson
 import pytest
+import yaml
 
 from preemptctl import migrations
 from preemptctl.ledger.engine import DATABASE_URL_ENV, create_ledger_engine
 from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.views import Outcome
 from preemptctl.ledger.writer import append_batch
 from preemptctl.worker.cli import main
 from preemptctl.worker.errors import UsageError
@@ -193,11 +199,37 @@ def test_explain_a_preemptor(capsys: pytest.CaptureFixture[str], ledger_url: str
         (
             ["history", "--outcome", "won"],
             "preemptctl history: unknown --outcome 'won'; use one of: "
-            "completed, failed, aborted, dry-run, no-candidate, ineligible",
+            + ", ".join(outcome.value for outcome in Outcome),
         ),
         (
             ["history", "--limit", "-3"],
-            "preemptctl history: --limit must be a positive whole number, not '-3'",
+            "preemptctl history: --limit must be a whole number from 1 to 100000, not '-3'",
+        ),
+        (
+            ["history", "--limit", "²"],
+            "preemptctl history: --limit must be a whole number from 1 to 100000, not '²'",
+        ),
+        (
+            ["history", "--limit", "9" * 4000],
+            f"preemptctl history: --limit must be a whole number from 1 to 100000, "
+            f"not '{'9' * 4000}'",
+        ),
+        (
+            ["history", "--limit", "100001"],
+            "preemptctl history: --limit must be a whole number from 1 to 100000, not '100001'",
+        ),
+        (
+            ["history", "--since", "800000d"],
+            "preemptctl history: --since '800000d' reaches back more than 100 years",
+        ),
+        (
+            ["history", "--since", "9" * 100 + "d"],
+            f"preemptctl history: --since '{'9' * 100}d' is neither a duration (30m, 2h, 1d12h) "
+            "nor an ISO 8601 time",
+        ),
+        (
+            ["history", "-o", "xml"],
+            "preemptctl history: unknown --output 'xml'; use one of: table, wide, json, yaml",
         ),
         (
             ["history", "--pod", "api-0"],
@@ -217,10 +249,10 @@ def test_bad_input_exits_2_with_one_line(
     assert (code, out, err) == (2, "", message + "\n")
 
 
-def test_an_unreachable_database_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unreachable_database_exits_1_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     url = f"postgresql://postgres@127.0.0.1:{_closed_port()}/ledger"
     code, _, err = _run(capsys, "explain", "prod/api-0", "--database-url", url)
-    assert code == 2
+    assert code == 1
     assert err.startswith(
         "preemptctl explain: cannot reach the ledger database postgresql+psycopg://"
     )
@@ -264,9 +296,55 @@ def test_the_installed_script_reports_an_unreachable_database_in_one_line(tmp_pa
         timeout=60,
         check=False,
     )
-    assert (done.returncode, done.stdout) == (2, "")
+    assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr.startswith("preemptctl history: cannot reach the ledger database")
     assert done.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (
+            "postgresql://u:hunter2@127.0.0.1:abc/ledger",
+            "preemptctl history: not a database URL: postgresql://***@127.0.0.1:abc/ledger",
+        ),
+        (
+            "postgresql://u:hunter2@127.0.0.1:70000/ledger",
+            "preemptctl history: database URL postgresql+psycopg://u:***@127.0.0.1:70000/ledger: "
+            "the port must be from 1 to 65535",
+        ),
+        (
+            "postgresql://u:hunter2@127.0.0.1/ledger?connect_timeout=abc",
+            "preemptctl history: database URL "
+            "postgresql+psycopg://u:***@127.0.0.1/ledger?connect_timeout=abc: "
+            "connect_timeout must be whole seconds from 0 to 3600",
+        ),
+    ],
+)
+def test_a_database_url_that_cannot_work_exits_2_without_its_password(
+    capsys: pytest.CaptureFixture[str], url: str, message: str
+) -> None:
+    code, out, err = _run(capsys, "history", "--database-url", url)
+    assert (code, out, err) == (2, "", message + "\n")
+
+
+def test_history_yaml_is_one_document_per_preemption(
+    capsys: pytest.CaptureFixture[str], ledger_url: str
+) -> None:
+    code, out, _ = _run(capsys, "history", "-o", "yaml", "--database-url", ledger_url)
+    documents = list(yaml.safe_load_all(out))
+    assert code == 0
+    assert [d["preemptionId"] for d in documents] == ["p-second", "p-first"]
+
+
+def test_history_wide_adds_runs_scheduling_and_the_preemption_id(
+    capsys: pytest.CaptureFixture[str], ledger_url: str
+) -> None:
+    code, out, _ = _run(capsys, "history", "-o", "wide", "--database-url", ledger_url)
+    header, *rows = out.splitlines()
+    assert code == 0
+    assert header.split()[-3:] == ["RUNS", "SCHEDULED", "PREEMPTION"]
+    assert [row.split()[-1] for row in rows] == ["p-second", "p-first"]
 
 
 @pytest.mark.parametrize(

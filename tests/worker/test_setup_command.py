@@ -3,7 +3,9 @@
 Scenarios:
 - on a dev server started without them, it registers all seven and the UI can filter by them;
 - run again, it says they are already there and changes nothing;
-- an unreachable server is one line on stderr and exit code 2.
+- an unreachable server is one line on stderr and exit code 1 (a runtime failure);
+- an address without a host or port (`:`) is one line and exit code 2 (bad input);
+- `--temporal-address` is the flag `worker` has; `--address` stays as its alias.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ async def test_registers_missing_search_attributes_once() -> None:
         assert len(await missing_search_attributes(env.client, "default")) == 7
 
         first = setup_temporal("--address", address)
-        second = setup_temporal("--address", address)
+        second = setup_temporal("--temporal-address", address)
 
         assert await missing_search_attributes(env.client, "default") == []
     finally:
@@ -47,9 +49,18 @@ async def test_registers_missing_search_attributes_once() -> None:
     assert "already has every search attribute" in second.stdout
 
 
-def test_unreachable_server_is_one_line_and_exit_2() -> None:
-    completed = setup_temporal("--address", "127.0.0.1:1")
-    assert completed.returncode == 2
+def test_unreachable_server_is_one_line_and_exit_1() -> None:
+    completed = setup_temporal("--temporal-address", "127.0.0.1:1")
+    assert completed.returncode == 1
     lines = completed.stderr.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("preemptctl setup-temporal: cannot reach Temporal at 127.0.0.1:1")
+
+
+def test_an_address_without_host_or_port_is_bad_input() -> None:
+    completed = setup_temporal("--address", ":")
+    assert completed.returncode == 2
+    assert completed.stderr.strip().splitlines() == [
+        "preemptctl setup-temporal: temporal_address: expected host:port with a port from 1 "
+        "to 65535, got ':'"
+    ]

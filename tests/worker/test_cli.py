@@ -1,0 +1,106 @@
+"""The `preemptctl` command line in kubectl's habits.
+
+Scenarios:
+- `--version` prints the installed distribution's version;
+- every subcommand has a help line and a description;
+- `completion bash` prints a script that completes commands and each command's flags, and
+  an unknown shell is bad input (exit 2, one line);
+- `-o` names an output format where a command prints data; an unknown one is exit 2;
+- exit codes: 2 for usage errors (argparse's own too), 1 for a runtime failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from preemptctl.worker.cli import COMMANDS, build_parser, main
+from preemptctl.worker.completion_command import completion_script
+
+PREEMPTCTL = str(Path(sys.executable).with_name("preemptctl"))
+
+
+def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"preemptctl {metadata.version('preemptctl')}\n"
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_every_command_in_the_table_is_registered() -> None:
+    assert set(_subparsers()) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_has_a_description(command: str) -> None:
+    assert _subparsers()[command].description
+
+
+def _complete(script: str, *words: str) -> list[str]:
+    """What bash offers after `words`, the last being the word being typed."""
+    line = " ".join(f"'{word}'" for word in words)
+    program = (
+        f"{script}\nCOMP_WORDS=(preemptctl {line}); COMP_CWORD={len(words)}; "
+        '_preemptctl; printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    done = subprocess.run(
+        ["bash", "-c", program], capture_output=True, text=True, check=True, timeout=30
+    )
+    return done.stdout.split()
+
+
+def test_bash_completion_completes_commands() -> None:
+    assert _complete(completion_script("bash"), "hist") == ["history"]
+
+
+def test_bash_completion_completes_a_commands_flags() -> None:
+    offered = _complete(completion_script("bash"), "setup-temporal", "--temporal-")
+    assert offered == ["--temporal-address", "--temporal-namespace"]
+
+
+def test_zsh_completion_loads_bash_completion_first() -> None:
+    assert completion_script("zsh").startswith("autoload -U +X compinit")
+
+
+def test_an_unknown_shell_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["completion", "fish"]) == 2
+    assert capsys.readouterr().err == (
+        "preemptctl completion: no completion for shell 'fish'; use one of: bash, zsh\n"
+    )
+
+
+def test_an_unknown_output_format_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "-o", "xml"]) == 2
+    assert capsys.readouterr().err == (
+        "preemptctl config: unknown --output 'xml'; use one of: yaml, json\n"
+    )
+
+
+def test_a_usage_error_exits_2() -> None:
+    done = subprocess.run(
+        [PREEMPTCTL, "history", "--no-such-flag"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "unrecognized arguments: --no-such-flag" in done.stderr
+
+
+def test_an_unknown_command_exits_2() -> None:
+    done = subprocess.run(
+        [PREEMPTCTL, "retire"], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 2
