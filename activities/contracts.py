@@ -1,16 +1,30 @@
 """The data that crosses between the preemption workflow and its activities.
 
-Plain dataclasses of strings, numbers and lists: Temporal stores each in the workflow's
-history, where the UI shows it and a replay reads it back, so they must stay readable JSON
-and stay compatible (add fields with defaults; never rename one).
+Plain dataclasses of strings, numbers, enums and lists: Temporal stores each in the
+workflow's history, where the UI shows it and a replay reads it back, so they must stay
+readable JSON and stay compatible (add fields with defaults; never rename one).
+
+Every activity that changes the cluster also appends its own ledger event, in the same
+attempt and under the same idempotency key whichever attempt it is; so each input names the
+run (`preemption_id`, `run_id`) and carries the workflow's clock (`occurred_at`, ISO 8601).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
 
-from preemptctl.preemption.decision import PodRef
+from preemptctl.ledger.vocabulary import Fate
+from preemptctl.preemption.decision import PodRef, Strategy, Verdict
+
+
+class PreemptorState(StrEnum):
+    """Where the preemptor stands, as the API server (or the view, when it agrees) says."""
+
+    PENDING = "Pending"
+    BOUND = "Bound"
+    GONE = "Gone"
+    REPLACED = "Replaced"  # a pod of the same name with another UID
 
 
 @dataclass
@@ -19,12 +33,14 @@ class PreemptionRequest:
 
     preemptor: PodRef
     reason: str = "Unschedulable"
-    strategy: str = "default"
+    strategy: str = Strategy.DEFAULT.value  # a `Strategy` value
     dry_run: bool = False
     use_eviction: bool = False
     grace_period_seconds: int | None = None
     scheduled_wait_seconds: float = 300.0
-    scheduled_poll_seconds: float = 5.0
+    # How often the workflow asks the API server whether the preemptor is bound, when the
+    # trigger loop's `preemptor_bound` signal has not told it first.
+    scheduled_poll_seconds: float = 30.0
     # How long one attempt of a Kubernetes or ledger call may take before Temporal retries it
     # (also how soon a call lost with a crashed worker is retried by another).
     call_timeout_seconds: float = 30.0
@@ -34,68 +50,65 @@ class PreemptionRequest:
 
 
 @dataclass
-class SelectInput:
+class RunRef:
+    """Which run an activity works for, and when (the workflow's clock, ISO 8601)."""
+
     preemption_id: str
+    run_id: str
+    occurred_at: str
+
+
+@dataclass
+class SelectInput:
+    run: RunRef
     preemptor: PodRef
-    strategy: str = "default"
+    strategy: Strategy = Strategy.DEFAULT
     dry_run: bool = False
-    reservation_seconds: float = 600.0
-    # With these, the decision is written ahead by the select activity itself, under the
-    # ledger-wide decision lock (see ledger.claims).
-    run_id: str = ""
-    occurred_at: str = ""
+    throttled: int = 0  # how many times the eviction budget held this run back already
 
 
 @dataclass
 class Selection:
-    """What the select activity decided. `status` is the planner's (`Preempt`,
-    `FitsWithoutPreemption`, `Ineligible`, `Unschedulable`) or `Aborted` when the preemptor
-    is gone, replaced or already bound; `decision` is the planner's full JSON for the ledger."""
+    """What the select activity decided and wrote ahead.
 
-    status: str
-    message: str
+    `verdict` is the planner's; None when the run stopped before planning (the preemptor is
+    gone, replaced, or already bound: `message` says which, and the ledger has the
+    `preemption_aborted` event). `retry_after_seconds` > 0: the eviction budget held the
+    decision back (recorded as `throttled`); decide again after that long."""
+
     preemptor: PodRef
+    message: str
+    verdict: Verdict | None = None
     node: str | None = None
     victims: list[PodRef] = field(default_factory=list)
     nominations_to_clear: list[PodRef] = field(default_factory=list)
     num_pdb_violations: int = 0
-    decision: dict[str, Any] | None = None
     scheduler_name: str = "default-scheduler"
-    retry_after_seconds: float = 0.0  # for `Throttled`: when the eviction budget allows it
-
-
-@dataclass
-class LedgerEntry:
-    """One event to append; `kind` is a `ledger.kinds.EventKind` value."""
-
-    kind: str
-    node: str | None = None
-    victim: PodRef | None = None
-    payload: dict[str, Any] = field(default_factory=dict)
-    step: str = ""
-
-
-@dataclass
-class RecordInput:
-    """Events of one run to append together; `occurred_at` is the workflow's clock (ISO)."""
-
-    preemption_id: str
-    run_id: str
-    preemptor: PodRef
-    occurred_at: str
-    entries: list[LedgerEntry] = field(default_factory=list)
-    decision: dict[str, Any] | None = None
+    retry_after_seconds: float = 0.0
 
 
 @dataclass
 class NominationInput:
-    pod: PodRef
-    node: str
+    run: RunRef
     preemptor: PodRef
+    node: str
+    clear: list[PodRef] = field(default_factory=list)  # lower-priority nominations to `node`
+
+
+@dataclass
+class NominationResult:
+    """The nomination as the API server settled it; `error` when it could not be made (the
+    preemption goes on, as upstream's does)."""
+
+    verdict: str = ""
+    message: str = ""
+    previous: str | None = None
+    error: str | None = None
 
 
 @dataclass
 class VictimInput:
+    run: RunRef
     victim: PodRef
     preemptor: PodRef
     node: str
@@ -105,13 +118,14 @@ class VictimInput:
 
 
 @dataclass
-class WriteResult:
-    """A settled Kubernetes write: `verdict` is `kube.outcomes.Verdict`'s value, or
-    `Terminating` for a victim already on its way out."""
+class VictimResult:
+    """What became of a victim in one step. `stopped` (delete only) is why the victim was
+    left alone because the preemptor no longer needs room; the run is then aborted."""
 
-    verdict: str
-    message: str
-    previous: str | None = None
+    fate: Fate
+    message: str = ""
+    replaced_by_uid: str | None = None
+    stopped: str = ""
 
 
 @dataclass
@@ -120,8 +134,30 @@ class PreemptorCheck:
 
 
 @dataclass
-class PreemptorState:
-    """Where the preemptor stands now: `Pending`, `Bound` (with its node), `Gone`, `Replaced`."""
+class PreemptorStatus:
+    """Where the preemptor stands now, and on which node when bound."""
 
-    state: str
+    state: PreemptorState
     node: str | None = None
+
+
+class Ending(StrEnum):
+    """The workflow-recorded ends (the others are written by the activity that saw them)."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+
+@dataclass
+class EndInput:
+    """How a run ends, for the one ledger append the workflow makes itself."""
+
+    run: RunRef
+    preemptor: PodRef
+    ending: Ending
+    node: str | None = None
+    message: str = ""
+    scheduled_node: str | None = None  # the preemptor was bound there
+    seconds_to_schedule: float | None = None
+    failed_victim: PodRef | None = None  # a victim whose write failed for good

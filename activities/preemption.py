@@ -1,60 +1,90 @@
 """The preemption workflow's activities: every side effect it has, each safe to retry.
 
-Each activity translates between the workflow's contracts and one gateway call (or one
-ledger append), and classifies what went wrong: a Kubernetes error that retrying can cure
-becomes a retryable `ApplicationError` (honouring a 429's Retry-After), one that needs a
-person (RBAC, an invalid request) a non-retryable one whose message says what to fix.
+Each activity translates between the workflow's contracts and `kube/` (one gateway call, or
+a few), the domain (`preemption/`) and the ledger, and classifies what went wrong: a
+Kubernetes error that retrying can cure becomes a retryable `ApplicationError` (honouring a
+429's Retry-After), one that needs a person (RBAC, an invalid request) a non-retryable one
+whose message says what to fix.
+
+Each activity that acts on the cluster appends the ledger event of what it did, in the same
+attempt, keyed by the run and the victim: a retry appends nothing twice. What the cluster
+answered is kept in the attempt's heartbeat details before the append, so an attempt retried
+after a failed append records the answer the first attempt got (a victim it deleted is
+"deleted", not "already gone").
 
 The activities are synchronous (the Kubernetes client and the ledger's engine are), so the
-worker runs them on a thread pool; the decision itself is serialized by a lock, which with
-the reservation book is what keeps concurrent preemptions from claiming the same victim or
-the same freed capacity (see `preemption.reservations`).
+worker runs them on a thread pool. Decisions are serialized by the ledger's decision lock
+(see `ledger.claims` and `preemption.claims`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
-from sqlalchemy import Engine
+from kubernetes.client.exceptions import ApiException
+from sqlalchemy import Connection, Engine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from preemptctl.activities.budget import WINDOW, seconds_until_budget_allows
 from preemptctl.activities.contracts import (
-    LedgerEntry,
+    Ending,
+    EndInput,
     NominationInput,
+    NominationResult,
     PreemptorCheck,
     PreemptorState,
-    RecordInput,
+    PreemptorStatus,
+    RunRef,
     SelectInput,
     Selection,
     VictimInput,
-    WriteResult,
+    VictimResult,
 )
 from preemptctl.kube import conditions, deletion, events, nomination
+from preemptctl.kube.classify import Call, api_status, classify_status
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.outcomes import KubeCallError, WriteOutcome
+from preemptctl.kube.outcomes import Verdict as WriteVerdict
 from preemptctl.kube.pods import Presence, get_pod
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.claims import decision_lock, open_claims, victims_chosen_since
-from preemptctl.ledger.errors import LedgerError
+from preemptctl.ledger.errors import LedgerError, LedgerNotMigratedError, LedgerUnavailableError
 from preemptctl.ledger.events import LedgerEvent, decision_events
 from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.vocabulary import Fate
 from preemptctl.ledger.writer import append_batch, append_batch_on
+from preemptctl.preemption.budget import WINDOW, seconds_until_budget_allows
+from preemptctl.preemption.claims import Claim, ClaimBook
 from preemptctl.preemption.decision import Decision, PodRef, Strategy, Verdict
 from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.planner import plan
-from preemptctl.preemption.reservations import Reservation, ReservationBook
 from preemptctl.preemption.snapshot import ClusterSnapshot
 
-ABORTED = "Aborted"
-THROTTLED = "Throttled"
-TERMINATING = "Terminating"
+logger = logging.getLogger(__name__)
+
+TERMINATING = "victim is already terminating"
+
+KIND_OF_FATE = {
+    Fate.MARKED: EventKind.VICTIM_MARKED,
+    Fate.DELETED: EventKind.VICTIM_DELETED,
+    Fate.ALREADY_GONE: EventKind.VICTIM_ALREADY_GONE,
+    Fate.REPLACED: EventKind.VICTIM_REPLACED,
+    Fate.FAILED: EventKind.VICTIM_FAILED,
+}
+KIND_OF_ENDING = {
+    Ending.COMPLETED: EventKind.COMPLETED,
+    Ending.FAILED: EventKind.FAILED,
+    Ending.ABORTED: EventKind.PREEMPTION_ABORTED,
+}
 
 
 @contextmanager
@@ -72,12 +102,508 @@ def kube_errors() -> Iterator[None]:
         ) from None
 
 
-def _result(outcome: WriteOutcome) -> WriteResult:
-    return WriteResult(outcome.verdict.value, outcome.message, outcome.previous)
+@contextmanager
+def ledger_errors() -> Iterator[None]:
+    """A ledger failure as an `ApplicationError`: an outage (or a schema a migration will
+    bring) is retried; anything else (a row the database refuses) is not."""
+    try:
+        yield
+    except LedgerError as error:
+        transient = isinstance(error, LedgerUnavailableError | LedgerNotMigratedError)
+        raise ApplicationError(
+            f"ledger: {error}",
+            type="LedgerUnavailable" if transient else "LedgerRejected",
+            non_retryable=not transient,
+        ) from None
+
+
+def _when(run: RunRef) -> datetime:
+    return datetime.fromisoformat(run.occurred_at)
+
+
+@dataclass(frozen=True, slots=True)
+class FreshPreemptor:
+    """The preemptor as the API server just returned it, ready to plan for."""
+
+    obj: dict[str, Any]
+    scheduler_name: str
+
+
+class PreemptionActivities:
+    """The activities, bound to one cluster (client and view) and one ledger."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        view: ClusterView,
+        ledger: Engine,
+        *,
+        identity: str = "preemptctl",
+        view_ready_timeout: float = 30.0,
+        planner_args: PreemptionArgs | None = None,
+        evictions_per_minute: int = 0,
+        lock_wait_seconds: float = 10.0,
+    ) -> None:
+        self._kube = kube
+        self._view = view
+        self._ledger = ledger
+        self._identity = identity
+        self._decisions = 0
+        self._view_ready_timeout = view_ready_timeout
+        self._planner_args = planner_args
+        self._evictions_per_minute = evictions_per_minute
+        self._lock_wait_seconds = lock_wait_seconds
+
+    def all(self) -> list[Callable[..., Any]]:
+        """Every activity, for `Worker(activities=...)`."""
+        return [
+            self.select_preemption,
+            self.nominate_preemptor,
+            self.mark_victim,
+            self.delete_victim,
+            self.check_preemptor,
+            self.record_end,
+        ]
+
+    # -- deciding: preemptor fresh? lock, claims, plan, budget, write ahead -----------------
+
+    @activity.defn(name="select_preemption")
+    def select_preemption(self, request: SelectInput) -> Selection:
+        """Decide for the preemptor over the cluster view, with every claim in flight (the
+        ledger's, whichever worker made it) counted as done, and write the decision ahead in
+        the same transaction under the ledger-wide decision lock: decisions are serial across
+        all replicas, and a claim exists from the moment its decision does.
+
+        What this run's ledger needs at this point is appended here: the decision (and its
+        end when it is final: fits, ineligible, no candidate, unsupported, dry run), or
+        `throttled`, or `preemption_aborted` when the preemptor no longer needs room."""
+        fresh = self._preemptor_fresh(request)
+        if isinstance(fresh, Selection):
+            return fresh
+        with (
+            ledger_errors(),
+            decision_lock(self._ledger, lock_wait_seconds=self._lock_wait_seconds) as db,
+            self._view.read() as snapshot,
+        ):
+            book = self._claims(db, snapshot, request.preemptor)
+            decision = self._plan(snapshot, book, request, fresh)
+            selection = _selection(decision, fresh.scheduler_name)
+            wait = self._budget(db, request, decision)
+            if wait:
+                selection.retry_after_seconds = wait
+                selection.message = (
+                    f"held back by the eviction budget ({self._evictions_per_minute}/min): "
+                    f"{len(decision.victims)} victim(s) fit in {wait:.0f}s; "
+                    f"{decision.message}"
+                )
+                append_batch_on(db, [_throttled_event(request, selection)])
+                return selection
+            context = {
+                "worker": self._identity,
+                "sequence": self._decisions,
+                "claims": [
+                    snapshot.pods[uid].key for uid in book.holders() if uid in snapshot.pods
+                ],
+            }
+            self._write_ahead(db, request, decision, context)
+        if decision.status is Verdict.UNSUPPORTED:
+            self._tell_the_preemptor(request.preemptor, "PreemptionUnsupported", decision.message)
+        return selection
+
+    def _preemptor_fresh(self, request: SelectInput) -> FreshPreemptor | Selection:
+        """1) The preemptor as the API server has it now: still there, same UID, unbound (a
+        critical-admission preemptor is bound by nature). Otherwise the run stops here."""
+        preemptor = request.preemptor
+        with kube_errors():
+            lookup = get_pod(self._kube, preemptor)
+        reason = ""
+        if lookup.presence is Presence.GONE:
+            reason = "the preemptor is gone"
+        elif lookup.presence is Presence.REPLACED:
+            reason = "the preemptor was replaced by a pod with another UID"
+        else:
+            assert lookup.pod is not None
+            bound_to = (lookup.pod.get("spec") or {}).get("nodeName")
+            if bound_to and Strategy(request.strategy) is Strategy.DEFAULT:
+                reason = f"the preemptor is already bound to {bound_to}"
+        if reason:
+            self._append(
+                [
+                    LedgerEvent(
+                        request.run.preemption_id,
+                        request.run.run_id,
+                        EventKind.PREEMPTION_ABORTED,
+                        preemptor,
+                        payload={"reason": reason},
+                        occurred_at=_when(request.run),
+                    )
+                ]
+            )
+            return Selection(preemptor, reason)
+        if not self._view.wait_ready(self._view_ready_timeout):
+            raise ApplicationError("the cluster view has not finished its initial sync yet")
+        assert lookup.pod is not None
+        scheduler = str(lookup.pod["spec"].get("schedulerName") or "default-scheduler")
+        return FreshPreemptor(lookup.pod, scheduler)
+
+    @staticmethod
+    def _claims(db: Connection, snapshot: ClusterSnapshot, preemptor: PodRef) -> ClaimBook:
+        """3) Every other run's open claim, read under the lock; those the view already shows
+        done are set aside (the cluster itself now counts them)."""
+        book = ClaimBook(
+            Claim(claim.preemptor_uid, claim.node, claim.victim_uids)
+            for claim in open_claims(db)
+            if claim.preemptor_uid != preemptor.uid
+        )
+        book.settled(snapshot)
+        return book
+
+    def _plan(
+        self,
+        snapshot: ClusterSnapshot,
+        book: ClaimBook,
+        request: SelectInput,
+        fresh: FreshPreemptor,
+    ) -> Decision:
+        """4) The planner's decision, with the claims applied and the fresh preemptor."""
+        self._decisions += 1
+        preemptor = request.preemptor
+        try:
+            with book.applied(snapshot, preemptor.uid), _planning_with(snapshot, fresh.obj):
+                return plan(snapshot, preemptor.key, Strategy(request.strategy), self._planner_args)
+        except PlannerInputError as error:
+            raise ApplicationError(
+                f"cannot plan for {preemptor.key}: {error}", non_retryable=True
+            ) from None
+
+    def _budget(self, db: Connection, request: SelectInput, decision: Decision) -> float:
+        """5) Seconds the eviction budget holds this decision back; 0 when it may go on."""
+        budget = self._evictions_per_minute
+        if decision.status is not Verdict.PREEMPT or request.dry_run or not budget:
+            return 0.0
+        decided_at = _when(request.run)
+        recent = victims_chosen_since(db, decided_at - WINDOW)
+        return seconds_until_budget_allows(recent, len(decision.victims), budget, decided_at)
+
+    @staticmethod
+    def _write_ahead(
+        db: Connection, request: SelectInput, decision: Decision, context: dict[str, Any]
+    ) -> None:
+        """6) The decision, its victims and, when the decision is final, its end: all in
+        the deciding transaction, before any victim is touched."""
+        run, preemptor, at = request.run, request.preemptor, _when(request.run)
+        payload = {**decision.to_json(), "context": context}
+        batch = decision_events(run.preemption_id, run.run_id, preemptor, payload, at)
+        end: EventKind | None = None
+        if decision.status is Verdict.FITS_WITHOUT_PREEMPTION:
+            end = EventKind.COMPLETED
+        elif decision.status is Verdict.PREEMPT and request.dry_run:
+            end = EventKind.DRY_RUN
+        if end is not None:
+            batch.append(
+                LedgerEvent(
+                    run.preemption_id,
+                    run.run_id,
+                    end,
+                    preemptor,
+                    node=decision.nominated_node,
+                    payload={"reason": decision.message},
+                    occurred_at=at,
+                )
+            )
+        append_batch_on(db, batch)
+
+    def _tell_the_preemptor(self, preemptor: PodRef, reason: str, note: str) -> None:
+        """A Warning event on the preemptor, so `kubectl describe` says why nothing happens.
+        Best effort: the ledger already has the decision."""
+        try:
+            _warn(self._kube, preemptor, reason, note, self._identity)
+        except KubeCallError as error:
+            logger.warning("could not record %s on %s: %s", reason, preemptor.key, error)
+
+    # -- the cluster ------------------------------------------------------------------------
+
+    @activity.defn(name="nominate_preemptor")
+    def nominate_preemptor(self, request: NominationInput) -> NominationResult:
+        """Set the preemptor's nominatedNodeName (a nomination another component set is
+        overwritten: the decision requires it), clear lower-priority nominations to the node,
+        and record each. A write that fails for good is recorded and the preemption goes on,
+        as upstream's does; one that may succeed later is retried."""
+        run, node = request.run, request.node
+        batch: list[LedgerEvent] = []
+        result = NominationResult()
+        try:
+            with kube_errors():
+                outcome = nomination.nominate(self._kube, request.preemptor, node, overwrite=True)
+            result = NominationResult(outcome.verdict.value, outcome.message, outcome.previous)
+            payload: dict[str, Any] = {
+                "verdict": result.verdict,
+                "message": result.message,
+                "previous": result.previous,
+            }
+        except ApplicationError as error:
+            if not error.non_retryable:
+                raise
+            result, payload = NominationResult(error=error.message), {"error": error.message}
+        batch.append(
+            self._event(run, EventKind.NOMINATED, request.preemptor, node, payload=payload)
+        )
+        for pod in request.clear:
+            try:
+                with kube_errors():
+                    cleared = nomination.clear_nomination(self._kube, pod, node)
+                payload = {
+                    "pod": pod.key,
+                    "uid": pod.uid,
+                    "verdict": cleared.verdict.value,
+                    "message": cleared.message,
+                }
+            except ApplicationError as error:
+                if not error.non_retryable:
+                    raise
+                payload = {"pod": pod.key, "uid": pod.uid, "error": error.message}
+            batch.append(
+                self._event(
+                    run,
+                    EventKind.NOMINATION_CLEARED,
+                    request.preemptor,
+                    node,
+                    payload,
+                    step=pod.uid,
+                )
+            )
+        self._append(batch)
+        return result
+
+    @activity.defn(name="mark_victim")
+    def mark_victim(self, request: VictimInput) -> VictimResult:
+        """Add the DisruptionTarget condition, unless the victim is gone, replaced, or already
+        terminating (then there is nothing left to do to it); record what became of it."""
+        result = _answered() or self._mark(request)
+        self._record_victim(request, result)
+        return result
+
+    def _mark(self, request: VictimInput) -> VictimResult:
+        victim = request.victim
+        with self._failure_recorded(request):
+            lookup = get_pod(self._kube, victim)
+            if lookup.found and lookup.pod and lookup.pod["metadata"].get("deletionTimestamp"):
+                result = VictimResult(Fate.ALREADY_GONE, TERMINATING)
+            elif lookup.presence is Presence.REPLACED:
+                result = VictimResult(
+                    Fate.REPLACED,
+                    "victim was replaced by a pod with another UID; left alone",
+                    replaced_by_uid=_uid(lookup.pod),
+                )
+            else:
+                outcome = conditions.add_disruption_target(
+                    self._kube, victim, request.scheduler_name
+                )
+                result = self._victim_result(outcome, Fate.MARKED)
+        _remember(result)
+        return result
+
+    @activity.defn(name="delete_victim")
+    def delete_victim(self, request: VictimInput) -> VictimResult:
+        """Delete (or evict) exactly this victim, UID precondition included, if the preemptor
+        still needs the room: not gone, not replaced, not bound to another node (the view
+        answers when it shows the preemptor; else the API server). Record what became of the
+        victim, and the `Preempted` event on it, as upstream records it."""
+        result = _answered() or self._delete(request)
+        if result.stopped:
+            self._append(
+                [
+                    self._event(
+                        request.run,
+                        EventKind.PREEMPTION_ABORTED,
+                        request.preemptor,
+                        request.node,
+                        {"reason": result.stopped},
+                    )
+                ]
+            )
+            return result
+        self._record_victim(request, result)
+        if result.fate is Fate.DELETED:
+            try:
+                events.record_preempted(
+                    self._kube, request.victim, request.preemptor, request.node, self._identity
+                )
+            except KubeCallError as error:
+                logger.warning("could not record Preempted on %s: %s", request.victim.key, error)
+        return result
+
+    def _delete(self, request: VictimInput) -> VictimResult:
+        status = self._preemptor_status(request.preemptor)
+        stopped = ""
+        if status.state in (PreemptorState.GONE, PreemptorState.REPLACED):
+            stopped = f"the preemptor is {status.state.value.lower()}"
+        elif status.state is PreemptorState.BOUND and status.node != request.node:
+            stopped = f"the preemptor was bound to {status.node}, not {request.node}"
+        if stopped:
+            return VictimResult(
+                Fate.SPARED, "the preemption was stopped before deleting it", stopped=stopped
+            )
+        with self._failure_recorded(request):
+            outcome = deletion.delete_victim(
+                self._kube,
+                request.victim,
+                grace_period_seconds=request.grace_period_seconds,
+                use_eviction=request.use_eviction,
+            )
+            result = self._victim_result(outcome, Fate.DELETED)
+        _remember(result)
+        return result
+
+    @activity.defn(name="check_preemptor")
+    def check_preemptor(self, request: PreemptorCheck) -> PreemptorStatus:
+        """Where the preemptor stands now, read from the API server (not the view)."""
+        with kube_errors():
+            lookup = get_pod(self._kube, request.preemptor)
+        return _status_of(lookup.presence, lookup.pod)
+
+    def _preemptor_status(self, preemptor: PodRef) -> PreemptorStatus:
+        """The view's answer when it shows the preemptor; else the API server's."""
+        with self._view.read() as snapshot:
+            pod = snapshot.pods.get(preemptor.uid)
+            if pod is not None:
+                if pod.node_name:
+                    return PreemptorStatus(PreemptorState.BOUND, pod.node_name)
+                return PreemptorStatus(PreemptorState.PENDING)
+        with kube_errors():
+            lookup = get_pod(self._kube, preemptor)
+        return _status_of(lookup.presence, lookup.pod)
+
+    def _victim_result(self, outcome: WriteOutcome, done: Fate) -> VictimResult:
+        if outcome.verdict is WriteVerdict.ALREADY_GONE:
+            return VictimResult(Fate.ALREADY_GONE, outcome.message)
+        if outcome.verdict is WriteVerdict.REPLACED:
+            return VictimResult(Fate.REPLACED, outcome.message, replaced_by_uid=None)
+        return VictimResult(done, outcome.message)
+
+    @contextmanager
+    def _failure_recorded(self, request: VictimInput) -> Iterator[None]:
+        """A write that failed for good is recorded as the victim's fate, then raised."""
+        try:
+            with kube_errors():
+                yield
+        except ApplicationError as error:
+            if error.non_retryable:
+                self._record_victim(request, VictimResult(Fate.FAILED, error.message))
+            raise
+
+    def _record_victim(self, request: VictimInput, result: VictimResult) -> None:
+        victim = request.victim
+        if result.fate is Fate.REPLACED and result.replaced_by_uid is None:
+            result.replaced_by_uid = self._replacement_uid(victim)
+        payload: dict[str, Any] = {"message": result.message}
+        if result.fate is Fate.FAILED:
+            payload = {"error": result.message}
+        if result.message == TERMINATING:
+            payload["terminating"] = True
+        if result.replaced_by_uid:
+            payload["replacedByUid"] = result.replaced_by_uid
+        self._append(
+            [
+                self._event(
+                    request.run,
+                    KIND_OF_FATE[result.fate],
+                    request.preemptor,
+                    request.node,
+                    payload,
+                    victim=victim,
+                )
+            ]
+        )
+
+    def _replacement_uid(self, victim: PodRef) -> str | None:
+        """The UID of the pod that now has the victim's name, if the API server says."""
+        try:
+            lookup = get_pod(self._kube, victim)
+        except KubeCallError:
+            return None
+        return _uid(lookup.pod) if lookup.presence is Presence.REPLACED else None
+
+    # -- the ledger -------------------------------------------------------------------------
+
+    @activity.defn(name="record_end")
+    def record_end(self, request: EndInput) -> int:
+        """Append how the run ended (what the workflow decided itself: completed, failed,
+        aborted), with the preemptor's scheduling and a victim failed for good, if any."""
+        run, at = request.run, _when(request.run)
+        batch: list[LedgerEvent] = []
+        if request.failed_victim is not None:
+            batch.append(
+                self._event(
+                    run,
+                    EventKind.VICTIM_FAILED,
+                    request.preemptor,
+                    request.node,
+                    {"error": request.message},
+                    victim=request.failed_victim,
+                )
+            )
+        if request.scheduled_node is not None:
+            batch.append(
+                LedgerEvent(
+                    run.preemption_id,
+                    run.run_id,
+                    EventKind.PREEMPTOR_SCHEDULED,
+                    request.preemptor,
+                    node=request.scheduled_node,
+                    payload={"secondsSinceDecision": request.seconds_to_schedule},
+                    occurred_at=at,
+                )
+            )
+        payload: dict[str, Any]
+        if request.ending is Ending.FAILED:
+            payload = {"error": request.message}
+        elif request.ending is Ending.ABORTED:
+            payload = {"reason": request.message}
+        else:
+            payload = {"preemptorScheduled": request.scheduled_node is not None}
+            if request.scheduled_node is None:
+                payload["reason"] = request.message
+        batch.append(
+            self._event(
+                run, KIND_OF_ENDING[request.ending], request.preemptor, request.node, payload
+            )
+        )
+        return self._append(batch)
+
+    def _append(self, batch: list[LedgerEvent]) -> int:
+        with ledger_errors():
+            return append_batch(self._ledger, batch)
+
+    @staticmethod
+    def _event(
+        run: RunRef,
+        kind: EventKind,
+        preemptor: PodRef,
+        node: str | None,
+        payload: dict[str, Any],
+        *,
+        victim: PodRef | None = None,
+        step: str = "",
+    ) -> LedgerEvent:
+        return LedgerEvent(
+            preemption_id=run.preemption_id,
+            run_id=run.run_id,
+            kind=kind,
+            preemptor=preemptor,
+            node=node,
+            victim=victim,
+            payload=payload,
+            occurred_at=_when(run),
+            step=step,
+        )
+
+
+# -- helpers ------------------------------------------------------------------------------
 
 
 @contextmanager
-def _fresh_preemptor(snapshot: ClusterSnapshot, obj: dict[str, Any]) -> Iterator[None]:
+def _planning_with(snapshot: ClusterSnapshot, obj: dict[str, Any]) -> Iterator[None]:
     """Plan with the preemptor exactly as the API server just returned it (the view may be a
     moment behind), then put the view's own copy back."""
     fresh = decode_pod(obj)
@@ -94,269 +620,91 @@ def _fresh_preemptor(snapshot: ClusterSnapshot, obj: dict[str, Any]) -> Iterator
 
 def _selection(decision: Decision, scheduler_name: str) -> Selection:
     return Selection(
-        scheduler_name=scheduler_name,
-        status=str(decision.status),
-        message=decision.message,
         preemptor=decision.preemptor,
+        message=decision.message,
+        verdict=decision.status,
         node=decision.nominated_node,
         victims=list(decision.victims),
         nominations_to_clear=list(decision.nominated_pods_to_clear),
         num_pdb_violations=decision.num_pdb_violations,
-        decision=decision.to_json(),
+        scheduler_name=scheduler_name,
     )
 
 
-class PreemptionActivities:
-    """The activities, bound to one cluster (client and view) and one ledger."""
+def _throttled_event(request: SelectInput, selection: Selection) -> LedgerEvent:
+    return LedgerEvent(
+        request.run.preemption_id,
+        request.run.run_id,
+        EventKind.THROTTLED,
+        request.preemptor,
+        node=selection.node,
+        payload={
+            "message": selection.message,
+            "retryAfter": selection.retry_after_seconds,
+            "victims": [v.key for v in selection.victims],
+        },
+        occurred_at=_when(request.run),
+        step=str(request.throttled),
+    )
 
-    def __init__(
-        self,
-        kube: KubeClient,
-        view: ClusterView,
-        ledger: Engine,
-        *,
-        identity: str = "preemptctl",
-        view_ready_timeout: float = 30.0,
-        planner_args: PreemptionArgs | None = None,
-        evictions_per_minute: int = 0,
-    ) -> None:
-        self._kube = kube
-        self._view = view
-        self._ledger = ledger
-        self._identity = identity
-        self._decisions = 0
-        self._view_ready_timeout = view_ready_timeout
-        self._planner_args = planner_args
-        self._evictions_per_minute = evictions_per_minute
 
-    def all(self) -> list[Callable[..., Any]]:
-        """Every activity, for `Worker(activities=...)`."""
-        return [
-            self.select_preemption,
-            self.release_reservation,
-            self.record_events,
-            self.nominate_preemptor,
-            self.clear_nomination,
-            self.mark_victim,
-            self.delete_victim,
-            self.record_preempted_event,
-            self.check_preemptor,
-        ]
+def _uid(pod: dict[str, Any] | None) -> str | None:
+    uid = ((pod or {}).get("metadata") or {}).get("uid")
+    return str(uid) if uid else None
 
-    # -- deciding ---------------------------------------------------------------------------
 
-    @activity.defn(name="select_preemption")
-    def select_preemption(self, request: SelectInput) -> Selection:
-        """Re-read the preemptor, then decide over the cluster view with every preemption in
-        flight (the ledger's open claims, whichever worker made them) counted as done, and
-        write the decision ahead in the same transaction, under the ledger-wide decision
-        lock: decisions are serial across all replicas, and a claim exists from the moment
-        its decision does.
+def _status_of(presence: Presence, pod: dict[str, Any] | None) -> PreemptorStatus:
+    if presence is Presence.GONE:
+        return PreemptorStatus(PreemptorState.GONE)
+    if presence is Presence.REPLACED:
+        return PreemptorStatus(PreemptorState.REPLACED)
+    node = ((pod or {}).get("spec") or {}).get("nodeName")
+    if node:
+        return PreemptorStatus(PreemptorState.BOUND, str(node))
+    return PreemptorStatus(PreemptorState.PENDING)
 
-        The decision JSON gains a `context`: this worker's identity, the decision's sequence
-        number in it, and the in-flight preemptions it counted as done."""
-        preemptor = request.preemptor
-        with kube_errors():
-            lookup = get_pod(self._kube, preemptor)
-        if lookup.presence is Presence.GONE:
-            return Selection(ABORTED, "the preemptor is gone", preemptor)
-        if lookup.presence is Presence.REPLACED:
-            return Selection(
-                ABORTED, "the preemptor was replaced by a pod with another UID", preemptor
-            )
-        assert lookup.pod is not None
-        bound_to = (lookup.pod.get("spec") or {}).get("nodeName")
-        strategy = Strategy(request.strategy)
-        if bound_to and strategy is Strategy.DEFAULT:
-            return Selection(ABORTED, f"the preemptor is already bound to {bound_to}", preemptor)
-        if not self._view.wait_ready(self._view_ready_timeout):
-            raise ApplicationError("the cluster view has not finished its initial sync yet")
-        scheduler = str(lookup.pod["spec"].get("schedulerName") or "default-scheduler")
-        try:
-            return self._decide_and_write_ahead(request, lookup.pod, strategy, scheduler)
-        except LedgerError as error:
-            raise ApplicationError(
-                f"ledger unavailable: {error}", type="LedgerUnavailable"
-            ) from None
 
-    def _decide_and_write_ahead(
-        self, request: SelectInput, pod: dict[str, Any], strategy: Strategy, scheduler: str
-    ) -> Selection:
-        preemptor = request.preemptor
-        since = datetime.now(UTC) - timedelta(seconds=request.reservation_seconds)
-        with decision_lock(self._ledger) as connection, self._view.read() as snapshot:
-            book = ReservationBook()
-            for claim in open_claims(connection, since):
-                if claim.preemptor_uid != preemptor.uid:
-                    book.reserve(Reservation(claim.preemptor_uid, claim.node, claim.victim_uids))
-            book.prune(snapshot)
-            self._decisions += 1
-            context = {
-                "worker": self._identity,
-                "sequence": self._decisions,
-                "inFlight": [
-                    snapshot.pods[uid].key for uid in book.holders() if uid in snapshot.pods
-                ],
-            }
-            try:
-                with book.applied(snapshot, preemptor.uid), _fresh_preemptor(snapshot, pod):
-                    decision = plan(snapshot, preemptor.key, strategy, self._planner_args)
-            except PlannerInputError as error:
-                raise ApplicationError(
-                    f"cannot plan for {preemptor.key}: {error}", non_retryable=True
-                ) from None
-            wait = 0.0
-            budget = self._evictions_per_minute
-            if decision.status is Verdict.PREEMPT and not request.dry_run and budget:
-                decided_at = (
-                    datetime.fromisoformat(request.occurred_at)
-                    if request.occurred_at
-                    else datetime.now(UTC)
-                )
-                recent = victims_chosen_since(connection, decided_at - WINDOW)
-                wait = seconds_until_budget_allows(
-                    recent, len(decision.victims), budget, decided_at
-                )
-            selection = _selection(decision, scheduler)
-            assert selection.decision is not None
-            selection.decision["context"] = context
-            if wait:
-                selection.status, selection.retry_after_seconds = THROTTLED, wait
-                selection.message = (
-                    f"held back by the eviction budget ({budget}/min): "
-                    f"{len(decision.victims)} victim(s) fit in {wait:.0f}s; {decision.message}"
-                )
-            elif request.run_id:
-                append_batch_on(connection, self._write_ahead(request, selection))
-        return selection
+def _remember(result: VictimResult) -> None:
+    """Keep the cluster's answer in the attempt's heartbeat details, for a retry."""
+    activity.heartbeat(result.fate.value, result.message, result.replaced_by_uid or "")
 
-    def _write_ahead(self, request: SelectInput, selection: Selection) -> list[LedgerEvent]:
-        """The decision's events, keyed as the workflow keys them (its own later append of
-        the same events is then a no-op); a dry run ends here, so its end is written too."""
-        assert selection.decision is not None and selection.preemptor is not None
-        occurred_at = datetime.fromisoformat(request.occurred_at)
-        batch = decision_events(
-            request.preemption_id,
-            request.run_id,
-            selection.preemptor,
-            selection.decision,
-            occurred_at,
-        )
-        if request.dry_run and selection.status == Verdict.PREEMPT.value:
-            batch.append(
-                LedgerEvent(
-                    request.preemption_id,
-                    request.run_id,
-                    EventKind.DRY_RUN,
-                    selection.preemptor,
-                    node=selection.node,
-                    occurred_at=occurred_at,
-                )
-            )
-        return batch
 
-    @activity.defn(name="release_reservation")
-    def release_reservation(self, preemptor: PodRef) -> None:
-        """Kept so that preemptions started by an older worker (which released an in-memory
-        reservation here) can finish; claims now end with their run's terminal event."""
+def _answered() -> VictimResult | None:
+    """The answer an earlier attempt got from the cluster, if it heartbeat one."""
+    details = activity.info().heartbeat_details
+    if len(details) != 3:
+        return None
+    fate, message, replaced_by = details
+    return VictimResult(Fate(str(fate)), str(message), replaced_by_uid=str(replaced_by) or None)
 
-    # -- the ledger -------------------------------------------------------------------------
 
-    @activity.defn(name="record_events")
-    def record_events(self, request: RecordInput) -> int:
-        """Append events idempotently; retried until the ledger takes them."""
-        occurred_at = datetime.fromisoformat(request.occurred_at)
-        batch: list[LedgerEvent] = []
-        if request.decision is not None:
-            batch += decision_events(
-                request.preemption_id,
-                request.run_id,
-                request.preemptor,
-                request.decision,
-                occurred_at,
-            )
-        batch += [self._event(request, entry, occurred_at) for entry in request.entries]
-        try:
-            return append_batch(self._ledger, batch)
-        except LedgerError as error:
-            raise ApplicationError(
-                f"ledger unavailable: {error}", type="LedgerUnavailable"
-            ) from None
-
-    @staticmethod
-    def _event(request: RecordInput, entry: LedgerEntry, occurred_at: datetime) -> LedgerEvent:
-        return LedgerEvent(
-            preemption_id=request.preemption_id,
-            run_id=request.run_id,
-            kind=EventKind(entry.kind),
-            preemptor=request.preemptor,
-            node=entry.node,
-            victim=entry.victim,
-            payload=entry.payload,
-            occurred_at=occurred_at,
-            step=entry.step,
-        )
-
-    # -- the cluster ------------------------------------------------------------------------
-
-    @activity.defn(name="nominate_preemptor")
-    def nominate_preemptor(self, request: NominationInput) -> WriteResult:
-        """Set the preemptor's nominatedNodeName: the decision requires it, so a nomination
-        another component set is overwritten (and the result says which)."""
-        with kube_errors():
-            return _result(
-                nomination.nominate(self._kube, request.pod, request.node, overwrite=True)
-            )
-
-    @activity.defn(name="clear_nomination")
-    def clear_nomination(self, request: NominationInput) -> WriteResult:
-        """Clear a lower-priority pod's nomination to the node this preemption takes."""
-        with kube_errors():
-            return _result(nomination.clear_nomination(self._kube, request.pod, request.node))
-
-    @activity.defn(name="mark_victim")
-    def mark_victim(self, request: VictimInput) -> WriteResult:
-        """Add the DisruptionTarget condition, unless the victim is gone, replaced, or
-        already terminating (then there is nothing left to do to it)."""
-        with kube_errors():
-            lookup = get_pod(self._kube, request.victim)
-            if lookup.found and lookup.pod and lookup.pod["metadata"].get("deletionTimestamp"):
-                return WriteResult(TERMINATING, "victim is already terminating")
-            return _result(
-                conditions.add_disruption_target(self._kube, request.victim, request.scheduler_name)
-            )
-
-    @activity.defn(name="delete_victim")
-    def delete_victim(self, request: VictimInput) -> WriteResult:
-        """Delete (or evict) exactly this victim, UID precondition included."""
-        with kube_errors():
-            return _result(
-                deletion.delete_victim(
-                    self._kube,
-                    request.victim,
-                    grace_period_seconds=request.grace_period_seconds,
-                    use_eviction=request.use_eviction,
-                )
-            )
-
-    @activity.defn(name="record_preempted_event")
-    def record_preempted_event(self, request: VictimInput) -> WriteResult:
-        """The `Preempted` event on the victim, as upstream records it."""
-        with kube_errors():
-            return _result(
-                events.record_preempted(
-                    self._kube, request.victim, request.preemptor, request.node, self._identity
-                )
-            )
-
-    @activity.defn(name="check_preemptor")
-    def check_preemptor(self, request: PreemptorCheck) -> PreemptorState:
-        """Where the preemptor stands now, read from the API server (not the view)."""
-        with kube_errors():
-            lookup = get_pod(self._kube, request.preemptor)
-        if lookup.presence is Presence.GONE:
-            return PreemptorState("Gone")
-        if lookup.presence is Presence.REPLACED:
-            return PreemptorState("Replaced")
-        node = ((lookup.pod or {}).get("spec") or {}).get("nodeName")
-        return PreemptorState("Bound", node) if node else PreemptorState("Pending")
+def _warn(kube: KubeClient, pod: PodRef, reason: str, note: str, reporting_instance: str) -> None:
+    """Record a Warning event about `pod` (events.k8s.io/v1); one per pod and reason."""
+    digest = hashlib.sha256(f"{pod.uid}/{reason}".encode()).hexdigest()[:16]
+    body = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": f"{pod.name[:200]}.{digest}", "namespace": pod.namespace},
+        "eventTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "reportingController": events.REPORTING_CONTROLLER,
+        "reportingInstance": reporting_instance,
+        "action": "Preempting",
+        "reason": reason,
+        "type": "Warning",
+        "note": note[:1024],
+        "regarding": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": pod.namespace,
+            "name": pod.name,
+            "uid": pod.uid,
+        },
+    }
+    call = Call("create", "events", pod.key, group="events.k8s.io")
+    path = f"/apis/events.k8s.io/v1/namespaces/{quote(pod.namespace, safe='')}/events"
+    try:
+        kube.request("POST", path, call, body=body)
+    except ApiException as error:
+        status = api_status(error)
+        if not (status.code == 409 and status.reason == "AlreadyExists"):
+            raise classify_status(status, call) from None

@@ -7,8 +7,14 @@ decision, under one ledger-wide lock serializes decisions across every worker re
 two preemptions ever claim the same victim or the same freed capacity, whichever worker
 makes them. The claims an auditor sees are the claims the planner respected.
 
-The lock is a Postgres advisory lock held for the deciding transaction; on the embedded
-SQLite ledger (one machine by nature) it is an advisory file lock beside the database file.
+A claim has no expiry: it ends with its run's terminal event (a run that waits an hour for
+its preemptor to be bound still holds its victims and capacity), and a run whose preemptor
+the API server reports gone ends itself (aborted), which ends its claim.
+
+The lock is a Postgres advisory lock held for the deciding transaction, taken with a lock
+timeout, and the deciding transaction runs under a statement timeout: a decision never waits
+forever, whoever holds the lock. On the embedded SQLite ledger (one machine by nature) it is
+an advisory file lock beside the database file.
 """
 
 from __future__ import annotations
@@ -44,14 +50,34 @@ class Claim:
     decided_at: datetime
 
 
+LOCK_WAIT_SECONDS = 10.0
+"""How long a decision waits for the lock before its activity gives up (and is retried)."""
+DECISION_SECONDS = 10.0
+"""How long any one statement of the deciding transaction may run."""
+
+
 @contextmanager
-def decision_lock(engine: Engine) -> Iterator[Connection]:
+def decision_lock(
+    engine: Engine,
+    *,
+    lock_wait_seconds: float = LOCK_WAIT_SECONDS,
+    statement_seconds: float = DECISION_SECONDS,
+) -> Iterator[Connection]:
     """A connection in a transaction holding the ledger-wide decision lock; the transaction
-    commits when the block ends (so a decision written in it is visible to the next)."""
+    commits when the block ends (so a decision written in it is visible to the next).
+
+    Waiting longer than `lock_wait_seconds` for the lock, or a statement running longer than
+    `statement_seconds`, raises `LedgerUnavailableError` (retry later)."""
     with translated_errors(engine):
         database = sqlite_path(engine.url)
         if database is None:
             with engine.begin() as connection:
+                connection.execute(
+                    text(f"SET LOCAL lock_timeout = {int(lock_wait_seconds * 1000)}")
+                )
+                connection.execute(
+                    text(f"SET LOCAL statement_timeout = {int(statement_seconds * 1000)}")
+                )
                 connection.execute(
                     text("SELECT pg_advisory_xact_lock(:key)"), {"key": DECISION_LOCK_KEY}
                 )
@@ -67,8 +93,8 @@ def decision_lock(engine: Engine) -> Iterator[Connection]:
                 fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
-def open_claims(connection: Connection, since: datetime) -> list[Claim]:
-    """The claims of runs decided since `since` that have not ended."""
+def open_claims(connection: Connection) -> list[Claim]:
+    """The claims of every run that has a decision with victims and no terminal event yet."""
     ended = events.alias("ended")
     still_running = ~exists(
         select(ended.c.id).where(
@@ -89,7 +115,6 @@ def open_claims(connection: Connection, since: datetime) -> list[Claim]:
             events.c.occurred_at,
         )
         .where(events.c.kind == EventKind.VICTIM_CHOSEN.value)
-        .where(events.c.occurred_at >= since)
         .where(still_running)
         .order_by(events.c.id)
     ).all()

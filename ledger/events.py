@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from preemptctl.ledger.kinds import EventKind, kind_for_decision
-from preemptctl.preemption.decision import PodRef
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.vocabulary import KIND_OF_VERDICT
+from preemptctl.preemption.decision import PodRef, Verdict
 
 
 def idempotency_key(
@@ -121,14 +122,14 @@ def decision_events(
     Append it with `append_batch` before touching the first victim: the decision and its
     victims land together or not at all, and every victim can be found by the victim index
     from then on, even in a dry run where nothing else is ever written about it.
-    `kind` defaults to the one the decision's `status` calls for (`kind_for_decision`).
+    `kind` defaults to the one the decision's verdict calls for (`KIND_OF_VERDICT`).
     """
     node = decision.get("nominatedNode")
     recorded = [
         LedgerEvent(
             preemption_id=preemption_id,
             run_id=run_id,
-            kind=kind or kind_for_decision(str(decision.get("status"))),
+            kind=kind or KIND_OF_VERDICT[Verdict(str(decision.get("status")))],
             preemptor=preemptor,
             node=node,
             payload=decision,

@@ -14,10 +14,11 @@ class EventKind(StrEnum):
     """One thing that happened; the comment names the payload fields writers put in."""
 
     # The planner's decisions; the payload is `Decision.to_json()` whole.
-    DECISION_MADE = "decision_made"  # status Preempt or FitsWithoutPreemption
-    NO_CANDIDATE = "no_candidate"  # status Unschedulable: no node where preemption helps
-    INELIGIBLE = "ineligible"  # status Ineligible: e.g. preemptionPolicy Never
-    THROTTLED = "throttled"  # a decision held back by a rate budget {"budget", "retryAfter"}
+    DECISION_MADE = "decision_made"  # verdict Preempt or FitsWithoutPreemption
+    NO_CANDIDATE = "no_candidate"  # verdict Unschedulable: no node where preemption helps
+    INELIGIBLE = "ineligible"  # verdict Ineligible: e.g. preemptionPolicy Never
+    UNSUPPORTED = "unsupported"  # verdict Unsupported: a filter the planner does not model
+    THROTTLED = "throttled"  # a decision held back by a rate budget {"message", "retryAfter"}
     DRY_RUN = "dry_run"  # the worker runs dry: decided, recorded, nothing touched
 
     # The preemptor's nomination and the nominations it displaces.
@@ -31,7 +32,7 @@ class EventKind(StrEnum):
     VICTIM_MARKED = "victim_marked"  # DisruptionTarget condition patched
     VICTIM_DELETED = "victim_deleted"  # deleted with a UID precondition
     VICTIM_ALREADY_GONE = "victim_already_gone"  # NotFound: someone else removed it
-    VICTIM_REPLACED = "victim_replaced"  # same name, new UID {"observedUid"}
+    VICTIM_REPLACED = "victim_replaced"  # same name, new UID {"replacedByUid"}
     VICTIM_FAILED = "victim_failed"  # the write failed for good {"error"}
 
     # How the preemption ended.
@@ -42,7 +43,14 @@ class EventKind(StrEnum):
     RETRIED = "retried"  # a new run takes over {"newRunId"}
 
 
-DECISION_KINDS = frozenset({EventKind.DECISION_MADE, EventKind.NO_CANDIDATE, EventKind.INELIGIBLE})
+DECISION_KINDS = frozenset(
+    {
+        EventKind.DECISION_MADE,
+        EventKind.NO_CANDIDATE,
+        EventKind.INELIGIBLE,
+        EventKind.UNSUPPORTED,
+    }
+)
 """Events whose payload is the planner's decision JSON."""
 
 VICTIM_KINDS = frozenset(
@@ -65,17 +73,7 @@ TERMINAL_KINDS = frozenset(
         EventKind.DRY_RUN,
         EventKind.NO_CANDIDATE,
         EventKind.INELIGIBLE,
+        EventKind.UNSUPPORTED,
     }
 )
 """Events after which a run does nothing more; a later `retried` reopens the preemption."""
-
-
-def kind_for_decision(status: str) -> EventKind:
-    """The event kind that records a planner decision with this `status`."""
-    if status == "Unschedulable":
-        return EventKind.NO_CANDIDATE
-    if status == "Ineligible":
-        return EventKind.INELIGIBLE
-    if status in ("Preempt", "FitsWithoutPreemption"):
-        return EventKind.DECISION_MADE
-    raise ValueError(f"unknown decision status {status!r}")

@@ -19,13 +19,8 @@ from preemptctl.ledger.engine import translated_errors
 from preemptctl.ledger.events import RecordedEvent
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.models import events
-from preemptctl.ledger.views import (
-    Outcome,
-    PreemptionView,
-    VictimView,
-    fold_preemptions,
-    kinds_ending_in,
-)
+from preemptctl.ledger.views import PreemptionView, VictimView, fold_preemptions
+from preemptctl.ledger.vocabulary import End, kinds_ending_in
 from preemptctl.preemption.decision import PodRef
 
 SEED_PAGE = 1000
@@ -39,7 +34,7 @@ class HistoryQuery:
     pod: tuple[str, str] | None = None
     node: str | None = None
     since: datetime | None = None
-    outcome: Outcome | None = None
+    outcome: End | None = None
     limit: int = 50
 
 

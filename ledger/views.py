@@ -15,34 +15,13 @@ from typing import Any
 
 from preemptctl.ledger.events import RecordedEvent
 from preemptctl.ledger.kinds import DECISION_KINDS, TERMINAL_KINDS, VICTIM_KINDS, EventKind
+from preemptctl.ledger.vocabulary import END_OF_KIND, FATE_OF_KIND, End, Fate, kinds_ending_in
 from preemptctl.preemption.decision import PodRef
 
+__all__ = ["End", "Fate", "Outcome", "PreemptionView", "Status", "VictimView", "kinds_ending_in"]
 
-class Outcome(StrEnum):
-    """How a preemption ended; what `history --outcome` filters on."""
-
-    COMPLETED = "completed"
-    FAILED = "failed"
-    ABORTED = "aborted"
-    DRY_RUN = "dry-run"
-    NO_CANDIDATE = "no-candidate"
-    INELIGIBLE = "ineligible"
-
-
-OUTCOME_OF_KIND: dict[EventKind, Outcome] = {
-    EventKind.COMPLETED: Outcome.COMPLETED,
-    EventKind.FAILED: Outcome.FAILED,
-    EventKind.PREEMPTION_ABORTED: Outcome.ABORTED,
-    EventKind.DRY_RUN: Outcome.DRY_RUN,
-    EventKind.NO_CANDIDATE: Outcome.NO_CANDIDATE,
-    EventKind.INELIGIBLE: Outcome.INELIGIBLE,
-}
-assert set(OUTCOME_OF_KIND) == TERMINAL_KINDS
-
-
-def kinds_ending_in(outcome: Outcome) -> frozenset[EventKind]:
-    """The event kinds that give a preemption this outcome."""
-    return frozenset(kind for kind, result in OUTCOME_OF_KIND.items() if result is outcome)
+Outcome = End
+"""The old name of `End`, kept while the CLI still imports it from here."""
 
 
 class Status(StrEnum):
@@ -54,33 +33,6 @@ class Status(StrEnum):
     WAITING = "waiting"  # victims settled, preemptor not scheduled yet
     SCHEDULED = "scheduled"  # preemptor scheduled, run not closed yet
     FINISHED = "finished"  # a terminal event, not followed by a retry
-
-
-class Fate(StrEnum):
-    """What happened to one victim."""
-
-    CHOSEN = "chosen"  # in the decision, nothing done yet
-    MARKED = "marked"  # DisruptionTarget set, not deleted yet
-    DELETED = "deleted"
-    ALREADY_GONE = "already-gone"
-    REPLACED = "replaced"  # a new pod with the same name: left alone
-    FAILED = "failed"
-    SPARED = "spared"  # the preemption ended before touching it
-
-    @property
-    def settled(self) -> bool:
-        return self not in (Fate.CHOSEN, Fate.MARKED)
-
-
-FATE_OF_KIND: dict[EventKind, Fate] = {
-    EventKind.VICTIM_CHOSEN: Fate.CHOSEN,
-    EventKind.VICTIM_MARKED: Fate.MARKED,
-    EventKind.VICTIM_DELETED: Fate.DELETED,
-    EventKind.VICTIM_ALREADY_GONE: Fate.ALREADY_GONE,
-    EventKind.VICTIM_REPLACED: Fate.REPLACED,
-    EventKind.VICTIM_FAILED: Fate.FAILED,
-}
-assert set(FATE_OF_KIND) == VICTIM_KINDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +69,7 @@ class PreemptionView:
     preemptor: PodRef
     node: str | None
     status: Status
-    outcome: Outcome | None
+    outcome: End | None
     started: datetime
     finished: datetime | None
     decided_at: datetime | None
@@ -211,7 +163,7 @@ def _fold_victims(
                 chosen_at=decided_at,
                 settled_at=settled[-1].occurred_at if settled else None,
                 error=_text(payload.get("error")),
-                replaced_by_uid=_text(payload.get("observedUid"))
+                replaced_by_uid=_text(payload.get("replacedByUid"))
                 if fate is Fate.REPLACED
                 else None,
             )
@@ -234,7 +186,7 @@ def fold_preemption(events: Iterable[RecordedEvent]) -> PreemptionView:
     runs: list[str] = []
     decision: dict[str, Any] | None = None
     decided_at: datetime | None = None
-    outcome: Outcome | None = None
+    outcome: End | None = None
     finished_at: datetime | None = None
     nominated: str | None = None
     scheduled: RecordedEvent | None = None
@@ -251,7 +203,7 @@ def fold_preemption(events: Iterable[RecordedEvent]) -> PreemptionView:
         if kind is EventKind.PREEMPTOR_SCHEDULED:
             scheduled = recorded
         if kind in TERMINAL_KINDS:
-            outcome, finished_at = OUTCOME_OF_KIND[kind], recorded.occurred_at
+            outcome, finished_at = END_OF_KIND[kind], recorded.occurred_at
         if kind is EventKind.RETRIED:
             outcome, finished_at = None, None
             new_run = _text(recorded.payload.get("newRunId"))
@@ -301,7 +253,7 @@ def _status(
     decision: dict[str, Any] | None,
     victims: Sequence[VictimView],
     scheduled: RecordedEvent | None,
-    outcome: Outcome | None,
+    outcome: End | None,
 ) -> Status:
     if outcome is not None:
         return Status.FINISHED

@@ -45,6 +45,21 @@ def _insert_ignoring_duplicates(dialect_name: str) -> Insert:
     return lite_insert.returning(events.c.id)
 
 
+def without_nul(value: Any) -> Any:
+    """`value` with every NUL character removed from its strings (keys included).
+
+    Postgres refuses NUL in text and jsonb, and a pod's name, a message or an API error can
+    carry one; refused, the append would be retried for as long as the activity lives. The
+    writer strips it instead: the event is kept, minus a character nobody can read."""
+    if isinstance(value, str):
+        return value.replace("\x00", "") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {without_nul(key): without_nul(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_nul(item) for item in value]
+    return value
+
+
 def _unique_rows(batch: Iterable[LedgerEvent]) -> list[dict[str, Any]]:
     """The rows to insert, first occurrence of each key only, in the caller's order."""
     seen: set[str] = set()
@@ -52,7 +67,7 @@ def _unique_rows(batch: Iterable[LedgerEvent]) -> list[dict[str, Any]]:
     for ledger_event in batch:
         if ledger_event.key not in seen:
             seen.add(ledger_event.key)
-            rows.append(ledger_event.to_row())
+            rows.append(without_nul(ledger_event.to_row()))
     return rows
 
 

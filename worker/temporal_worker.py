@@ -22,9 +22,10 @@ PASSTHROUGH_MODULES = (
     "psycopg",
     "orjson",
     "yaml",
-    "activities",
-    "ledger",
-    "preemption",
+    "preemptctl.activities",
+    "preemptctl.kube",
+    "preemptctl.ledger",
+    "preemptctl.preemption",
 )
 
 

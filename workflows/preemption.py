@@ -1,86 +1,83 @@
 """One preemption, from decision to the preemptor's scheduling, as a durable workflow.
 
-The runbook a person would follow, step by step:
+The runbook, as the code below follows it:
 
-1. Select: re-read the preemptor and decide (one activity). Nothing to do ⇒ record and stop.
-2. Write ahead: append the decision to the ledger before touching the cluster. A dry run
-   stops here.
-3. Nominate the preemptor to the chosen node; clear lower-priority nominations to it
-   (failures there are recorded, not fatal, as upstream).
-4. Victims: mark (DisruptionTarget) then delete each, all but the last in parallel. The last
-   is recorded in workflow state before it is touched (upstream's
-   `lastVictimsPendingPreemption`) and only touched if every other victim succeeded. Before
-   each delete the preemptor is re-checked: gone, replaced, or bound elsewhere stops the
-   preemption so no pod is evicted for nothing.
-5. Outcome: wait (a durable timer) until the preemptor is bound or the deadline passes.
+1. Select (`select_preemption`): re-read the preemptor, decide under the decision lock and
+   write the decision ahead. A verdict that ends the preemption (fits, ineligible, no
+   candidate, unsupported), a dry run, or a preemptor that no longer needs room ends it
+   here; the select activity has already recorded that end. Held back by the eviction
+   budget: sleep (a durable timer), then select again.
+2. Nominate (`nominate_preemptor`): the preemptor to the chosen node, and clear
+   lower-priority nominations to it. Failures there are recorded, not fatal, as upstream.
+3. Victims: mark (`mark_victim`, the DisruptionTarget condition) then delete
+   (`delete_victim`) each, all but the last in parallel. The last is recorded in workflow
+   state before it is touched (upstream's `lastVictimsPendingPreemption`) and only touched if
+   every other victim is out of the way. Each delete first re-checks the preemptor: gone,
+   replaced or bound elsewhere stops the preemption (aborted) with no pod evicted for
+   nothing. A write that fails for good fails the preemption.
+4. Wait for the bind: the trigger loop's `preemptor_bound` signal, or a rare poll
+   (`check_preemptor`), until the deadline. Then record the end (`record_end`).
 
-Every step's outcome is appended to the ledger by its own retried activity, so a ledger
-outage delays the preemption but loses nothing, and a worker killed at any point resumes
-from the last completed step: no victim is deleted twice, none is forgotten.
+Each activity appends the ledger events of what it did, so a preemption with v victims runs
+3 + 2v activities when all goes well. A worker killed at any point resumes from the last
+completed step: no victim is deleted twice, none is forgotten.
+
+The result says how the preemption ended (`End`), and whether starting it again can help
+(`retryable`: False for an Unsupported verdict and for a write refused for good, such as an
+RBAC denial). A failed preemption fails the workflow (so the UI shows it failed); the
+failure's details carry the same `PreemptionResult` (see `result_of_failure`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from temporalio import workflow
+from temporalio.client import WorkflowFailureError
 from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from preemptctl.activities.contracts import (
-        LedgerEntry,
+        Ending,
+        EndInput,
         NominationInput,
         PreemptionRequest,
         PreemptorCheck,
         PreemptorState,
-        RecordInput,
+        RunRef,
         SelectInput,
         Selection,
         VictimInput,
-        WriteResult,
+        VictimResult,
     )
-    from preemptctl.activities.preemption import (
-        ABORTED,
-        TERMINATING,
-        THROTTLED,
-        PreemptionActivities,
-    )
-    from preemptctl.ledger.kinds import EventKind
-    from preemptctl.preemption.decision import PodRef
+    from preemptctl.activities.preemption import PreemptionActivities
+    from preemptctl.ledger.vocabulary import End, Fate, end_of_verdict
+    from preemptctl.preemption.decision import PodRef, Strategy, Verdict
     from preemptctl.workflows import search_attributes as sa
 
-# Kubernetes writes: quick retries with backoff, bounded; RBAC denials and invalid requests
-# fail at once (the activities mark them non-retryable).
+ArgT = TypeVar("ArgT")
+ResultT = TypeVar("ResultT")
+
+# Kubernetes calls: short attempts (`PreemptionRequest.call_timeout_seconds`), quick retries
+# with backoff, bounded; RBAC denials and invalid requests fail at once (the activities mark
+# them non-retryable).
 KUBE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30),
 )
-KUBE_TIMEOUTS: dict[str, Any] = {
-    "schedule_to_close_timeout": timedelta(minutes=5),
-    "retry_policy": KUBE_RETRY,
-}
+KUBE_DEADLINE = timedelta(minutes=5)
 # The ledger: the preemption waits for it rather than lose an event.
-LEDGER_TIMEOUTS: dict[str, Any] = {
-    "schedule_to_close_timeout": timedelta(days=1),
-    "retry_policy": RetryPolicy(
-        initial_interval=timedelta(seconds=1),
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(seconds=30),
-    ),
-}
-# The Preempted event is informational: a few tries, then move on.
-EVENT_TIMEOUTS: dict[str, Any] = {
-    "schedule_to_close_timeout": timedelta(minutes=1),
-    "retry_policy": RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1)),
-}
-
-DELETED, ALREADY_GONE, REPLACED = "Done", "AlreadyGone", "Replaced"
+LEDGER_DEADLINE = timedelta(days=1)
+# A select attempt may wait for the decision lock (`ledger.claims.LOCK_WAIT_SECONDS`) before
+# it plans: its attempts are never shorter than this.
+SELECT_ATTEMPT = timedelta(seconds=20)
 
 
 def workflow_id_for(preemptor_uid: str) -> str:
@@ -88,12 +85,26 @@ def workflow_id_for(preemptor_uid: str) -> str:
     return f"preemption-{preemptor_uid}"
 
 
+class Phase(StrEnum):
+    """Where a running preemption is (the `PreemptionPhase` search attribute)."""
+
+    SELECTING = "selecting"
+    NOMINATING = "nominating"
+    PREEMPTING = "preempting"
+    WAITING = "waiting"
+    FINISHED = "finished"
+
+
 @dataclass
 class VictimProgress:
     pod: PodRef
-    status: str = "pending"  # marking, marked, deleting, deleted, already-gone, replaced,
-    # terminating, failed, spared
+    fate: Fate = Fate.CHOSEN
     message: str = ""
+
+    @property
+    def status(self) -> str:
+        """The fate's value, under the name the trigger loop reads."""
+        return self.fate.value
 
 
 @dataclass
@@ -101,18 +112,18 @@ class PreemptionState:
     """What the `state` query returns; the trigger loop answers upstream's
     `IsPodRunningPreemption` from `preempting` and `pending_last_victim`."""
 
-    phase: str = "selecting"  # selecting, recording, nominating, preempting, waiting, finished
+    phase: Phase = Phase.SELECTING
     preempting: bool = False
     node: str | None = None
     pending_last_victim: PodRef | None = None
     victims: list[VictimProgress] = field(default_factory=list)
-    outcome: str | None = None  # completed, aborted, failed, dry-run, no-candidate, ineligible
+    outcome: End | None = None
     message: str = ""
 
 
 @dataclass
 class PreemptionResult:
-    outcome: str
+    outcome: End
     message: str
     node: str | None = None
     victims: list[VictimProgress] = field(default_factory=list)
@@ -124,23 +135,51 @@ class PreemptionResult:
     retryable: bool = True
 
 
-class _Stop(Exception):
-    """The preemption cannot go on; `outcome` says how it ends."""
+def result_of_failure(error: WorkflowFailureError) -> PreemptionResult | None:
+    """The `PreemptionResult` a failed preemption carries in its failure's details."""
+    cause = error.cause
+    if not isinstance(cause, ApplicationError) or cause.type != "PreemptionFailed":
+        return None
+    if not cause.details:
+        return None
+    from temporalio.converter import value_to_type
 
-    def __init__(self, outcome: str, message: str) -> None:
+    result: PreemptionResult = value_to_type(PreemptionResult, cause.details[0])
+    return result
+
+
+class _Stop(Exception):
+    """The preemption cannot go on: how it ends, and whether the workflow records that end
+    (the activity that saw it has when `recorded`)."""
+
+    def __init__(
+        self,
+        end: End,
+        message: str,
+        *,
+        recorded: bool,
+        retryable: bool = True,
+        failed_victim: PodRef | None = None,
+    ) -> None:
         super().__init__(message)
-        self.outcome = outcome
+        self.end = end
         self.message = message
+        self.recorded = recorded
+        self.retryable = retryable
+        self.failed_victim = failed_victim
 
 
 @workflow.defn(name="Preemption")
 class PreemptionWorkflow:
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, request: PreemptionRequest) -> None:
+        self._request = request
+        self._preemptor = request.preemptor
         self._state = PreemptionState()
-        self._request: PreemptionRequest | None = None
-        self._preemptor: PodRef | None = None
         self._bound_to: str | None = None
         self._throttled = 0
+        self._stopped = ""  # why a delete left its victim alone: the preemptor moved on
+        self._failures: list[tuple[VictimProgress, bool]] = []  # (victim, retrying can help)
 
     @workflow.query(name="state")
     def state(self) -> PreemptionState:
@@ -148,97 +187,74 @@ class PreemptionWorkflow:
 
     @workflow.signal(name="preemptor_bound")
     def preemptor_bound(self, node: str) -> None:
-        """The trigger loop saw the preemptor bound: stop waiting for the next poll."""
+        """The trigger loop saw the preemptor bound to `node`: the wait is over."""
         self._bound_to = node
 
     @workflow.run
     async def run(self, request: PreemptionRequest) -> PreemptionResult:
-        self._request = request
-        self._preemptor = request.preemptor
         try:
-            return await self._preempt(request)
+            return await self._preempt()
         except _Stop as stop:
-            return await self._finish(stop.outcome, stop.message)
+            return await self._finish(stop)
 
     # -- the runbook ------------------------------------------------------------------------
 
-    async def _preempt(self, request: PreemptionRequest) -> PreemptionResult:
-        selection = await self._select(request)
-        while selection.status == THROTTLED:
-            # Recorded, not dropped: the decision waits for the eviction budget, then is made
-            # afresh (the cluster may have changed meanwhile).
-            await self._record(
-                LedgerEntry(
-                    EventKind.THROTTLED,
-                    node=selection.node,
-                    payload={
-                        "message": selection.message,
-                        "retryAfter": selection.retry_after_seconds,
-                        "victims": [v.key for v in selection.victims],
-                    },
-                    step=str(self._throttled),
-                )
+    async def _preempt(self) -> PreemptionResult:
+        selection = await self._select()
+        verdict = selection.verdict
+        if verdict is None:
+            raise _Stop(End.ABORTED, selection.message, recorded=True)
+        end = end_of_verdict(verdict)
+        if end is not None:
+            raise _Stop(
+                end, selection.message, recorded=True, retryable=verdict is not Verdict.UNSUPPORTED
             )
-            self._throttled += 1
-            await workflow.sleep(timedelta(seconds=selection.retry_after_seconds))
-            selection = await self._select(request)
-        if selection.status == ABORTED:
-            await self._record(
-                LedgerEntry(EventKind.PREEMPTION_ABORTED, payload={"reason": selection.message})
-            )
-            raise _Stop("aborted", selection.message)
-
-        self._enter("recording")
-        await self._record(decision=selection.decision)
-        if selection.status == "Ineligible":
-            raise _Stop("ineligible", selection.message)
-        if selection.status == "Unschedulable":
-            raise _Stop("no-candidate", selection.message)
-        if selection.status == "FitsWithoutPreemption":
-            await self._record(
-                LedgerEntry(EventKind.COMPLETED, payload={"reason": selection.message})
-            )
-            raise _Stop("completed", selection.message)
-        if request.dry_run:
-            await self._record(LedgerEntry(EventKind.DRY_RUN, node=selection.node))
-            raise _Stop("dry-run", f"dry run: {selection.message}")
-
+        if self._request.dry_run:
+            raise _Stop(End.DRY_RUN, f"dry run: {selection.message}", recorded=True)
         assert selection.node is not None
-        self._enter("nominating")
-        await self._nominate(selection)
 
-        self._enter("preempting")
-        await self._preempt_victims(selection)
+        self._enter(Phase.NOMINATING)
+        await self._nominate(selection, selection.node)
 
-        self._enter("waiting")
-        return await self._wait_for_scheduling(request, selection)
+        self._enter(Phase.PREEMPTING)
+        await self._preempt_victims(selection, selection.node)
 
-    async def _select(self, request: PreemptionRequest) -> Selection:
+        self._enter(Phase.WAITING)
+        return await self._wait_for_the_bind(selection.node)
+
+    async def _select(self) -> Selection:
+        """Select, sleeping out the eviction budget (recorded each time) until it allows."""
         self._state.preempting = True
-        selection = await workflow.execute_activity_method(
-            PreemptionActivities.select_preemption,
-            SelectInput(
-                workflow.info().workflow_id,
-                request.preemptor,
-                request.strategy,
-                request.dry_run,
-                run_id=workflow.info().run_id,
-                occurred_at=workflow.now().isoformat(),
-            ),
-            summary=f"select victims for {request.preemptor.key}",
-            **self._timeouts(KUBE_TIMEOUTS),
-        )
+        while True:
+            selection = await self._call(
+                PreemptionActivities.select_preemption,
+                SelectInput(
+                    self._run(),
+                    self._preemptor,
+                    Strategy(self._request.strategy),
+                    self._request.dry_run,
+                    throttled=self._throttled,
+                ),
+                f"select victims for {self._preemptor.key}",
+                KUBE_DEADLINE,
+                attempt=SELECT_ATTEMPT,
+            )
+            if not selection.retry_after_seconds:
+                break
+            self._throttled += 1
+            self._state.message = selection.message
+            await workflow.sleep(timedelta(seconds=selection.retry_after_seconds))
         self._preemptor = selection.preemptor
         self._state.node = selection.node
         self._state.victims = [VictimProgress(v) for v in selection.victims]
         self._state.message = selection.message
-        updates: list[SearchAttributeUpdate[Any]] = [sa.PREEMPTION_PHASE.value_set("recording")]
+        updates: list[SearchAttributeUpdate[Any]] = []
         if selection.node:
             updates.append(sa.TARGET_NODE.value_set(selection.node))
         if selection.victims:
             updates.append(sa.VICTIM_PODS.value_set([v.key for v in selection.victims]))
         self._upsert(updates)
-        if selection.status == "Preempt":
+        if selection.verdict is Verdict.PREEMPT:
             workflow.set_current_details(
                 f"Preempt {len(selection.victims)} pod(s) on {selection.node} for "
                 f"{selection.preemptor.key} (priority {selection.preemptor.priority}): "
@@ -246,308 +262,229 @@ class PreemptionWorkflow:
             )
         return selection
 
-    async def _nominate(self, selection: Selection) -> None:
-        node = selection.node
-        assert node is not None and self._preemptor is not None
+    async def _nominate(self, selection: Selection, node: str) -> None:
         try:
-            result = await self._kube(
+            await self._call(
                 PreemptionActivities.nominate_preemptor,
-                NominationInput(self._preemptor, node, self._preemptor),
+                NominationInput(self._run(), self._preemptor, node, selection.nominations_to_clear),
                 f"nominate {self._preemptor.key} to {node}",
+                KUBE_DEADLINE,
             )
-            payload = {
-                "verdict": result.verdict,
-                "message": result.message,
-                "previous": result.previous,
-            }
         except ActivityError as error:
-            payload = {"error": _cause(error)}
-        await self._record(LedgerEntry(EventKind.NOMINATED, node=node, payload=payload))
-        for pod in selection.nominations_to_clear:
-            try:
-                cleared = await self._kube(
-                    PreemptionActivities.clear_nomination,
-                    NominationInput(pod, node, self._preemptor),
-                    f"clear nomination of {pod.key} to {node}",
-                )
-                payload = {
-                    "pod": pod.key,
-                    "uid": pod.uid,
-                    "verdict": cleared.verdict,
-                    "message": cleared.message,
-                }
-            except ActivityError as error:
-                payload = {"pod": pod.key, "uid": pod.uid, "error": _cause(error)}
-            await self._record(
-                LedgerEntry(EventKind.NOMINATION_CLEARED, node=node, payload=payload, step=pod.uid)
-            )
+            # Upstream goes on without the nomination too; the victims are what matter.
+            workflow.logger.warning("could not nominate %s: %s", self._preemptor.key, _cause(error))
 
-    async def _preempt_victims(self, selection: Selection) -> None:
+    async def _preempt_victims(self, selection: Selection, node: str) -> None:
         progress = self._state.victims
         if not progress:
             self._state.preempting = False
             return
         *others, last = progress
-        results = await asyncio.gather(*(self._preempt_victim(v, selection) for v in others))
-        failed = [
-            v for v, ok in zip(others, results, strict=True) if not ok and v.status == "failed"
-        ]
-        if failed:
-            last.status, last.message = "spared", "an earlier victim failed; not touched"
-            raise _Stop(
-                "failed", f"victim {failed[0].pod.key} could not be preempted: {failed[0].message}"
-            )
-        if any(not ok for ok in results):
-            last.status = "spared"
-            raise _Stop("aborted", self._state.message)
+        await asyncio.gather(*(self._preempt_victim(v, selection, node) for v in others))
+        self._stop_if_any_victim_failed_or_the_preemption_stopped(last)
         self._state.pending_last_victim = last.pod
-        if not await self._preempt_victim(last, selection, is_last=True):
-            if last.status == "failed":
-                raise _Stop(
-                    "failed", f"victim {last.pod.key} could not be preempted: {last.message}"
-                )
-            raise _Stop("aborted", self._state.message)
+        await self._preempt_victim(last, selection, node, is_last=True)
+        self._stop_if_any_victim_failed_or_the_preemption_stopped(None)
 
     async def _preempt_victim(
-        self, victim: VictimProgress, selection: Selection, is_last: bool = False
-    ) -> bool:
-        """Mark, re-check the preemptor, delete; True when the victim is out of the way."""
-        assert self._preemptor is not None and selection.node is not None
-        request = VictimInput(
-            victim.pod,
+        self, victim: VictimProgress, selection: Selection, node: str, is_last: bool = False
+    ) -> None:
+        """Mark, then delete; each step records the victim's fate in the ledger itself."""
+        pod = victim.pod
+        step = VictimInput(
+            self._run(),
+            pod,
             self._preemptor,
-            selection.node,
-            use_eviction=self._request.use_eviction if self._request else False,
-            grace_period_seconds=self._request.grace_period_seconds if self._request else None,
+            node,
+            use_eviction=self._request.use_eviction,
+            grace_period_seconds=self._request.grace_period_seconds,
             scheduler_name=selection.scheduler_name,
         )
-        pod = victim.pod
-        victim.status = "marking"
-        try:
-            marked = await self._kube(
-                PreemptionActivities.mark_victim, request, f"mark {pod.key} (uid {pod.uid})"
-            )
-        except ActivityError as error:
-            return await self._victim_failed(victim, error, selection.node)
-        if await self._settled(victim, marked, selection.node):
-            return True
-        victim.status = "marked"
-        await self._record(LedgerEntry(EventKind.VICTIM_MARKED, node=selection.node, victim=pod))
-
-        if not await self._preemptor_still_needs(selection.node):
-            victim.status, victim.message = (
-                "spared",
-                "the preemption was stopped before deleting it",
-            )
-            return False
+        marked = await self._victim_step(
+            victim, PreemptionActivities.mark_victim, step, f"mark {pod.key} (uid {pod.uid})"
+        )
+        if marked is None or marked.fate is not Fate.MARKED:
+            return
+        if self._state.outcome is not None or self._stopped:
+            victim.fate, victim.message = Fate.SPARED, "the preemption stopped before deleting it"
+            return
         if is_last:
             self._state.preempting = False
-        victim.status = "deleting"
+        await self._victim_step(
+            victim, PreemptionActivities.delete_victim, step, f"delete {pod.key} (uid {pod.uid})"
+        )
+
+    async def _victim_step(
+        self,
+        victim: VictimProgress,
+        method: Callable[[PreemptionActivities, VictimInput], VictimResult],
+        step: VictimInput,
+        summary: str,
+    ) -> VictimResult | None:
         try:
-            deleted = await self._kube(
-                PreemptionActivities.delete_victim, request, f"delete {pod.key} (uid {pod.uid})"
-            )
+            result = await self._call(method, step, summary, KUBE_DEADLINE)
         except ActivityError as error:
-            return await self._victim_failed(victim, error, selection.node)
-        if await self._settled(victim, deleted, selection.node):
-            return True
-        victim.status, victim.message = "deleted", deleted.message
-        await self._record(
-            LedgerEntry(
-                EventKind.VICTIM_DELETED,
-                node=selection.node,
-                victim=pod,
-                payload={"message": deleted.message},
-            )
-        )
-        try:
-            await workflow.execute_activity_method(
-                PreemptionActivities.record_preempted_event,
-                request,
-                summary=f"record Preempted event on {pod.key}",
-                **self._timeouts(EVENT_TIMEOUTS),
-            )
-        except ActivityError as error:
-            workflow.logger.warning(
-                "could not record the Preempted event on %s: %s", pod.key, _cause(error)
-            )
-        return True
+            victim.fate, victim.message = Fate.FAILED, _cause(error)
+            self._failures.append((victim, _retryable(error)))
+            return None
+        victim.fate, victim.message = result.fate, result.message
+        if result.stopped and not self._stopped:
+            self._stopped = result.stopped
+        return result
 
-    async def _settled(self, victim: VictimProgress, result: WriteResult, node: str) -> bool:
-        """A victim gone, replaced or already terminating needs nothing more: record it."""
-        if result.verdict == ALREADY_GONE or result.verdict == TERMINATING:
-            victim.status = "already-gone" if result.verdict == ALREADY_GONE else "terminating"
-            payload = {"message": result.message, "terminating": result.verdict == TERMINATING}
-            await self._record(
-                LedgerEntry(
-                    EventKind.VICTIM_ALREADY_GONE, node=node, victim=victim.pod, payload=payload
-                )
+    def _stop_if_any_victim_failed_or_the_preemption_stopped(
+        self, last: VictimProgress | None
+    ) -> None:
+        if not self._failures and not self._stopped:
+            return
+        if last is not None:
+            last.fate, last.message = Fate.SPARED, "an earlier victim was not preempted"
+        if self._failures:
+            failed, _ = self._failures[0]
+            raise _Stop(
+                End.FAILED,
+                f"victim {failed.pod.key} could not be preempted: {failed.message}",
+                recorded=False,
+                retryable=all(ok for _, ok in self._failures),
+                failed_victim=failed.pod,
             )
-            return True
-        if result.verdict == REPLACED:
-            victim.status = "replaced"
-            await self._record(
-                LedgerEntry(
-                    EventKind.VICTIM_REPLACED,
-                    node=node,
-                    victim=victim.pod,
-                    payload={"message": result.message},
-                )
-            )
-            return True
-        return False
+        raise _Stop(End.ABORTED, self._stopped, recorded=True)
 
-    async def _victim_failed(self, victim: VictimProgress, error: ActivityError, node: str) -> bool:
-        victim.status, victim.message = "failed", _cause(error)
-        await self._record(
-            LedgerEntry(
-                EventKind.VICTIM_FAILED,
-                node=node,
-                victim=victim.pod,
-                payload={"error": victim.message},
-            )
-        )
-        return False
-
-    async def _preemptor_still_needs(self, node: str) -> bool:
-        """Upstream deletes victims for a preemptor that may no longer need them; we check."""
-        if self._state.outcome is not None or self._state.phase == "stopping":
-            return False
-        assert self._preemptor is not None
-        now = await self._kube(
-            PreemptionActivities.check_preemptor,
-            PreemptorCheck(self._preemptor),
-            f"check {self._preemptor.key} still needs room",
-        )
-        reason = None
-        if now.state in ("Gone", "Replaced"):
-            reason = f"the preemptor is {now.state.lower()}"
-        elif now.state == "Bound" and now.node != node:
-            reason = f"the preemptor was bound to {now.node}, not {node}"
-        if reason is None:
-            return True
-        if self._state.phase != "stopping":
-            self._state.phase, self._state.message = "stopping", reason
-            await self._record(
-                LedgerEntry(EventKind.PREEMPTION_ABORTED, node=node, payload={"reason": reason})
-            )
-        return False
-
-    async def _wait_for_scheduling(
-        self, request: PreemptionRequest, selection: Selection
-    ) -> PreemptionResult:
-        assert self._preemptor is not None
+    async def _wait_for_the_bind(self, node: str) -> PreemptionResult:
+        """Until the preemptor is bound (the trigger's signal, or a poll), is gone, or the
+        deadline passes; then record the end."""
         started = workflow.now()
-        deadline = started + timedelta(seconds=request.scheduled_wait_seconds)
-        while True:
-            state: PreemptorState = await self._kube(
+        deadline = started + timedelta(seconds=self._request.scheduled_wait_seconds)
+        reason = ""
+        while self._bound_to is None:
+            remaining = (deadline - workflow.now()).total_seconds()
+            poll = min(self._request.scheduled_poll_seconds, max(remaining, 0.0))
+            if poll > 0:
+                try:
+                    await workflow.wait_condition(
+                        lambda: self._bound_to is not None, timeout=timedelta(seconds=poll)
+                    )
+                    break
+                except TimeoutError:
+                    pass
+            status = await self._call(
                 PreemptionActivities.check_preemptor,
                 PreemptorCheck(self._preemptor),
                 f"is {self._preemptor.key} bound yet",
+                KUBE_DEADLINE,
             )
-            if state.state == "Bound":
-                seconds = (workflow.now() - started).total_seconds()
-                await self._record(
-                    LedgerEntry(
-                        EventKind.PREEMPTOR_SCHEDULED,
-                        node=state.node,
-                        payload={"secondsSinceDecision": seconds},
-                    ),
-                    LedgerEntry(
-                        EventKind.COMPLETED,
-                        node=selection.node,
-                        payload={"preemptorScheduled": True},
-                    ),
-                )
-                result = await self._finish(
-                    "completed", f"{self._preemptor.key} bound to {state.node}"
-                )
-                result.preemptor_node, result.seconds_to_schedule = state.node, seconds
-                return result
-            if state.state in ("Gone", "Replaced") or workflow.now() >= deadline:
+            if status.state is PreemptorState.BOUND:
+                self._bound_to = status.node
+            elif status.state is not PreemptorState.PENDING:
+                reason = f"the preemptor is {status.state.value.lower()}"
+                break
+            elif workflow.now() >= deadline:
                 reason = (
-                    f"the preemptor is {state.state.lower()}"
-                    if state.state != "Pending"
-                    else f"the preemptor was not bound within {request.scheduled_wait_seconds:g}s"
+                    f"the preemptor was not bound within {self._request.scheduled_wait_seconds:g}s"
                 )
-                await self._record(
-                    LedgerEntry(
-                        EventKind.COMPLETED,
-                        node=selection.node,
-                        payload={"preemptorScheduled": False, "reason": reason},
-                    )
-                )
-                return await self._finish("completed", reason)
-            remaining = (deadline - workflow.now()).total_seconds()
-            poll = max(0.001, min(request.scheduled_poll_seconds, remaining))
-            with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(
-                    lambda: self._bound_to is not None, timeout=timedelta(seconds=poll)
-                )
-            self._bound_to = None  # a signal only wakes the next check; the API decides
+                break
+        seconds = (workflow.now() - started).total_seconds()
+        bound_to = self._bound_to if not reason else None
+        await self._record_end(
+            Ending.COMPLETED,
+            reason or f"{self._preemptor.key} bound to {bound_to}",
+            scheduled_node=bound_to,
+            seconds_to_schedule=seconds if bound_to else None,
+        )
+        result = self._result(End.COMPLETED, reason or f"{self._preemptor.key} bound to {bound_to}")
+        if bound_to:
+            result.preemptor_node, result.seconds_to_schedule = bound_to, seconds
+        return result
 
     # -- bookkeeping ------------------------------------------------------------------------
 
-    def _upsert(self, updates: list[SearchAttributeUpdate[Any]]) -> None:
-        if self._request is None or self._request.search_attributes:
-            workflow.upsert_search_attributes(updates)
+    async def _finish(self, stop: _Stop) -> PreemptionResult:
+        if not stop.recorded:
+            ending = Ending.FAILED if stop.end is End.FAILED else Ending.ABORTED
+            await self._record_end(ending, stop.message, failed_victim=stop.failed_victim)
+        result = self._result(stop.end, stop.message, retryable=stop.retryable)
+        if stop.end is End.FAILED:
+            raise ApplicationError(
+                stop.message, result, type="PreemptionFailed", non_retryable=True
+            )
+        return result
 
-    def _timeouts(self, options: dict[str, Any]) -> dict[str, Any]:
-        """`options` with the request's per-attempt timeout (`call_timeout_seconds`)."""
-        seconds = self._request.call_timeout_seconds if self._request else 30.0
-        return {**options, "start_to_close_timeout": timedelta(seconds=seconds)}
-
-    def _enter(self, phase: str) -> None:
-        self._state.phase = phase
-        self._upsert([sa.PREEMPTION_PHASE.value_set(phase)])
-
-    async def _kube(self, method: Any, argument: Any, summary: str) -> Any:
-        return await workflow.execute_activity_method(
-            method, argument, summary=summary, **self._timeouts(KUBE_TIMEOUTS)
-        )
-
-    async def _record(self, *entries: LedgerEntry, decision: dict[str, Any] | None = None) -> None:
-        assert self._preemptor is not None
-        info = workflow.info()
-        await workflow.execute_activity_method(
-            PreemptionActivities.record_events,
-            RecordInput(
-                info.workflow_id,
-                info.run_id,
-                self._preemptor,
-                workflow.now().isoformat(),
-                list(entries),
-                decision,
-            ),
-            summary="ledger: "
-            + ", ".join([*(["decision"] if decision else []), *(e.kind for e in entries)]),
-            **self._timeouts(LEDGER_TIMEOUTS),
-        )
-
-    async def _finish(self, outcome: str, message: str) -> PreemptionResult:
-        self._state.phase, self._state.outcome, self._state.message = "finished", outcome, message
-        self._state.preempting = False
+    def _result(self, end: End, message: str, *, retryable: bool = True) -> PreemptionResult:
+        state = self._state
+        state.phase, state.outcome, state.message = Phase.FINISHED, end, message
+        state.preempting = False
         self._upsert(
-            [sa.PREEMPTION_PHASE.value_set("finished"), sa.PREEMPTION_OUTCOME.value_set(outcome)]
+            [
+                sa.PREEMPTION_PHASE.value_set(Phase.FINISHED.value),
+                sa.PREEMPTION_OUTCOME.value_set(end.value),
+            ]
         )
-        # Claims now end with the run's terminal event in the ledger; runs recorded before
-        # that released an in-memory reservation here.
-        releases = not workflow.patched("claims-in-ledger")
-        if releases and outcome in ("failed", "aborted") and self._preemptor is not None:
-            await workflow.execute_activity_method(
-                PreemptionActivities.release_reservation,
-                self._preemptor,
-                summary=f"release what {self._preemptor.key} had claimed",
-                **self._timeouts(KUBE_TIMEOUTS),
-            )
-        if outcome == "failed":
-            await self._record(
-                LedgerEntry(EventKind.FAILED, node=self._state.node, payload={"error": message})
-            )
-            raise ApplicationError(message, type="PreemptionFailed", non_retryable=True)
         return PreemptionResult(
-            outcome, message, self._state.node, list(self._state.victims), throttled=self._throttled
+            end,
+            message,
+            state.node,
+            list(state.victims),
+            throttled=self._throttled,
+            retryable=retryable,
         )
+
+    async def _record_end(
+        self,
+        ending: Ending,
+        message: str,
+        *,
+        scheduled_node: str | None = None,
+        seconds_to_schedule: float | None = None,
+        failed_victim: PodRef | None = None,
+    ) -> None:
+        await self._call(
+            PreemptionActivities.record_end,
+            EndInput(
+                self._run(),
+                self._preemptor,
+                ending,
+                node=self._state.node,
+                message=message,
+                scheduled_node=scheduled_node,
+                seconds_to_schedule=seconds_to_schedule,
+                failed_victim=failed_victim,
+            ),
+            f"ledger: {ending.value}",
+            LEDGER_DEADLINE,
+        )
+
+    def _run(self) -> RunRef:
+        info = workflow.info()
+        return RunRef(info.workflow_id, info.run_id, workflow.now().isoformat())
+
+    async def _call(
+        self,
+        method: Callable[[PreemptionActivities, ArgT], ResultT],
+        argument: ArgT,
+        summary: str,
+        deadline: timedelta,
+        *,
+        attempt: timedelta = timedelta(0),
+    ) -> ResultT:
+        """One activity: attempts of `call_timeout_seconds` (at least `attempt`), retried
+        until `deadline`."""
+        per_attempt = max(timedelta(seconds=self._request.call_timeout_seconds), attempt)
+        return await workflow.execute_activity_method(
+            method,
+            argument,
+            summary=summary,
+            start_to_close_timeout=per_attempt,
+            schedule_to_close_timeout=deadline,
+            retry_policy=KUBE_RETRY,
+        )
+
+    def _enter(self, phase: Phase) -> None:
+        self._state.phase = phase
+        self._upsert([sa.PREEMPTION_PHASE.value_set(phase.value)])
+
+    def _upsert(self, updates: list[SearchAttributeUpdate[Any]]) -> None:
+        if updates and self._request.search_attributes:
+            workflow.upsert_search_attributes(updates)
 
 
 def _cause(error: ActivityError) -> str:
@@ -555,4 +492,11 @@ def _cause(error: ActivityError) -> str:
     cause: BaseException = error
     while cause.__cause__ is not None:
         cause = cause.__cause__
-    return str(cause)
+    return cause.message if isinstance(cause, ApplicationError) else str(cause)
+
+
+def _retryable(error: ActivityError) -> bool:
+    """False when the activity failed for good (RBAC, a rejected request): retrying the whole
+    preemption cannot help until a person changes something."""
+    cause = error.cause
+    return not (isinstance(cause, ApplicationError) and cause.non_retryable)

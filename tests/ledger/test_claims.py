@@ -4,8 +4,10 @@ Scenarios:
 - a decision written ahead is a claim on its node and victims;
 - a run that has ended (completed, failed, aborted, dry run) claims nothing;
 - a retried run's claim is its own: ending run-1 leaves run-2's claim open;
-- decisions older than the window claim nothing;
+- a run that waits for hours still claims: claims end with their run, never by age;
 - the decision lock lets one holder in at a time, on Postgres and on SQLite;
+- a decision that cannot get the lock within its wait gives up as "ledger unavailable"
+  (its activity is retried) instead of waiting forever;
 - the lock's transaction commits what it wrote.
 """
 
@@ -18,7 +20,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine, func, select
 
-from preemptctl.ledger.claims import decision_lock, open_claims
+from preemptctl.ledger.claims import Claim, decision_lock, open_claims
+from preemptctl.ledger.errors import LedgerUnavailableError
 from preemptctl.ledger.events import decision_events
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.models import events
@@ -33,9 +36,9 @@ def decide(engine: Engine, preemption_id: str = "p-1", run_id: str = "run-1") ->
     )
 
 
-def claims(engine: Engine, since=T0 - timedelta(minutes=10)):
+def claims(engine: Engine) -> list[Claim]:
     with engine.connect() as connection:
-        return open_claims(connection, since)
+        return open_claims(connection)
 
 
 def test_a_decision_written_ahead_claims_its_node_and_victims(sqlite_engine: Engine) -> None:
@@ -63,9 +66,10 @@ def test_a_retried_runs_claim_is_its_own(sqlite_engine: Engine) -> None:
     assert [claim.run_id for claim in claims(sqlite_engine)] == ["run-2"]
 
 
-def test_old_decisions_claim_nothing(sqlite_engine: Engine) -> None:
+def test_a_run_that_waits_for_hours_still_claims(sqlite_engine: Engine) -> None:
     decide(sqlite_engine)
-    assert claims(sqlite_engine, since=T0 + timedelta(seconds=1)) == []
+    append_batch(sqlite_engine, [event("p-1", EventKind.NOMINATED, T0 + timedelta(hours=3))])
+    assert [claim.run_id for claim in claims(sqlite_engine)] == ["run-1"]
 
 
 @pytest.mark.parametrize("engine_fixture", ["sqlite_engine", "pg_engine"])
@@ -88,6 +92,25 @@ def test_the_decision_lock_admits_one_holder_at_a_time(
     for thread in threads:
         thread.join()
     assert overlaps == [1, 1, 1, 1]
+
+
+def test_a_decision_gives_up_when_the_lock_stays_taken(pg_engine: Engine) -> None:
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with decision_lock(pg_engine):
+            taken.set()
+            release.wait(timeout=30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert taken.wait(timeout=30)
+        with pytest.raises(LedgerUnavailableError), decision_lock(pg_engine, lock_wait_seconds=0.1):
+            pass
+    finally:
+        release.set()
+        holder.join()
 
 
 def test_what_the_lock_holder_writes_is_committed(pg_engine: Engine) -> None:

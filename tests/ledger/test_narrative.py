@@ -104,7 +104,7 @@ def test_pdb_violations_are_part_of_the_explanation() -> None:
         ),
         (
             EventKind.VICTIM_REPLACED,
-            {"observedUid": "u2"},
+            {"replacedByUid": "u2"},
             "replaced by a new pod of the same name (uid u2), which was left alone "
             "(3.0s after the decision)",
         ),

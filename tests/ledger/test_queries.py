@@ -31,7 +31,7 @@ from preemptctl.ledger.errors import LedgerNotMigratedError
 from preemptctl.ledger.events import decision_events
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.queries import HistoryQuery, explain, history
-from preemptctl.ledger.views import Fate, Outcome
+from preemptctl.ledger.vocabulary import End, Fate
 from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import PodRef
 from tests.ledger.builders import (
@@ -96,8 +96,8 @@ def test_history_since(three_preemptions: Engine) -> None:
 
 
 def test_history_by_outcome(three_preemptions: Engine) -> None:
-    assert _ids(three_preemptions, HistoryQuery(outcome=Outcome.FAILED)) == ["p-web"]
-    assert _ids(three_preemptions, HistoryQuery(outcome=Outcome.ABORTED)) == []
+    assert _ids(three_preemptions, HistoryQuery(outcome=End.FAILED)) == ["p-web"]
+    assert _ids(three_preemptions, HistoryQuery(outcome=End.ABORTED)) == []
 
 
 def test_history_by_outcome_judges_the_final_outcome(pg_engine: Engine) -> None:
@@ -108,8 +108,8 @@ def test_history_by_outcome_judges_the_final_outcome(pg_engine: Engine) -> None:
         event("p-1", EventKind.COMPLETED, T0 + timedelta(seconds=3), run_id="r2"),
     ]
     append_batch(pg_engine, story)
-    assert _ids(pg_engine, HistoryQuery(outcome=Outcome.FAILED)) == []
-    assert _ids(pg_engine, HistoryQuery(outcome=Outcome.COMPLETED)) == ["p-1"]
+    assert _ids(pg_engine, HistoryQuery(outcome=End.FAILED)) == []
+    assert _ids(pg_engine, HistoryQuery(outcome=End.COMPLETED)) == ["p-1"]
 
 
 def test_history_limit(three_preemptions: Engine) -> None:
@@ -121,7 +121,7 @@ def test_history_pages_through_many_events(
 ) -> None:
     monkeypatch.setattr(ledger_queries, "SEED_PAGE", 3)
     assert _ids(three_preemptions, HistoryQuery()) == ["p-api-second", "p-web", "p-api-first"]
-    assert _ids(three_preemptions, HistoryQuery(outcome=Outcome.COMPLETED)) == [
+    assert _ids(three_preemptions, HistoryQuery(outcome=End.COMPLETED)) == [
         "p-api-second",
         "p-api-first",
     ]
@@ -149,7 +149,7 @@ def test_explain_finds_a_victim_only_chosen_by_a_dry_run(pg_engine: Engine) -> N
     decided = decision_events("p-dry", "run-1", API, four_candidate_decision(), T0)
     append_batch(pg_engine, [*decided, event("p-dry", EventKind.DRY_RUN, T0)])
     ((view, victim),) = explain(pg_engine, "default", "batch-8").as_victim
-    assert (view.outcome, victim.victim, victim.fate) == (Outcome.DRY_RUN, BATCH_8, Fate.SPARED)
+    assert (view.outcome, victim.victim, victim.fate) == (End.DRY_RUN, BATCH_8, Fate.SPARED)
 
 
 def test_explain_an_unknown_pod(three_preemptions: Engine) -> None:

@@ -25,7 +25,8 @@ import pytest
 
 from preemptctl.ledger.events import LedgerEvent, decision_events
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.views import Fate, Outcome, Status, fold_preemption
+from preemptctl.ledger.views import Status, fold_preemption
+from preemptctl.ledger.vocabulary import End, Fate
 from tests.ledger.builders import (
     API,
     BATCH_7,
@@ -47,7 +48,7 @@ def _decided(decision: dict[str, Any] | None = None) -> list[LedgerEvent]:
 
 def test_a_completed_preemption() -> None:
     view = fold_preemption(recorded(completed_preemption(P)))
-    assert (view.status, view.outcome, view.node) == (Status.FINISHED, Outcome.COMPLETED, "node-3")
+    assert (view.status, view.outcome, view.node) == (Status.FINISHED, End.COMPLETED, "node-3")
     assert [(v.victim, v.fate) for v in view.victims] == [
         (BATCH_7, Fate.DELETED),
         (BATCH_8, Fate.DELETED),
@@ -62,7 +63,7 @@ def test_a_victims_fate_follows_its_latest_event() -> None:
         *_decided(),
         event(P, EventKind.VICTIM_MARKED, T0, victim=BATCH_7),
         event(P, EventKind.VICTIM_ALREADY_GONE, T0 + timedelta(seconds=2), victim=BATCH_7),
-        event(P, EventKind.VICTIM_REPLACED, T0, victim=BATCH_8, payload={"observedUid": "new"}),
+        event(P, EventKind.VICTIM_REPLACED, T0, victim=BATCH_8, payload={"replacedByUid": "new"}),
     ]
     gone, replaced = fold_preemption(recorded(story)).victims
     assert (gone.fate, gone.settled_at) == (Fate.ALREADY_GONE, T0 + timedelta(seconds=2))
@@ -112,7 +113,7 @@ def test_a_retried_preemption_that_completes_is_completed() -> None:
         event(P, EventKind.COMPLETED, T0 + timedelta(seconds=30), run_id="run-2"),
     ]
     view = fold_preemption(recorded(story))
-    assert (view.outcome, view.duration_seconds) == (Outcome.COMPLETED, 30.0)
+    assert (view.outcome, view.duration_seconds) == (End.COMPLETED, 30.0)
 
 
 def test_an_aborted_preemption_spares_untouched_victims() -> None:
@@ -122,19 +123,19 @@ def test_an_aborted_preemption_spares_untouched_victims() -> None:
         event(P, EventKind.PREEMPTION_ABORTED, T0, payload={"reason": "preemptor gone"}),
     ]
     view = fold_preemption(recorded(story))
-    assert (view.outcome, view.abort_reason) == (Outcome.ABORTED, "preemptor gone")
+    assert (view.outcome, view.abort_reason) == (End.ABORTED, "preemptor gone")
     assert [v.fate for v in view.victims] == [Fate.DELETED, Fate.SPARED]
 
 
 def test_a_dry_run_spares_every_victim() -> None:
     view = fold_preemption(recorded([*_decided(), event(P, EventKind.DRY_RUN, T0)]))
-    assert view.outcome is Outcome.DRY_RUN
+    assert view.outcome is End.DRY_RUN
     assert [v.fate for v in view.victims] == [Fate.SPARED, Fate.SPARED]
 
 
 def test_no_candidate_finishes_without_a_node() -> None:
     view = fold_preemption(recorded(_decided(unschedulable_decision())))
-    assert (view.outcome, view.node, view.victims) == (Outcome.NO_CANDIDATE, None, ())
+    assert (view.outcome, view.node, view.victims) == (End.NO_CANDIDATE, None, ())
 
 
 def test_a_pod_only_an_earlier_run_chose_is_not_a_victim() -> None:

@@ -10,6 +10,7 @@ Scenarios:
 - many threads appending the same key at once store exactly one row
 - async appends from many coroutines store every distinct event once
 - events read back keep their time zone, payload and pods
+- a NUL character (which Postgres refuses) is stripped, not retried forever
 - the decision batch stores the decision and one victim_chosen per victim
 - the idempotency key depends only on what identifies the event, not on when it ran
 - an event refuses a naive timestamp
@@ -27,6 +28,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import DBAPIError
 
 from preemptctl.ledger import writer as ledger_writer
+from preemptctl.ledger.errors import LedgerError
 from preemptctl.ledger.events import LedgerEvent, decision_events, idempotency_key
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.models import events
@@ -72,7 +74,7 @@ def test_a_batch_that_repeats_a_key_stores_it_once(pg_engine: Engine) -> None:
 def test_a_batch_is_all_or_nothing(pg_engine: Engine) -> None:
     good = event("p-1", EventKind.NOMINATED, T0)
     too_long = event("p-1", EventKind.VICTIM_MARKED, T0, node="n" * 300, victim=BATCH_7)
-    with pytest.raises(DBAPIError):
+    with pytest.raises((DBAPIError, LedgerError)):  # refused for good, either way
         append_batch(pg_engine, [good, too_long])
     assert _count(pg_engine) == 0
 
@@ -83,7 +85,7 @@ def test_a_batch_too_big_for_one_statement_is_still_all_or_nothing(
     monkeypatch.setattr(ledger_writer, "ROWS_PER_STATEMENT", 2)
     good = [event("p-1", EventKind.NOMINATED, T0, step=i) for i in range(3)]
     too_long = event("p-1", EventKind.VICTIM_MARKED, T0, node="n" * 300, victim=BATCH_7)
-    with pytest.raises(DBAPIError):
+    with pytest.raises((DBAPIError, LedgerError)):  # refused for good, either way
         append_batch(pg_engine, [*good, too_long])
     assert _count(pg_engine) == 0
     assert append_batch(pg_engine, good) == 3
@@ -122,6 +124,20 @@ def test_events_read_back_as_written(pg_engine: Engine) -> None:
     assert (read.occurred_at, read.occurred_at.utcoffset()) == (T0, timedelta(0))
     assert (read.preemptor, read.victim, read.payload) == (API, BATCH_7, written.payload)
     assert (read.kind, read.idempotency_key) == (EventKind.VICTIM_FAILED, written.key)
+
+
+def test_a_nul_character_is_stripped_at_the_writer(pg_engine: Engine) -> None:
+    written = event(
+        "p-1",
+        EventKind.VICTIM_FAILED,
+        T0,
+        victim=BATCH_7,
+        payload={"error": "bad\x00name", "k\x00": ["a\x00b"]},
+    )
+    assert append(pg_engine, written) is True
+    with pg_engine.connect() as connection:
+        (read,) = events_of(connection, ["p-1"])
+    assert read.payload == {"error": "badname", "k": ["ab"]}
 
 
 def test_the_decision_batch_names_every_victim(pg_engine: Engine) -> None:

@@ -4,7 +4,10 @@ Histories of real runs (completed, dry run, failed on an RBAC denial, aborted wh
 preemptor vanished, a replaced victim) are kept under tests/histories/ and replayed against
 today's workflow code: a change that would break a running preemption fails here. An
 intended change goes behind `workflow.patched`; then re-record with
-`PREEMPT_RECORD_HISTORIES=1 .venv/bin/pytest tests/workflows` and keep the old files too.
+`PREEMPT_RECORD_HISTORIES=1 .venv/bin/pytest tests/workflows/test_full_stack_*.py` and keep
+the old files too. (They were last re-recorded, with no patch kept, when each Kubernetes
+activity began appending its own ledger event: no history recorded before the first release
+needs the older shape.)
 """
 
 from __future__ import annotations

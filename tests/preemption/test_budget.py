@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from preemptctl.activities.budget import seconds_until_budget_allows
+from preemptctl.preemption.budget import seconds_until_budget_allows
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 

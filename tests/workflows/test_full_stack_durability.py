@@ -5,8 +5,8 @@ Scenarios:
   the preemption: every victim deleted exactly once, no duplicate ledger event, nothing left
   preempting;
 - the ledger database is down when the preemption starts: nothing in the cluster is touched
-  until the decision is recorded (write-ahead), and once the database is back the
-  preemption completes with a complete ledger.
+  while the select activity fails and is retried (write-ahead: no decision recorded, no
+  write), and once the database is back the preemption completes with a complete ledger.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from temporalio.client import WorkflowHandle
 
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.worker.temporal_worker import build_worker
@@ -39,6 +40,20 @@ async def until(condition, timeout: float = 20.0) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "timed out waiting"
         await asyncio.sleep(0.02)
+
+
+async def select_attempts_reach(handle: WorkflowHandle, attempts: int) -> None:
+    """Until the select activity has failed and been retried `attempts` - 1 times."""
+    deadline = asyncio.get_running_loop().time() + 30.0
+    while True:
+        description = await handle.describe()
+        pending = description.raw_description.pending_activities
+        if any(
+            a.activity_type.name == "select_preemption" and a.attempt >= attempts for a in pending
+        ):
+            return
+        assert asyncio.get_running_loop().time() < deadline, "the select was never retried"
+        await asyncio.sleep(0.05)
 
 
 def successful_deletes(stack: Stack, name: str) -> int:
@@ -111,7 +126,7 @@ async def test_ledger_outage_delays_the_preemption_and_loses_nothing(client, led
             async with running_stack(client, outage_engine, emulator, one_full_node()) as stack:
                 proxy.cut()
                 handle = await stack.start("default/urgent")
-                await asyncio.sleep(2.5)
+                await select_attempts_reach(handle, 2)
                 writes_during_outage = [
                     r for r in emulator.requests if r.verb in ("patch", "delete", "create")
                 ]

@@ -1,0 +1,323 @@
+"""The workflow's runbook, branch by branch, with stand-in activities on the time-skipping
+server: no Postgres, no emulator, durable timers skipped.
+
+Each stand-in is registered under the real activity's name (samples-python's
+`hello_activity_test.py` shape) and answers as the test scripts it; every call is logged.
+
+Scenarios:
+- held back by the eviction budget: recorded by the select activity, a durable sleep, then a
+  fresh decision that goes on;
+- ineligible, no candidate, fits without preemption: end at once, nothing touched, the end
+  recorded by the select activity alone;
+- unsupported: ends at once, never a victim touched, and retrying cannot help;
+- dry run: decided and recorded, nothing touched;
+- the preemptor gone or replaced before the decision: aborted, nothing touched;
+- a preemption that goes through runs 3 + 2 x victims activities: select, nominate, mark and
+  delete each victim, record the end (the bind told by the trigger's signal);
+- a victim already gone, already terminating or replaced when marked is never deleted;
+- a victim whose delete is refused for good (an RBAC denial) fails the preemption: the last
+  victim is never touched, the failure is recorded with the victim, retrying cannot help;
+- the preemptor gone or bound elsewhere at a delete: the preemption is aborted and the last
+  victim is never touched;
+- a preemptor the signal never reports is polled; bound: completed with its node;
+- a preemptor not bound in time completes with that reason; one that vanishes while waited
+  for completes with that reason.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import pytest
+from temporalio import activity
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from preemptctl.activities.contracts import (
+    Ending,
+    EndInput,
+    NominationInput,
+    NominationResult,
+    PreemptionRequest,
+    PreemptorCheck,
+    PreemptorState,
+    PreemptorStatus,
+    SelectInput,
+    Selection,
+    VictimInput,
+    VictimResult,
+)
+from preemptctl.ledger.vocabulary import End, Fate
+from preemptctl.preemption.decision import PodRef, Verdict
+from preemptctl.worker.temporal_worker import workflow_runner
+from preemptctl.workflows.preemption import (
+    PreemptionResult,
+    PreemptionWorkflow,
+    result_of_failure,
+)
+
+PREEMPTOR = PodRef("default", "urgent", "uid-urgent", 1000)
+VICTIMS = [PodRef("default", f"victim-{i}", f"uid-victim-{i}", 100) for i in range(3)]
+NODE = "node-1"
+
+
+def decided(verdict: Verdict = Verdict.PREEMPT, victims: list[PodRef] | None = None) -> Selection:
+    chosen = list(VICTIMS if victims is None else victims) if verdict is Verdict.PREEMPT else []
+    return Selection(
+        PREEMPTOR,
+        f"the planner says {verdict.value}",
+        verdict=verdict,
+        node=NODE if verdict is Verdict.PREEMPT else None,
+        victims=chosen,
+    )
+
+
+Answer = VictimResult | Exception
+
+
+@dataclass
+class Script:
+    """What the stand-ins answer, and what they were asked."""
+
+    selections: list[Selection] = field(default_factory=lambda: [decided()])
+    marks: dict[str, Answer] = field(default_factory=dict)
+    deletes: dict[str, Answer] = field(default_factory=dict)
+    preemptor: list[PreemptorStatus] = field(
+        default_factory=lambda: [PreemptorStatus(PreemptorState.PENDING)]
+    )
+    calls: list[str] = field(default_factory=list)
+    ends: list[EndInput] = field(default_factory=list)
+
+    def stand_ins(self) -> list[Callable[..., object]]:
+        @activity.defn(name="select_preemption")
+        async def select(request: SelectInput) -> Selection:
+            self.calls.append("select")
+            return self.selections.pop(0) if len(self.selections) > 1 else self.selections[0]
+
+        @activity.defn(name="nominate_preemptor")
+        async def nominate(request: NominationInput) -> NominationResult:
+            self.calls.append(f"nominate:{request.node}")
+            return NominationResult("Done", "nominated")
+
+        @activity.defn(name="mark_victim")
+        async def mark(request: VictimInput) -> VictimResult:
+            self.calls.append(f"mark:{request.victim.name}")
+            return answer(self.marks.get(request.victim.name, VictimResult(Fate.MARKED)))
+
+        @activity.defn(name="delete_victim")
+        async def delete(request: VictimInput) -> VictimResult:
+            self.calls.append(f"delete:{request.victim.name}")
+            return answer(self.deletes.get(request.victim.name, VictimResult(Fate.DELETED)))
+
+        @activity.defn(name="check_preemptor")
+        async def check(request: PreemptorCheck) -> PreemptorStatus:
+            self.calls.append("check")
+            return self.preemptor.pop(0) if len(self.preemptor) > 1 else self.preemptor[0]
+
+        @activity.defn(name="record_end")
+        async def record_end(request: EndInput) -> int:
+            self.calls.append(f"end:{request.ending.value}")
+            self.ends.append(request)
+            return 1
+
+        return [select, nominate, mark, delete, check, record_end]
+
+    def touched(self) -> list[str]:
+        """The calls that act on the cluster's victims."""
+        return [c for c in self.calls if c.startswith(("mark:", "delete:"))]
+
+
+def answer(given: Answer) -> VictimResult:
+    if isinstance(given, Exception):
+        raise given
+    return given
+
+
+def rbac_denied() -> ApplicationError:
+    return ApplicationError(
+        "forbidden: cannot delete pods in default (RBAC: grant delete on pods)",
+        type="Forbidden",
+        non_retryable=True,
+    )
+
+
+@pytest.fixture
+async def run(
+    time_skipping: WorkflowEnvironment,
+) -> AsyncIterator[Callable[..., object]]:
+    async def preempt(
+        script: Script, on_start: Callable[[WorkflowHandle], object] | None = None, **options
+    ) -> PreemptionResult:
+        options.setdefault("search_attributes", False)  # the test server cannot register them
+        task_queue = f"runbook-{uuid.uuid4()}"
+        async with Worker(
+            time_skipping.client,
+            task_queue=task_queue,
+            workflows=[PreemptionWorkflow],
+            activities=script.stand_ins(),
+            workflow_runner=workflow_runner(),
+        ):
+            handle = await time_skipping.client.start_workflow(
+                PreemptionWorkflow.run,
+                PreemptionRequest(PREEMPTOR, **options),
+                id=f"preemption-{uuid.uuid4()}",
+                task_queue=task_queue,
+            )
+            if on_start is not None:
+                await on_start(handle)  # type: ignore[misc]
+            return await handle.result()
+
+    yield preempt
+
+
+def bound_signal(node: str) -> Callable[[WorkflowHandle], object]:
+    async def send(handle: WorkflowHandle) -> None:
+        await handle.signal(PreemptionWorkflow.preemptor_bound, node)
+
+    return send
+
+
+async def test_a_throttled_decision_sleeps_then_decides_afresh(run) -> None:
+    held = decided()
+    held.retry_after_seconds = 40.0
+    script = Script(selections=[held, decided()])
+    result = await run(script, bound_signal(NODE))
+    assert script.calls[:2] == ["select", "select"]
+    assert (result.outcome, result.throttled) == (End.COMPLETED, 1)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "end"),
+    [
+        (Verdict.INELIGIBLE, End.INELIGIBLE),
+        (Verdict.UNSCHEDULABLE, End.NO_CANDIDATE),
+        (Verdict.FITS_WITHOUT_PREEMPTION, End.COMPLETED),
+    ],
+)
+async def test_a_final_verdict_ends_at_once_recorded_by_the_select_activity(
+    run, verdict: Verdict, end: End
+) -> None:
+    script = Script(selections=[decided(verdict)])
+    result = await run(script)
+    assert (result.outcome, result.retryable) == (end, True)
+    assert script.calls == ["select"]
+
+
+async def test_unsupported_never_touches_a_pod_and_retrying_cannot_help(run) -> None:
+    script = Script(selections=[decided(Verdict.UNSUPPORTED)])
+    result = await run(script)
+    assert (result.outcome, result.retryable) == (End.UNSUPPORTED, False)
+    assert script.calls == ["select"]
+
+
+async def test_a_dry_run_decides_and_touches_nothing(run) -> None:
+    script = Script()
+    result = await run(script, dry_run=True)
+    assert result.outcome is End.DRY_RUN
+    assert result.message == "dry run: the planner says Preempt"
+    assert script.calls == ["select"]
+
+
+async def test_a_preemptor_gone_before_the_decision_aborts_it(run) -> None:
+    script = Script(selections=[Selection(PREEMPTOR, "the preemptor is gone")])
+    result = await run(script)
+    assert (result.outcome, result.message) == (End.ABORTED, "the preemptor is gone")
+    assert script.calls == ["select"]
+
+
+async def test_a_preemption_runs_three_plus_two_activities_per_victim(run) -> None:
+    script = Script()
+    result = await run(script, bound_signal(NODE))
+    assert result.outcome is End.COMPLETED
+    assert result.preemptor_node == NODE
+    assert [v.fate for v in result.victims] == [Fate.DELETED] * 3
+    assert len(script.calls) == 3 + 2 * len(VICTIMS)
+    assert script.calls[:2] == ["select", f"nominate:{NODE}"]
+    assert script.calls[-3:] == ["mark:victim-2", "delete:victim-2", "end:completed"]
+    assert script.ends[0].scheduled_node == NODE
+
+
+@pytest.mark.parametrize(
+    ("marked", "fate"),
+    [
+        (VictimResult(Fate.ALREADY_GONE, "victim is already gone"), Fate.ALREADY_GONE),
+        (VictimResult(Fate.ALREADY_GONE, "victim is already terminating"), Fate.ALREADY_GONE),
+        (VictimResult(Fate.REPLACED, "replaced", replaced_by_uid="uid-new"), Fate.REPLACED),
+    ],
+    ids=["gone", "terminating", "replaced"],
+)
+async def test_a_victim_settled_when_marked_is_never_deleted(
+    run, marked: VictimResult, fate: Fate
+) -> None:
+    script = Script(marks={"victim-0": marked})
+    result = await run(script, bound_signal(NODE))
+    assert result.outcome is End.COMPLETED
+    assert result.victims[0].fate is fate
+    assert "delete:victim-0" not in script.calls
+    assert "delete:victim-2" in script.calls
+
+
+async def test_a_victim_replaced_at_its_delete_ends_replaced(run) -> None:
+    script = Script(deletes={"victim-1": VictimResult(Fate.REPLACED, "replaced")})
+    result = await run(script, bound_signal(NODE))
+    assert result.outcome is End.COMPLETED
+    assert [v.fate for v in result.victims] == [Fate.DELETED, Fate.REPLACED, Fate.DELETED]
+
+
+async def test_a_delete_refused_for_good_fails_and_spares_the_last_victim(run) -> None:
+    script = Script(deletes={"victim-0": rbac_denied()})
+    with pytest.raises(WorkflowFailureError) as failure:
+        await run(script)
+    result = result_of_failure(failure.value)
+    assert result is not None
+    assert (result.outcome, result.retryable) == (End.FAILED, False)
+    assert "victim default/victim-0 could not be preempted: forbidden" in result.message
+    assert [v.fate for v in result.victims] == [Fate.FAILED, Fate.DELETED, Fate.SPARED]
+    assert "mark:victim-2" not in script.calls
+    assert [(e.ending, e.failed_victim) for e in script.ends] == [(Ending.FAILED, VICTIMS[0])]
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["the preemptor is gone", "the preemptor was bound to node-9, not node-1"],
+    ids=["gone", "bound-elsewhere"],
+)
+async def test_a_preemptor_that_moved_on_aborts_before_the_last_victim(run, reason: str) -> None:
+    stopped = VictimResult(Fate.SPARED, "the preemption was stopped", stopped=reason)
+    script = Script(deletes={"victim-0": stopped})
+    result = await run(script)
+    assert (result.outcome, result.message) == (End.ABORTED, reason)
+    assert result.victims[2].fate is Fate.SPARED
+    assert "mark:victim-2" not in script.calls
+    assert script.ends == []  # the delete activity recorded the abort itself
+
+
+async def test_without_a_signal_the_preemptor_is_polled_until_bound(run) -> None:
+    script = Script(
+        preemptor=[
+            PreemptorStatus(PreemptorState.PENDING),
+            PreemptorStatus(PreemptorState.BOUND, NODE),
+        ]
+    )
+    result = await run(script, scheduled_poll_seconds=30.0)
+    assert (result.outcome, result.preemptor_node) == (End.COMPLETED, NODE)
+    assert script.calls.count("check") == 2
+
+
+async def test_a_preemptor_not_bound_in_time_completes_with_that_reason(run) -> None:
+    script = Script()
+    result = await run(script, scheduled_wait_seconds=300.0, scheduled_poll_seconds=30.0)
+    assert result.outcome is End.COMPLETED
+    assert result.message == "the preemptor was not bound within 300s"
+    assert result.preemptor_node is None
+    assert script.ends[0].scheduled_node is None
+
+
+async def test_a_preemptor_gone_while_waited_for_completes_with_that_reason(run) -> None:
+    script = Script(preemptor=[PreemptorStatus(PreemptorState.GONE)])
+    result = await run(script)
+    assert (result.outcome, result.message) == (End.COMPLETED, "the preemptor is gone")
