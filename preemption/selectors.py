@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 from preemptctl.preemption.objects import (
@@ -29,12 +30,24 @@ def requirement_matches(requirement: Requirement, labels: Mapping[str, str]) -> 
     if operator in ("Gt", "Lt"):
         if key not in labels or len(values) != 1:
             return False
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
+        have, want = parse_int64(labels[key]), parse_int64(values[0])
+        if have is None or want is None:
             return False
         return have > want if operator == "Gt" else have < want
     return False
+
+
+_INT64 = re.compile(r"[+-]?[0-9]{1,19}")
+
+
+def parse_int64(text: str) -> int | None:
+    """Go's `strconv.ParseInt(text, 10, 64)`: an optional sign and decimal digits within
+    int64; None for anything else (Python's `int` would also take spaces, `_` and other
+    scripts' digits, and any size)."""
+    if not isinstance(text, str) or _INT64.fullmatch(text) is None:
+        return None
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None
 
 
 def label_selector_matches(selector: LabelSelector, labels: Mapping[str, str]) -> bool:

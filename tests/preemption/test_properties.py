@@ -1,14 +1,18 @@
 """Properties of DefaultPreemption on generated clusters (hypothesis).
 
 Clusters of 1–6 nodes with 0–8 pods each, mixed priorities and start times, a few PDBs,
-some taints and host ports, and a few pending pods nominated to nodes. For every decision:
+some taints and host ports, and a few pending pods nominated to nodes; half of them also
+with zones, pods carrying required anti-affinity (by hostname or zone), and a preemptor with
+anti-affinity, affinity or a DoNotSchedule spread constraint. For every decision:
 
 - every victim is bound to the chosen node and has strictly lower priority than the preemptor;
 - victims are listed most important first and PDB violations never outnumber them;
-- with the victims removed, the preemptor passes the filters on the chosen node;
-- putting back any single victim makes it fail them again (the reprieve is minimal: each
+- with the victims removed, the preemptor passes ALL modeled filters on the chosen node
+  (computed afresh from a snapshot without them, not from the dry run's updated state);
+- putting back any single victim makes it fail one again (the reprieve is minimal: each
   victim was tried and failed beside a subset of the pods finally kept, and every filter
-  here only gets harder with more pods on the node);
+  that can fail only gets harder with more pods on the node: affinity only gets easier, and
+  a skew grows with its own domain's count);
 - the nominations to clear are lower-priority pods nominated to the chosen node;
 - FitsWithoutPreemption exactly when some node passes the filters as it stands;
 - Unschedulable only when no node passes the filters even with every lower-priority pod
@@ -27,7 +31,7 @@ from preemptctl.preemption.decision import Decision, Verdict
 from preemptctl.preemption.default_preemption import filter_node
 from preemptctl.preemption.planner import plan
 from preemptctl.preemption.snapshot import ClusterSnapshot, importance_key
-from tests.preemption.builders import node, pdb, pod, snapshot, taint
+from tests.preemption.builders import node, pdb, pod, snapshot, spread, taint, term
 
 Json = dict[str, Any]
 PREEMPTOR = "default/preemptor"
@@ -40,13 +44,51 @@ apps = st.sampled_from(["a", "a", "b", None])
 ports = st.sampled_from([(), (), (), (80,)])
 
 
+topology_keys = st.sampled_from(["kubernetes.io/hostname", "zone"])
+
+
 @st.composite
-def clusters(draw: st.DrawFn) -> list[Json]:
+def anti_affinities(draw: st.DrawFn) -> list[Json]:
+    """No anti-affinity mostly; else one term against app a or b, by hostname or zone."""
+    if draw(st.integers(0, 4)):
+        return []
+    return [term(draw(topology_keys), match_labels={"app": draw(st.sampled_from(["a", "b"]))})]
+
+
+@st.composite
+def preemptor_rules(draw: st.DrawFn) -> dict[str, Any]:
+    kind = draw(st.sampled_from(["none", "anti", "affinity", "spread", "spread"]))
+    rules: dict[str, Any] = {}
+    if draw(st.booleans()):
+        rules["labels"] = {"app": "a"}
+    if kind == "anti":
+        rules["pod_anti_affinity"] = [
+            term(draw(topology_keys), match_labels={"app": draw(st.sampled_from(["a", "b"]))})
+        ]
+    elif kind == "affinity":
+        rules["pod_affinity"] = [term("zone", match_labels={"app": "b"})]
+    elif kind == "spread":
+        rules["spread"] = [
+            spread(
+                draw(topology_keys),
+                draw(st.integers(1, 2)),
+                match_labels={"app": "a"},
+                min_domains=draw(st.sampled_from([None, None, 3])),
+            )
+        ]
+    return rules
+
+
+@st.composite
+def clusters(draw: st.DrawFn, constrained: bool = False) -> list[Json]:
     items: list[Json] = []
     node_names = [f"node-{i}" for i in range(draw(st.integers(1, 6)))]
     serial = 0
     for name in node_names:
         tainted = draw(st.sampled_from([False, False, False, False, True]))
+        labels = {"kubernetes.io/hostname": name}
+        if constrained and draw(st.integers(0, 5)):
+            labels["zone"] = draw(st.sampled_from(["zone-a", "zone-b", "zone-c"]))
         items.append(
             node(
                 name,
@@ -54,6 +96,7 @@ def clusters(draw: st.DrawFn) -> list[Json]:
                 memory=draw(st.sampled_from(["1Gi", "2Gi", "4Gi"])),
                 pods=draw(st.integers(2, 10)),
                 taints=[taint("dedicated")] if tainted else [],
+                labels=labels,
             )
         )
         for _ in range(draw(st.sampled_from([0, 2, 4, 6, 8]))):
@@ -70,6 +113,7 @@ def clusters(draw: st.DrawFn) -> list[Json]:
                     start=draw(starts),
                     labels={"app": app} if app else {},
                     host_ports=draw(ports),
+                    pod_anti_affinity=draw(anti_affinities()) if constrained else [],
                 )
             )
     for index in range(draw(st.integers(0, 4))):
@@ -99,9 +143,14 @@ def clusters(draw: st.DrawFn) -> list[Json]:
             memory=draw(memories),
             host_ports=draw(ports),
             nominated=draw(st.one_of(st.none(), st.sampled_from(node_names))),
+            **(draw(preemptor_rules()) if constrained else {}),
         )
     )
     return items
+
+
+# Half plain clusters, half with zones, anti-affinity and a constrained preemptor.
+any_clusters = st.one_of(clusters(), clusters(constrained=True))
 
 
 def preemptor_fits(items: list[Json], node_name: str, without: set[str]) -> bool:
@@ -126,7 +175,7 @@ SETTINGS = settings(max_examples=150, deadline=None)
 
 
 @SETTINGS
-@given(clusters())
+@given(any_clusters)
 def test_victims_are_lower_priority_pods_on_the_chosen_node_most_important_first(
     items: list[Json],
 ) -> None:
@@ -145,7 +194,7 @@ def test_victims_are_lower_priority_pods_on_the_chosen_node_most_important_first
 
 
 @SETTINGS
-@given(clusters())
+@given(any_clusters)
 def test_without_the_victims_the_preemptor_fits_and_each_victim_was_needed(
     items: list[Json],
 ) -> None:
@@ -160,7 +209,7 @@ def test_without_the_victims_the_preemptor_fits_and_each_victim_was_needed(
 
 
 @SETTINGS
-@given(clusters())
+@given(any_clusters)
 def test_nominations_to_clear_are_lower_priority_pods_nominated_to_the_chosen_node(
     items: list[Json],
 ) -> None:
@@ -175,7 +224,7 @@ def test_nominations_to_clear_are_lower_priority_pods_nominated_to_the_chosen_no
 
 
 @SETTINGS
-@given(clusters())
+@given(any_clusters)
 def test_fits_without_preemption_exactly_when_some_node_passes_the_filters(
     items: list[Json],
 ) -> None:
@@ -187,7 +236,7 @@ def test_fits_without_preemption_exactly_when_some_node_passes_the_filters(
 
 
 @SETTINGS
-@given(clusters())
+@given(any_clusters)
 def test_unschedulable_only_when_no_node_could_take_the_preemptor(items: list[Json]) -> None:
     cluster, decision = _decide(items)
     if decision.status is not Verdict.UNSCHEDULABLE:
@@ -200,7 +249,7 @@ def test_unschedulable_only_when_no_node_could_take_the_preemptor(items: list[Js
 
 
 @SETTINGS
-@given(clusters(), st.integers(0, 2**32))
+@given(any_clusters, st.integers(0, 2**32))
 def test_the_same_input_gives_the_same_decision_in_any_order(items: list[Json], seed: int) -> None:
     first = plan(snapshot(*items), PREEMPTOR).to_json()
     assert plan(snapshot(*items), PREEMPTOR).to_json() == first
