@@ -2,8 +2,9 @@
 
 Scenario: full nodes of batch pods, two `preemptctl worker` processes, preemptors arriving
 in three waves. Once the first wave has a decision on record, the Temporal dev server is
-SIGKILLed and started again on its SQLite file (its workflows survive; the workers must
-reconnect, and the trigger loop must go on). Then the second wave arrives. Once it has a
+SIGKILLed; the second wave arrives while it is down, and a few seconds later it is started
+again on its SQLite file (its workflows survive; the workers must reconnect, and the trigger
+loop, which met the outage, must go on). Once it has a
 decision on record, the ledger's Postgres is cut off behind its proxy (listener closed, open
 connections reset) for a few seconds while the third wave arrives, then restored.
 
@@ -54,8 +55,10 @@ def audit(
         crowded_cluster(nodes, size),
     ) as rig:
         rig.wait_for(lambda: rig.ledger_count("decision_made") >= 1, 30.0, "a first decision")
+        persistent_temporal.kill()
+        wave(rig, size, size)  # seen by the trigger while Temporal is down
+        time.sleep(OUTAGE_SECONDS)  # the outage's length, not an assertion about time
         persistent_temporal.restart()
-        wave(rig, size, size)
         rig.wait_for(
             lambda: rig.ledger_count("decision_made") >= size + 1, 60.0, "a second-wave decision"
         )

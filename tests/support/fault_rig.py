@@ -174,6 +174,13 @@ class WorkerProcess:
         self._lock = threading.Lock()
         self.kills = 0
 
+    @property
+    def pid(self) -> int | None:
+        """The running process's id; None when it is not running."""
+        with self._lock:
+            process = self._process
+        return process.pid if process is not None and process.poll() is None else None
+
     def start(self) -> None:
         with self._lock:
             if self._process is not None and self._process.poll() is None:
