@@ -69,6 +69,61 @@ def _node(i: int) -> dict[str, Any]:
     }
 
 
+# Where `constrained` is given, this share of the pods carries a rule, split as: required
+# anti-affinity by hostname against its own app (half), a cluster-wide guard keeping pods
+# labelled exclusive=true off its node (a quarter), a DoNotSchedule hostname spread (a quarter).
+EXCLUSIVE = {"exclusive": "true"}
+
+
+def _rule(rng: random.Random, app: str) -> dict[str, Any]:
+    draw = rng.random()
+    if draw < 0.5:
+        return {
+            "affinity": {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "labelSelector": {"matchLabels": {"app": app}},
+                            "topologyKey": "kubernetes.io/hostname",
+                        }
+                    ]
+                }
+            }
+        }
+    if draw < 0.75:
+        return {
+            "affinity": {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "labelSelector": {"matchLabels": dict(EXCLUSIVE)},
+                            "namespaceSelector": {},
+                            "topologyKey": "kubernetes.io/hostname",
+                        }
+                    ]
+                }
+            }
+        }
+    return {
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": app}},
+            }
+        ]
+    }
+
+
+def _namespace(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+    }
+
+
 def _pod(rng: random.Random, node: str, index: int, cpu_m: int, mem_mi: int) -> dict[str, Any]:
     namespace = NAMESPACES[rng.randrange(len(NAMESPACES))]
     app = f"app-{rng.randrange(400):03d}"
@@ -223,6 +278,39 @@ def _pdb(rng: random.Random, index: int) -> dict[str, Any]:
     }
 
 
+def constrained_preemptor(index: int) -> dict[str, Any]:
+    """A pending high-priority pod with a rule, in turn: none, anti-affinity by hostname
+    against a busy app, a hostname spread over its own app, and the exclusive label that the
+    cluster-wide guards keep away."""
+    made = preemptor(name=f"urgent-{index}")
+    made["metadata"]["namespace"] = "team-00"
+    kind = index % 4
+    if kind == 1:
+        made["spec"]["affinity"] = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"app": "app-007"}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        }
+    elif kind == 2:
+        made["metadata"]["labels"] = {"app": "app-011"}
+        made["spec"]["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "app-011"}},
+            }
+        ]
+    elif kind == 3:
+        made["metadata"]["labels"] = dict(EXCLUSIVE)
+    return made
+
+
 def preemptor(name: str = "urgent-0", cpu: str = "6", memory: str = "8Gi") -> dict[str, Any]:
     """A pending high-priority pod that fits nowhere without preemption."""
     return {
@@ -252,19 +340,29 @@ def preemptor(name: str = "urgent-0", cpu: str = "6", memory: str = "8Gi") -> di
 
 
 def cluster(
-    nodes: int = 5000, pods_per_node: int = 30, pdbs: int = 200, seed: int = 7
+    nodes: int = 5000,
+    pods_per_node: int = 30,
+    pdbs: int = 200,
+    seed: int = 7,
+    constrained: float = 0.0,
 ) -> dict[str, Any]:
-    """Nodes nearly full (about 1 cpu free each) of mixed-priority pods, plus PDBs."""
+    """Nodes nearly full (about 1 cpu free each) of mixed-priority pods, plus PDBs; with
+    `constrained` > 0, that share of the pods carries anti-affinity or spread rules, and
+    the snapshot holds the Namespace objects their namespaceSelectors read."""
     rng = random.Random(seed)
+    rules = random.Random(seed + 1)
     items: list[dict[str, Any]] = []
+    if constrained:
+        items.extend(_namespace(name) for name in (*NAMESPACES, "online"))
     index = 0
     for i in range(nodes):
         node = _node(i)
         items.append(node)
         for _ in range(pods_per_node):
-            items.append(
-                _pod(rng, node["metadata"]["name"], index, 1000 + rng.randrange(-20, 20), 3800)
-            )
+            made = _pod(rng, node["metadata"]["name"], index, 1000 + rng.randrange(-20, 20), 3800)
+            if constrained and rules.random() < constrained:
+                made["spec"].update(_rule(rules, made["metadata"]["labels"]["app"]))
+            items.append(made)
             index += 1
     items.extend(_pdb(rng, i) for i in range(pdbs))
     items.append(preemptor())

@@ -538,8 +538,10 @@ def select_victims_on_node(
     if constraints is not None:
         judged = constraints
         judged.begin()
+        effects = judged.effects
         for pod in potential:
-            judged.update(pod, node, -1)
+            if pod.uid in effects:
+                judged.update(pod, node, -1)
         status = judged.filter_with_nominated(node, extra.pods)
         if not status.ok:
             judged.restore()
@@ -580,6 +582,8 @@ def _reprieve_pods(
     num_violating = 0
     slots, cpu, memory, ephemeral = free.slots, free.cpu, free.memory, free.ephemeral
     scalars = free.scalars
+    check_every_pod = bool(scalars or wanted_ports)
+    counted = constraints.effects if constraints is not None else {}
     for group, counts_as_violation in groups:
         for pod in group:
             r = pod.requests
@@ -589,7 +593,7 @@ def _reprieve_pods(
                 and r.memory <= memory
                 and r.ephemeral_storage <= ephemeral
                 and (
-                    not (scalars or wanted_ports or constraints)
+                    not (check_every_pod or pod.uid in counted)
                     or _also_fits_beside(pod, scalars, wanted_ports, constraints, node, extra)
                 )
             ):

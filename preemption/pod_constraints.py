@@ -170,7 +170,7 @@ class PodConstraints:
     def _count_existing_anti_affinity(self) -> None:
         """Existing pods whose required anti-affinity selects the preemptor (symmetry)."""
         labels = self.namespace_labels if self.namespace_labels is not None else _EMPTY
-        for terms, pods in self.snapshot.bound.anti_affinity.items():
+        for terms, pods in self.snapshot.bound.anti_affinity_groups_for(self.pod.labels):
             keys = [t.topology_key for t in terms if term_matches(t, self.pod, labels)]
             if not keys:
                 continue
@@ -221,13 +221,17 @@ class PodConstraints:
 
     def _include(self, constraint: SpreadConstraint, node: Node) -> bool:
         """`matchNodeInclusionPolicies`: node affinity honoured by default, taints if asked."""
-        if constraint.honor_node_affinity and not node_affinity(self.pod, node).ok:
+        pod = self.pod
+        if (
+            constraint.honor_node_affinity
+            and (pod.node_selector or pod.required_affinity is not None)
+            and not node_affinity(pod, node).ok
+        ):
             return False
         return not (
             constraint.honor_node_taints
-            and first_untolerated_taint(
-                node.taints, self.pod.tolerations, ("NoSchedule", "NoExecute")
-            )
+            and node.taints
+            and first_untolerated_taint(node.taints, pod.tolerations, ("NoSchedule", "NoExecute"))
             is not None
         )
 

@@ -167,26 +167,64 @@ class BoundPodIndex:
     anti-affinity grouped by their terms: what lets InterPodAffinity and PodTopologySpread
     precompute their state from the pods a selector can match, not from every pod."""
 
-    __slots__ = ("anti_affinity", "by_label", "by_namespace")
+    __slots__ = ("anti_affinity", "anti_by_label", "anti_unindexed", "by_label", "by_namespace")
 
     def __init__(self) -> None:
         self.by_namespace: dict[str, dict[str, Pod]] = {}
         self.by_label: dict[tuple[str, str, str], dict[str, Pod]] = {}
         self.anti_affinity: dict[tuple[AffinityTerm, ...], dict[str, Pod]] = {}
+        # Each anti-affinity group under the first matchLabels pair of each of its terms (a
+        # pod lacking that label cannot match the term), or unindexed when a term has none.
+        self.anti_by_label: dict[tuple[str, str], set[tuple[AffinityTerm, ...]]] = {}
+        self.anti_unindexed: set[tuple[AffinityTerm, ...]] = set()
 
     def add(self, pod: Pod) -> None:
         self.by_namespace.setdefault(pod.namespace, {})[pod.uid] = pod
         for key, value in pod.labels.items():
             self.by_label.setdefault((pod.namespace, key, value), {})[pod.uid] = pod
-        if pod.pod_anti_affinity:
-            self.anti_affinity.setdefault(pod.pod_anti_affinity, {})[pod.uid] = pod
+        terms = pod.pod_anti_affinity
+        if terms:
+            group = self.anti_affinity.get(terms)
+            if group is None:
+                group = self.anti_affinity[terms] = {}
+                for term in terms:
+                    if term.selector is None:
+                        continue
+                    if term.selector.match_labels:
+                        pair = term.selector.match_labels[0]
+                        self.anti_by_label.setdefault(pair, set()).add(terms)
+                    else:
+                        self.anti_unindexed.add(terms)
+            group[pod.uid] = pod
 
     def discard(self, pod: Pod) -> None:
         _discard(self.by_namespace, pod.namespace, pod.uid)
         for key, value in pod.labels.items():
             _discard(self.by_label, (pod.namespace, key, value), pod.uid)
-        if pod.pod_anti_affinity:
-            _discard(self.anti_affinity, pod.pod_anti_affinity, pod.uid)
+        terms = pod.pod_anti_affinity
+        if terms:
+            _discard(self.anti_affinity, terms, pod.uid)
+            if terms not in self.anti_affinity:
+                self.anti_unindexed.discard(terms)
+                for term in terms:
+                    if term.selector is not None and term.selector.match_labels:
+                        pair = term.selector.match_labels[0]
+                        groups = self.anti_by_label.get(pair)
+                        if groups is not None:
+                            groups.discard(terms)
+                            if not groups:
+                                del self.anti_by_label[pair]
+
+    def anti_affinity_groups_for(
+        self, labels: Mapping[str, str]
+    ) -> list[tuple[tuple[AffinityTerm, ...], dict[str, Pod]]]:
+        """The anti-affinity groups that may select a pod with these labels (check each)."""
+        found = set(self.anti_unindexed)
+        for pair in labels.items():
+            groups = self.anti_by_label.get(pair)
+            if groups:
+                found.update(groups)
+        return [(terms, self.anti_affinity[terms]) for terms in found]
 
     def selectable(self, namespace: str, selector: LabelSelector) -> Iterable[Pod]:
         """The bound pods of `namespace` the selector may select (a superset: check each)."""
