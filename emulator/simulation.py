@@ -7,7 +7,9 @@
   node when that fits, as upstream tries the nominated node first; otherwise the first
   fitting node by name) or marked `PodScheduled=False`, reason `Unschedulable`, with
   upstream's FitError message. Fit is the planner's own (`filter_nodes` over a
-  `ClusterSnapshot`), so nominated pods of at least the pod's priority count as placed and
+  `ClusterSnapshot` with the Namespaces, so every filter the planner models judges it:
+  resources, ports, taints, node affinity, pod affinity and anti-affinity, topology
+  spread), so nominated pods of at least the pod's priority count as placed and
   terminating pods occupy their node until the kubelet finishes them: exactly what makes a
   preemption wait for its victims' grace period. It never preempts; the controller does.
 - `SimulatedKubelet`: finishes terminating pods when their grace period ends (capped by
@@ -31,7 +33,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -39,10 +40,15 @@ from typing import Any
 from preemptctl.emulator.api import Emulator
 from preemptctl.emulator.binding import bind
 from preemptctl.emulator.patch import STRATEGIC_MERGE_PATCH
-from preemptctl.emulator.resources import NODES, PODS
+from preemptctl.emulator.resources import NAMESPACES, NODES, PODS
 from preemptctl.emulator.status import ApiError
 from preemptctl.emulator.store import Obj, Store, now_rfc3339
-from preemptctl.preemption.default_preemption import filter_nodes
+from preemptctl.preemption.decode import parse_time
+from preemptctl.preemption.default_preemption import (
+    ERR_NO_NODES,
+    filter_nodes,
+    scheduling_fit_error,
+)
 from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.filters import Status
 from preemptctl.preemption.objects import Pod
@@ -54,7 +60,7 @@ DEFAULT_SCHEDULER_NAMES: frozenset[str] = frozenset({"default-scheduler"})
 DEFAULT_INTERVAL = 0.05
 DEFAULT_MAX_GRACE_SECONDS = 2.0
 DEFAULT_START_DELAY = 0.1
-NO_NODES_AVAILABLE = "no nodes available to schedule pods"
+NO_NODES_AVAILABLE = ERR_NO_NODES
 _TERMINAL = ("Succeeded", "Failed")
 
 
@@ -140,9 +146,10 @@ class SimulatedScheduler:
             return changed
 
     def _snapshot(self) -> ClusterSnapshot:
-        """The planner's view of the current objects (PDBs play no part in fit)."""
+        """The planner's view of the current objects (PDBs play no part in fit; Namespaces
+        do, for pod affinity's namespaceSelector)."""
         snapshot = ClusterSnapshot()
-        for kind, resource in (("Node", NODES), ("Pod", PODS)):
+        for kind, resource in (("Namespace", NAMESPACES), ("Node", NODES), ("Pod", PODS)):
             for obj in self._store.objects(resource):
                 try:
                     snapshot.apply(kind, obj)
@@ -241,11 +248,10 @@ def _queue_key(obj: Obj, pod: Pod) -> tuple[int, float, str, str]:
 
 
 def _epoch(text: str | None) -> float:
-    if not text:
-        return 0.0
+    """A creation timestamp as the queue orders it; a missing or unreadable one sorts first."""
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+        return parse_time(text) or 0.0
+    except PlannerInputError:
         return 0.0
 
 
@@ -260,16 +266,9 @@ def choose_node(pod: Pod, statuses: Mapping[str, Status]) -> str | None:
 
 
 def fit_error(num_nodes: int, statuses: Mapping[str, Status]) -> str:
-    """`FitError.Error()` without a PostFilter message (the scheduler does not preempt here):
-    "0/N nodes are available: " and each reason's count, sorted as strings, then "."."""
-    if num_nodes == 0:
-        return NO_NODES_AVAILABLE
-    counts: dict[str, int] = {}
-    for status in statuses.values():
-        for reason in status.reasons:
-            counts[reason] = counts.get(reason, 0) + 1
-    histogram = sorted(f"{count} {reason}" for reason, count in counts.items())
-    return f"0/{num_nodes} nodes are available: {', '.join(histogram)}."
+    """`FitError.Error()` without a PostFilter message (the scheduler does not preempt here),
+    worded by the planner's own `scheduling_fit_error`."""
+    return scheduling_fit_error(num_nodes, statuses)
 
 
 def _condition(obj: Obj, kind: str) -> dict[str, Any] | None:

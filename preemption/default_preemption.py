@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from preemptctl.preemption.decision import (
@@ -49,6 +49,7 @@ ERR_NOT_HELPFUL = "Preemption is not helpful for scheduling"
 ERR_EXPECTED_VICTIM = "expected at least one victim pod on node"
 ERR_LIST_FULL = "a candidate violating PDBs, not kept: that candidate list is full"
 UNREADABLE_POD = "ClusterView"
+ERR_NO_NODES = "no nodes available to schedule pods"
 
 _UNLIMITED = 1 << 62
 _NEVER_STARTED = float("inf")  # upstream's GetPodStartTime falls back to "now": the newest
@@ -153,7 +154,7 @@ def preempt(
         )
     if not nodes:
         # schedulePod's ErrNoNodesAvailable: the cycle fails before any filter or PostFilter.
-        return decide(Verdict.UNSCHEDULABLE, "no nodes available to schedule pods")
+        return decide(Verdict.UNSCHEDULABLE, ERR_NO_NODES)
 
     # 0) The scheduling cycle that failed: PreFilter state, then every node's filter status.
     constraints = PodConstraints.prefilter(snapshot, preemptor)
@@ -860,3 +861,15 @@ def fit_error_message(
 def _histogram(num_nodes: int, counts: Counter[str]) -> str:
     reasons = sorted(f"{count} {reason}" for reason, count in counts.items())
     return f"0/{num_nodes} nodes are available: " + ", ".join(reasons) + "."
+
+
+def scheduling_fit_error(num_nodes: int, statuses: Mapping[str, Status]) -> str:
+    """The scheduling cycle's own `FitError.Error()`, before any PostFilter: what the
+    scheduler writes into PodScheduled when no node fits and it does not preempt."""
+    if num_nodes == 0:
+        return ERR_NO_NODES
+    counts: Counter[str] = Counter()
+    for status in statuses.values():
+        for reason in status.reasons:
+            counts[reason] += 1
+    return _histogram(num_nodes, counts)

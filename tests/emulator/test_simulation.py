@@ -10,6 +10,9 @@ Scenarios, the scheduler (one pass at a time, no server needed):
 - a terminating pod occupies its node until it is gone;
 - a higher-priority pod is bound first when only one of two fits;
 - pods of other schedulers are left alone;
+- the planner's filters judge fit: required anti-affinity keeps a pod off a node with a
+  pod it rejects (by the namespaceSelector of a Namespace object too), a DoNotSchedule
+  spread constraint sends it to the less loaded zone, and the FitError names them;
 - a fault injected for the controller is not consumed by the scheduler.
 The kubelet:
 - a terminating pod is finished after its grace period, capped at max_grace_seconds;
@@ -70,6 +73,79 @@ def _scheduled(pod_obj: dict[str, Any]) -> dict[str, Any] | None:
 
 
 # -- the scheduler ------------------------------------------------------------------------------
+
+
+def _labelled_node(name: str, zone: str, cpu: str = "4") -> dict[str, Any]:
+    built = node(name, cpu=cpu)
+    built["metadata"]["labels"] = {"kubernetes.io/hostname": name, "zone": zone}
+    return built
+
+
+def _anti_affinity(match: dict[str, str], namespace_selector: Any = None) -> dict[str, Any]:
+    term: dict[str, Any] = {
+        "labelSelector": {"matchLabels": match},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    if namespace_selector is not None:
+        term["namespaceSelector"] = namespace_selector
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def test_required_anti_affinity_keeps_a_pod_off_the_node_of_the_pod_it_rejects() -> None:
+    web = _pod("web-2", labels={"app": "web"})
+    web["spec"]["affinity"] = _anti_affinity({"app": "web"})
+    emulator, scheduler = _scheduler(
+        _labelled_node("n1", "a"),
+        _labelled_node("n2", "a"),
+        _pod("web-1", node_name="n1", labels={"app": "web"}),
+        web,
+    )
+    scheduler.schedule_pass()
+    assert _stored(emulator, "default/web-2")["spec"]["nodeName"] == "n2"
+
+
+def test_anti_affinity_by_namespace_selector_reads_the_namespace_objects() -> None:
+    guard = _pod("guard")
+    guard["spec"]["affinity"] = _anti_affinity({"app": "db"}, {"matchLabels": {"tier": "data"}})
+    emulator, scheduler = _scheduler(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}},
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": "data", "labels": {"tier": "data"}},
+        },
+        _labelled_node("n1", "a"),
+        _pod("db", namespace="data", node_name="n1", labels={"app": "db"}),
+        guard,
+    )
+    scheduler.schedule_pass()
+    guard_now = _stored(emulator, "default/guard")
+    assert "nodeName" not in guard_now["spec"]
+    condition = _scheduled(guard_now)
+    assert condition is not None
+    assert condition["message"] == (
+        "0/1 nodes are available: 1 node(s) didn't match pod anti-affinity rules."
+    )
+
+
+def test_a_spread_constraint_sends_the_pod_to_the_less_loaded_zone() -> None:
+    spreading = _pod("web-3", labels={"app": "web"})
+    spreading["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}},
+        }
+    ]
+    emulator, scheduler = _scheduler(
+        _labelled_node("a1", "a"),
+        _labelled_node("b1", "b"),
+        _pod("web-1", node_name="a1", labels={"app": "web"}),
+        spreading,
+    )
+    scheduler.schedule_pass()
+    assert _stored(emulator, "default/web-3")["spec"]["nodeName"] == "b1"
 
 
 def test_pod_that_fits_is_bound_to_the_first_fitting_node() -> None:
