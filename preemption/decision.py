@@ -70,6 +70,7 @@ class NodeVerdict:
     reasons: tuple[str, ...] = ()
     victims: tuple[str, ...] = ()
     num_pdb_violations: int = 0
+    filter: str = ""  # the filter (plugin) that rejected the node
 
     def to_json(self) -> dict[str, Any]:
         shown: dict[str, Any] = {
@@ -81,6 +82,8 @@ class NodeVerdict:
             shown["numPDBViolations"] = self.num_pdb_violations
         else:
             shown["reasons"] = list(self.reasons)
+            if self.filter:
+                shown["filter"] = self.filter
         return shown
 
 
@@ -103,6 +106,8 @@ class Rationale:
     nodes_total: int = 0
     filtered: dict[str, int] = field(default_factory=dict)
     unresolvable: dict[str, list[str]] = field(default_factory=dict)
+    # Which filter (plugin) gave each reason of `filtered` and `unresolvable`.
+    filters: dict[str, str] = field(default_factory=dict)
     fits: list[str] = field(default_factory=list)
     potential_nodes: int = 0
     offset: int = 0
@@ -120,6 +125,7 @@ class Rationale:
             "nodesTotal": self.nodes_total,
             "filtered": self.filtered,
             "unresolvable": self.unresolvable,
+            "filters": self.filters,
         }
         if self.fits:
             shown["fits"] = self.fits

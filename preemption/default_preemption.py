@@ -49,6 +49,7 @@ ERR_NOT_HELPFUL = "Preemption is not helpful for scheduling"
 ERR_EXPECTED_VICTIM = "expected at least one victim pod on node"
 ERR_LIST_FULL = "a candidate violating PDBs, not kept: that candidate list is full"
 UNREADABLE_POD = "ClusterView"
+DEFAULT_PREEMPTION = "DefaultPreemption"
 ERR_NO_NODES = "no nodes available to schedule pods"
 
 _UNLIMITED = 1 << 62
@@ -350,6 +351,10 @@ def _summarise_filters(rationale: Rationale, statuses: dict[str, Status]) -> Non
     for status, count in Counter(statuses.values()).items():
         for reason in status.reasons:
             filtered[reason] += count
+    for status in set(statuses.values()):
+        for reason in status.reasons:
+            if status.plugin:
+                rationale.filters.setdefault(reason, status.plugin)
     for name, status in statuses.items():
         if status.code is Code.SUCCESS:
             rationale.fits.append(name)
@@ -462,12 +467,18 @@ def dry_run_preemption(
             status = status_of(
                 Code.UNSCHEDULABLE,
                 (f"needs {len(victims)} victims, more than the cap of {max_victims}",),
+                DEFAULT_PREEMPTION,
             )
         if status.ok and victims:
             kept = violating if num_violations else non_violating
             if len(kept) >= wanted:
                 rationale.evaluated.append(
-                    NodeVerdict(info.name, False, reasons=(f"{ERR_LIST_FULL} ({wanted})",))
+                    NodeVerdict(
+                        info.name,
+                        False,
+                        reasons=(f"{ERR_LIST_FULL} ({wanted})",),
+                        filter=DEFAULT_PREEMPTION,
+                    )
                 )
                 continue
             kept.append(Candidate(info.name, victims, num_violations))
@@ -484,9 +495,13 @@ def dry_run_preemption(
                 break
             continue
         if status.ok:
-            status = status_of(Code.UNSCHEDULABLE, (f"{ERR_EXPECTED_VICTIM} {info.name}",))
+            status = status_of(
+                Code.UNSCHEDULABLE, (f"{ERR_EXPECTED_VICTIM} {info.name}",), DEFAULT_PREEMPTION
+            )
         rejected[info.name] = status
-        rationale.evaluated.append(NodeVerdict(info.name, False, reasons=status.reasons))
+        rationale.evaluated.append(
+            NodeVerdict(info.name, False, reasons=status.reasons, filter=status.plugin)
+        )
     return non_violating + violating, rejected
 
 
@@ -517,7 +532,7 @@ def select_victims_on_node(
     if protected:
         potential = [pod for pod in potential if is_preemption_allowed(pod, preemptor, args)]
     if not potential:
-        return [], 0, status_of(Code.UNRESOLVABLE, (ERR_NO_VICTIMS,))
+        return [], 0, status_of(Code.UNRESOLVABLE, (ERR_NO_VICTIMS,), DEFAULT_PREEMPTION)
 
     extra = nominated_extra(snapshot, preemptor, info.name)
     if protected:
@@ -719,7 +734,7 @@ def _why_not(preemptor: Pod, info: NodeInfo, extra: _Extra, removed: list[Pod]) 
     """The filter status with every potential victim gone (computed only on rejection)."""
     assert info.node is not None
     if preemptor.host_ports and _ports_blocked(preemptor, info, extra, removed):
-        return status_of(Code.UNSCHEDULABLE, (ERR_PORTS,))
+        return status_of(Code.UNSCHEDULABLE, (ERR_PORTS,), "NodePorts")
     removed_uids = {pod.uid for pod in removed}
     remaining = Resources()
     kept = [pod for pod in info.pods.values() if pod.uid not in removed_uids]

@@ -38,13 +38,19 @@ def render_explanation(decision: Decision) -> str:
     ]
     if r.filtered:
         lines.append(f"Filter pass over {r.nodes_total} node(s)")
-        lines += _table(("REASON", "NODES"), [(reason, str(n)) for reason, n in r.filtered.items()])
+        lines += _table(
+            ("FILTER", "REASON", "NODES"),
+            [(r.filters.get(reason, "-"), reason, str(n)) for reason, n in r.filtered.items()],
+        )
         lines.append("")
     if r.unresolvable:
         lines.append("Unresolvable: preemption cannot help on these nodes")
         lines += _table(
-            ("REASON", "NODES"),
-            [(reason, _names(nodes)) for reason, nodes in r.unresolvable.items()],
+            ("FILTER", "REASON", "NODES"),
+            [
+                (r.filters.get(reason, "-"), reason, _names(nodes))
+                for reason, nodes in r.unresolvable.items()
+            ],
         )
         lines.append("")
     if r.fits:
@@ -74,7 +80,10 @@ def render_explanation(decision: Decision) -> str:
                     )
                 )
             else:
-                rows.append((verdict.node, "rejected", "-", "-", "; ".join(verdict.reasons)))
+                why = "; ".join(verdict.reasons)
+                if verdict.filter:
+                    why = f"{verdict.filter}: {why}"
+                rows.append((verdict.node, "rejected", "-", "-", why))
         lines += _table(("NODE", "RESULT", "VICTIMS", "PDB-VIOLATIONS", "DETAIL"), rows)
         lines.append("")
     if r.selection:

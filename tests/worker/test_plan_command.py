@@ -11,7 +11,7 @@ Scenarios:
   (a list or dict for nodeName, a priority beyond 32 bits), two pods with one UID, a huge
   quantity exponent, an unknown pod, a malformed quantity or a negative request
   (naming the object), a `--pod` that is not NAMESPACE/NAME;
-- `--explain` prints the rationale as tables;
+- `--explain` prints the rationale as tables, naming the filter and its reason per node;
 - the installed `preemptctl` on the bundled online/offline scenario preempts the two batch
   pods on node-1 by minSumPriorities and clears the lower-priority nomination there.
 """
@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from preemptctl.worker.cli import main
-from tests.preemption.builders import container, listing, node, pod
+from tests.preemption.builders import container, listing, node, pod, term
 
 SCENARIO = Path(__file__).resolve().parents[2] / "worker" / "scenarios" / "online-offline.json"
 PREEMPTCTL = Path(sys.executable).parent / "preemptctl"
@@ -328,6 +328,31 @@ def test_explain_prints_the_rationale_as_tables(capsys: pytest.CaptureFixture[st
     assert "Chosen by   minSumPriorities" in out
     assert "Lower-priority nominations to clear: default/report-x" in out
     assert not out.lstrip().startswith("{")
+
+
+def test_explain_names_the_filter_and_its_reason_per_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    guarded = pod("guard", node="n2", priority=500, cpu="1", labels={"app": "db"})
+    items = listing(
+        node("n1", cpu="1"),
+        node("n2", cpu="3"),
+        pod("low", node="n1", cpu="1", priority=1),
+        pod("low-2", node="n2", cpu="1", priority=1),
+        guarded,
+        pod(
+            "p",
+            cpu="2",
+            priority=100,
+            pod_anti_affinity=[term(match_labels={"app": "db"})],
+        ),
+    )
+    code, out, err = run_plan(capsys, write(tmp_path, items), "default/p", "--explain")
+    assert (code, err) == (0, "")
+    assert "FILTER            REASON" in out
+    assert "NodeResourcesFit  Insufficient cpu" in out
+    assert "n2    rejected" in out
+    assert "InterPodAffinity: node(s) didn't match pod anti-affinity rules" in out
 
 
 def test_the_installed_command_plans_the_bundled_scenario() -> None:
