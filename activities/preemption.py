@@ -58,6 +58,7 @@ from preemptctl.ledger.claims import decision_lock, open_claims, victims_chosen_
 from preemptctl.ledger.errors import LedgerError, LedgerNotMigratedError, LedgerUnavailableError
 from preemptctl.ledger.events import LedgerEvent, decision_events
 from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.payloads import Ended, Scheduled, Throttled, VictimStep, Write
 from preemptctl.ledger.vocabulary import Fate
 from preemptctl.ledger.writer import append_batch, append_batch_on
 from preemptctl.preemption.budget import WINDOW, seconds_until_budget_allows
@@ -234,7 +235,7 @@ class PreemptionActivities:
                         request.run.run_id,
                         EventKind.PREEMPTION_ABORTED,
                         preemptor,
-                        payload={"reason": reason},
+                        payload=Ended(reason=reason).to_json(),
                         occurred_at=_when(request.run),
                     )
                 ]
@@ -307,7 +308,7 @@ class PreemptionActivities:
                     end,
                     preemptor,
                     node=decision.nominated_node,
-                    payload={"reason": decision.message},
+                    payload=Ended(reason=decision.message).to_json(),
                     occurred_at=at,
                 )
             )
@@ -336,39 +337,30 @@ class PreemptionActivities:
             with kube_errors():
                 outcome = nomination.nominate(self._kube, request.preemptor, node, overwrite=True)
             result = NominationResult(outcome.verdict.value, outcome.message, outcome.previous)
-            payload: dict[str, Any] = {
-                "verdict": result.verdict,
-                "message": result.message,
-                "previous": result.previous,
-            }
+            payload = Write(result.verdict, result.message, result.previous)
         except ApplicationError as error:
             if not error.non_retryable:
                 raise
-            result, payload = NominationResult(error=error.message), {"error": error.message}
+            result, payload = NominationResult(error=error.message), Write(error=error.message)
         batch.append(
-            self._event(run, EventKind.NOMINATED, request.preemptor, node, payload=payload)
+            self._event(run, EventKind.NOMINATED, request.preemptor, node, payload.to_json())
         )
         for pod in request.clear:
             try:
                 with kube_errors():
                     cleared = nomination.clear_nomination(self._kube, pod, node)
-                payload = {
-                    "pod": pod.key,
-                    "uid": pod.uid,
-                    "verdict": cleared.verdict.value,
-                    "message": cleared.message,
-                }
+                payload = Write(cleared.verdict.value, cleared.message, pod=pod.key, uid=pod.uid)
             except ApplicationError as error:
                 if not error.non_retryable:
                     raise
-                payload = {"pod": pod.key, "uid": pod.uid, "error": error.message}
+                payload = Write(error=error.message, pod=pod.key, uid=pod.uid)
             batch.append(
                 self._event(
                     run,
                     EventKind.NOMINATION_CLEARED,
                     request.preemptor,
                     node,
-                    payload,
+                    payload.to_json(),
                     step=pod.uid,
                 )
             )
@@ -418,7 +410,7 @@ class PreemptionActivities:
                         EventKind.PREEMPTION_ABORTED,
                         request.preemptor,
                         request.node,
-                        {"reason": result.stopped},
+                        Ended(reason=result.stopped).to_json(),
                     )
                 ]
             )
@@ -496,13 +488,13 @@ class PreemptionActivities:
         victim = request.victim
         if result.fate is Fate.REPLACED and result.replaced_by_uid is None:
             result.replaced_by_uid = self._replacement_uid(victim)
-        payload: dict[str, Any] = {"message": result.message}
-        if result.fate is Fate.FAILED:
-            payload = {"error": result.message}
-        if result.message == TERMINATING:
-            payload["terminating"] = True
-        if result.replaced_by_uid:
-            payload["replacedByUid"] = result.replaced_by_uid
+        failed = result.fate is Fate.FAILED
+        payload = VictimStep(
+            message=None if failed else result.message,
+            error=result.message if failed else None,
+            terminating=result.message == TERMINATING,
+            replaced_by_uid=result.replaced_by_uid,
+        ).to_json()
         self._append(
             [
                 self._event(
@@ -539,7 +531,7 @@ class PreemptionActivities:
                     EventKind.VICTIM_FAILED,
                     request.preemptor,
                     request.node,
-                    {"error": request.message},
+                    VictimStep(error=request.message).to_json(),
                     victim=request.failed_victim,
                 )
             )
@@ -551,19 +543,18 @@ class PreemptionActivities:
                     EventKind.PREEMPTOR_SCHEDULED,
                     request.preemptor,
                     node=request.scheduled_node,
-                    payload={"secondsSinceDecision": request.seconds_to_schedule},
+                    payload=Scheduled(request.seconds_to_schedule).to_json(),
                     occurred_at=at,
                 )
             )
-        payload: dict[str, Any]
         if request.ending is Ending.FAILED:
-            payload = {"error": request.message}
+            ended = Ended(error=request.message)
         elif request.ending is Ending.ABORTED:
-            payload = {"reason": request.message}
+            ended = Ended(reason=request.message)
         else:
-            payload = {"preemptorScheduled": request.scheduled_node is not None}
-            if request.scheduled_node is None:
-                payload["reason"] = request.message
+            scheduled = request.scheduled_node is not None
+            ended = Ended(None if scheduled else request.message, preemptor_scheduled=scheduled)
+        payload = ended.to_json()
         batch.append(
             self._event(
                 run, KIND_OF_ENDING[request.ending], request.preemptor, request.node, payload
@@ -638,11 +629,9 @@ def _throttled_event(request: SelectInput, selection: Selection) -> LedgerEvent:
         EventKind.THROTTLED,
         request.preemptor,
         node=selection.node,
-        payload={
-            "message": selection.message,
-            "retryAfter": selection.retry_after_seconds,
-            "victims": [v.key for v in selection.victims],
-        },
+        payload=Throttled(
+            selection.message, selection.retry_after_seconds, [v.key for v in selection.victims]
+        ).to_json(),
         occurred_at=_when(request.run),
         step=str(request.throttled),
     )

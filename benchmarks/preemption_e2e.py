@@ -7,8 +7,14 @@ Run by hand (not in CI):
 N preemptors, each needing the two 1-cpu victims of one full 2-cpu node, are started at
 `--rate` per second. Reported: preemptions per second sustained (started ÷ time until the
 last victim's delete reached the API server), p50/p99 latency from starting a preemption to
-its last victim's delete, the worker's resident memory, and where a preemption's time goes
-(mean duration of each activity, from the workflow histories). Target: ≥ 30/s, p99 ≤ 2 s.
+its last victim's delete, the worker's resident memory, the activities per preemption and
+where a preemption's time goes (count and mean duration of each activity, from the workflow
+histories). Targets (issue 14): sustained ≥ 0.9 x offered, p99 ≤ 2 s at 20/s and ≤ 1 s at
+5/s, RSS ≤ 300 MiB, activities ≤ 3 + 2 x victims.
+
+No scheduler binds the preemptors here, so each preemption ends its wait for the bind with
+one `check_preemptor` poll (in a cluster the trigger loop's `preemptor_bound` signal ends it
+instead); the activity count is printed with and without that poll.
 """
 
 from __future__ import annotations
@@ -101,10 +107,14 @@ def rss_mib() -> float:
         return int(statm.read().split()[1]) * resource.getpagesize() / 2**20
 
 
-async def activity_times(env: WorkflowEnvironment, handles: list[Any]) -> dict[str, float]:
-    """Mean seconds from an activity's scheduling to its completion, by activity type."""
+async def activity_times(
+    env: WorkflowEnvironment, handles: list[Any]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Per activity type: mean seconds from scheduling to completion, and mean count per
+    preemption (from a sample of twenty histories)."""
     spent: dict[str, list[float]] = defaultdict(list)
-    for handle in handles[:: max(1, len(handles) // 20)]:
+    sample = handles[:: max(1, len(handles) // 20)]
+    for handle in sample:
         history = await handle.fetch_history()
         scheduled: dict[int, tuple[str, float]] = {}
         for event in history.events:
@@ -116,7 +126,9 @@ async def activity_times(env: WorkflowEnvironment, handles: list[Any]) -> dict[s
                 attributes = event.activity_task_completed_event_attributes
                 name, began = scheduled[attributes.scheduled_event_id]
                 spent[name].append(moment - began)
-    return {name: statistics.mean(times) for name, times in sorted(spent.items())}
+    means = {name: statistics.mean(times) for name, times in sorted(spent.items())}
+    counts = {name: len(times) / len(sample) for name, times in sorted(spent.items())}
+    return means, counts
 
 
 async def run(count: int, rate: float) -> None:
@@ -158,7 +170,7 @@ async def run(count: int, rate: float) -> None:
             results = await asyncio.gather(*(h.result() for h in handles))
             parent.send("deletes")
             deletes: dict[str, float] = parent.recv()
-            times = await activity_times(env, handles)
+            times, counts = await activity_times(env, handles)
         view.stop()
         ledger.dispose()
     finally:
@@ -177,16 +189,24 @@ async def run(count: int, rate: float) -> None:
     print(f"preemptions:            {count} started at {rate:g}/s, 2 victims each")
     print(f"outcomes:               {dict(sorted(_count(r.outcome for r in results).items()))}")
     print(f"victims deleted:        {len(deletes)} (expected {2 * count})")
-    print(f"sustained:              {count / span:.1f} preemptions/s (target ≥ 30)")
+    print(
+        f"sustained:              {count / span:.1f} preemptions/s "
+        f"(target ≥ {0.9 * rate:.1f}, 0.9 x offered)"
+    )
     print(
         f"start → last delete:    p50 {statistics.median(latencies):.2f} s, "
         f"p99 {latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]:.2f} s "
-        f"(target p99 ≤ 2 s)"
+        f"(target p99 ≤ 2 s at 20/s, ≤ 1 s at 5/s)"
     )
     print(f"worker resident memory: {rss_mib():.0f} MiB (this process: worker, view, driver)")
-    print("where the time goes (mean, scheduled → completed):")
+    total = sum(counts.values())
+    print(
+        f"activities/preemption:  {total:.1f}, {total - counts.get('check_preemptor', 0):.1f} "
+        f"without the bind poll (target ≤ 3 + 2 x 2 = 7)"
+    )
+    print("where the time goes (per preemption: count, mean scheduled → completed):")
     for name, seconds in times.items():
-        print(f"  {name:<24} {seconds * 1000:7.1f} ms")
+        print(f"  {name:<24} {counts[name]:4.1f} x {seconds * 1000:7.1f} ms")
 
 
 def _count(values: Any) -> dict[str, int]:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.payloads import VictimChosen
 from preemptctl.ledger.vocabulary import KIND_OF_VERDICT
 from preemptctl.preemption.decision import PodRef, Verdict
 
@@ -146,7 +147,7 @@ def decision_events(
                 preemptor=preemptor,
                 node=node,
                 victim=ref,
-                payload={"rank": index},
+                payload=VictimChosen(index).to_json(),
                 occurred_at=occurred_at,
             )
         )

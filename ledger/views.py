@@ -15,6 +15,7 @@ from typing import Any
 
 from preemptctl.ledger.events import RecordedEvent
 from preemptctl.ledger.kinds import DECISION_KINDS, TERMINAL_KINDS, VICTIM_KINDS, EventKind
+from preemptctl.ledger.payloads import Ended, Retried, Scheduled, VictimStep
 from preemptctl.ledger.vocabulary import END_OF_KIND, FATE_OF_KIND, End, Fate, kinds_ending_in
 from preemptctl.preemption.decision import PodRef
 
@@ -152,7 +153,7 @@ def _fold_victims(
         if fate is Fate.CHOSEN and finished:
             fate = Fate.SPARED
         settled = [e for e in history if FATE_OF_KIND[e.kind].settled]
-        payload = last.payload if last is not None else {}
+        step = VictimStep.from_json(last.payload if last is not None else {})
         views.append(
             VictimView(
                 preemption_id=preemption_id,
@@ -162,17 +163,11 @@ def _fold_victims(
                 fate=fate,
                 chosen_at=decided_at,
                 settled_at=settled[-1].occurred_at if settled else None,
-                error=_text(payload.get("error")),
-                replaced_by_uid=_text(payload.get("replacedByUid"))
-                if fate is Fate.REPLACED
-                else None,
+                error=step.error,
+                replaced_by_uid=step.replaced_by_uid if fate is Fate.REPLACED else None,
             )
         )
     return tuple(views)
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def fold_preemption(events: Iterable[RecordedEvent]) -> PreemptionView:
@@ -206,13 +201,15 @@ def fold_preemption(events: Iterable[RecordedEvent]) -> PreemptionView:
             outcome, finished_at = END_OF_KIND[kind], recorded.occurred_at
         if kind is EventKind.RETRIED:
             outcome, finished_at = None, None
-            new_run = _text(recorded.payload.get("newRunId"))
+            new_run = Retried.from_json(recorded.payload).new_run_id
             if new_run and new_run not in runs:
                 runs.append(new_run)
-        if kind in (EventKind.FAILED, EventKind.VICTIM_FAILED) and "error" in recorded.payload:
-            error = _text(recorded.payload["error"])
+        if kind is EventKind.FAILED:
+            error = Ended.from_json(recorded.payload).error or error
+        if kind is EventKind.VICTIM_FAILED:
+            error = VictimStep.from_json(recorded.payload).error or error
         if kind is EventKind.PREEMPTION_ABORTED:
-            abort_reason = _text(recorded.payload.get("reason"))
+            abort_reason = Ended.from_json(recorded.payload).reason
 
     node = (decision or {}).get("nominatedNode") or nominated
     if node is None:
@@ -220,9 +217,9 @@ def fold_preemption(events: Iterable[RecordedEvent]) -> PreemptionView:
     victims = _fold_victims(ordered, decision, decided_at, node, outcome is not None)
     seconds_to_schedule = None
     if scheduled is not None:
-        given = scheduled.payload.get("secondsSinceDecision")
+        given = Scheduled.from_json(scheduled.payload).seconds_since_decision
         if given is not None:
-            seconds_to_schedule = float(given)
+            seconds_to_schedule = given
         elif decided_at is not None:
             seconds_to_schedule = (scheduled.occurred_at - decided_at).total_seconds()
 

@@ -1,0 +1,203 @@
+"""The payload of each event kind, as one dataclass that writers build and readers parse.
+
+The JSON keys are camelCase, like the planner's decision JSON, and are part of the ledger's
+format: add fields with defaults, never rename one. `from_json` tolerates a missing field (an
+older writer) and ignores an unknown one (a newer writer). The decision kinds carry the
+planner's decision JSON whole (`Decision.to_json()` plus a `context`), which has its own
+contract (DESIGN.md, the planner contract) and stays a dict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from preemptctl.ledger.kinds import EventKind
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Throttled:
+    """`throttled`: the eviction budget held a decision back."""
+
+    message: str
+    retry_after: float
+    victims: list[str] = field(default_factory=list)  # "ns/name" of the victims it would take
+
+    def to_json(self) -> dict[str, Any]:
+        return {"message": self.message, "retryAfter": self.retry_after, "victims": self.victims}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Throttled:
+        return cls(
+            str(data.get("message", "")),
+            float(data.get("retryAfter") or 0.0),
+            [str(v) for v in data.get("victims") or ()],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """`nominated` and `nomination_cleared`: a write to a pod's nomination, as the API server
+    settled it (`verdict`, `message`, the nomination it replaced or kept as `previous`), or
+    the `error` that kept it from being made. `pod` and `uid` name a cleared pod."""
+
+    verdict: str | None = None
+    message: str | None = None
+    previous: str | None = None
+    error: str | None = None
+    pod: str | None = None
+    uid: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {}
+        if self.pod is not None:
+            shown.update(pod=self.pod, uid=self.uid)
+        if self.error is not None:
+            shown["error"] = self.error
+        else:
+            shown.update(verdict=self.verdict, message=self.message, previous=self.previous)
+        return shown
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Write:
+        return cls(
+            _text(data.get("verdict")),
+            _text(data.get("message")),
+            _text(data.get("previous")),
+            _text(data.get("error")),
+            _text(data.get("pod")),
+            _text(data.get("uid")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class VictimChosen:
+    """`victim_chosen`: the victim's place in the decision's order (0 = most important)."""
+
+    rank: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> VictimChosen:
+        return cls(int(data.get("rank") or 0))
+
+
+@dataclass(frozen=True, slots=True)
+class VictimStep:
+    """`victim_marked`, `victim_deleted`, `victim_already_gone`, `victim_replaced`,
+    `victim_failed`: what the API server answered (`message`), or the `error` that failed
+    the step for good; `terminating` when the victim was already on its way out;
+    `replaced_by_uid`, the UID of the pod that now has the victim's name."""
+
+    message: str | None = None
+    error: str | None = None
+    terminating: bool = False
+    replaced_by_uid: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {}
+        if self.error is not None:
+            shown["error"] = self.error
+        else:
+            shown["message"] = self.message
+        if self.terminating:
+            shown["terminating"] = True
+        if self.replaced_by_uid:
+            shown["replacedByUid"] = self.replaced_by_uid
+        return shown
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> VictimStep:
+        return cls(
+            _text(data.get("message")),
+            _text(data.get("error")),
+            bool(data.get("terminating", False)),
+            _text(data.get("replacedByUid")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """`completed`, `dry_run`, `preemption_aborted`, `failed`: why the run ended (`reason`,
+    or the `error` of a failure), and for `completed` after victims, whether the preemptor
+    was then scheduled."""
+
+    reason: str | None = None
+    error: str | None = None
+    preemptor_scheduled: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {}
+        if self.preemptor_scheduled is not None:
+            shown["preemptorScheduled"] = self.preemptor_scheduled
+        if self.reason is not None:
+            shown["reason"] = self.reason
+        if self.error is not None:
+            shown["error"] = self.error
+        return shown
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Ended:
+        scheduled = data.get("preemptorScheduled")
+        return cls(
+            _text(data.get("reason")),
+            _text(data.get("error")),
+            None if scheduled is None else bool(scheduled),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """`preemptor_scheduled`: how long after the decision the preemptor was bound."""
+
+    seconds_since_decision: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"secondsSinceDecision": self.seconds_since_decision}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Scheduled:
+        given = data.get("secondsSinceDecision")
+        return cls(None if given is None else float(given))
+
+
+@dataclass(frozen=True, slots=True)
+class Retried:
+    """`retried`: a new run of the preemption takes over."""
+
+    new_run_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"newRunId": self.new_run_id}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Retried:
+        return cls(_text(data.get("newRunId")))
+
+
+Payload = Throttled | Write | VictimChosen | VictimStep | Ended | Scheduled | Retried
+
+PAYLOAD_OF_KIND: dict[EventKind, type[Payload]] = {
+    EventKind.THROTTLED: Throttled,
+    EventKind.DRY_RUN: Ended,
+    EventKind.NOMINATED: Write,
+    EventKind.NOMINATION_CLEARED: Write,
+    EventKind.VICTIM_CHOSEN: VictimChosen,
+    EventKind.VICTIM_MARKED: VictimStep,
+    EventKind.VICTIM_DELETED: VictimStep,
+    EventKind.VICTIM_ALREADY_GONE: VictimStep,
+    EventKind.VICTIM_REPLACED: VictimStep,
+    EventKind.VICTIM_FAILED: VictimStep,
+    EventKind.PREEMPTION_ABORTED: Ended,
+    EventKind.PREEMPTOR_SCHEDULED: Scheduled,
+    EventKind.COMPLETED: Ended,
+    EventKind.FAILED: Ended,
+    EventKind.RETRIED: Retried,
+}
+"""The payload type of every kind but the decision kinds (`kinds.DECISION_KINDS`)."""

@@ -1,0 +1,246 @@
+"""The activities one by one, outside any workflow (Temporal's `ActivityEnvironment`), against
+the API emulator and a SQLite ledger: each records in the ledger what it did.
+
+Scenarios:
+- select writes the decision ahead with one `victim_chosen` per victim, and its context
+  names the claims it respected;
+- a second preemptor's decision never takes a victim an open claim holds;
+- select for a preemptor that fits records the decision and its end (completed) at once;
+- select for a preemptor that is gone records the abort;
+- a dry run records the decision and its end (dry_run);
+- mark records `victim_marked`; mark of a replaced victim records the replacement's UID;
+- delete records `victim_deleted` and the `Preempted` event on the victim;
+- delete for a preemptor bound to another node leaves the victim alone and aborts the run;
+- a delete retried after its first attempt got an answer records that answer, without
+  asking the API server again;
+- a delete refused for good (RBAC) records the victim as failed and is not retried.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, select
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from preemptctl import migrations
+from preemptctl.activities.contracts import (
+    RunRef,
+    SelectInput,
+    Selection,
+    VictimInput,
+    VictimResult,
+)
+from preemptctl.activities.preemption import PreemptionActivities
+from preemptctl.emulator import Emulator
+from preemptctl.emulator.resources import PODS
+from preemptctl.kube.client import connect
+from preemptctl.kube.view import ClusterView
+from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.ledger.models import events as events_table
+from preemptctl.ledger.vocabulary import Fate
+from preemptctl.preemption.decision import PodRef, Verdict
+from tests.support.emulator import as_list, node, pod, running_emulator
+from tests.workflows.scenarios import one_full_node, spare_room
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Iterator[Engine]:
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    migrations.upgrade(url)
+    engine = create_ledger_engine(url)
+    yield engine
+    engine.dispose()
+
+
+@dataclasses.dataclass
+class Cluster:
+    emulator: Emulator
+    activities: PreemptionActivities
+    ledger: Engine
+    view: ClusterView
+
+    def ref(self, key: str) -> PodRef:
+        obj = self.emulator.pod(key)
+        assert obj is not None
+        meta = obj["metadata"]
+        return PodRef(meta["namespace"], meta["name"], meta["uid"], int(obj["spec"]["priority"]))
+
+    def kinds(self, preemption_id: str = "p-1") -> list[str]:
+        with self.ledger.connect() as connection:
+            rows = connection.execute(
+                select(events_table.c.kind, events_table.c.victim_name)
+                .where(events_table.c.preemption_id == preemption_id)
+                .order_by(events_table.c.id)
+            ).all()
+        return [f"{kind}:{victim}" if victim else kind for kind, victim in rows]
+
+    def payloads(self, kind: str) -> list[dict[str, object]]:
+        with self.ledger.connect() as connection:
+            rows = connection.execute(
+                select(events_table.c.payload).where(events_table.c.kind == kind)
+            ).all()
+        return [row.payload for row in rows]
+
+    def select(self, key: str, run: RunRef | None = None, dry_run: bool = False) -> Selection:
+        request = SelectInput(run or RUN, self.ref(key), dry_run=dry_run)
+        result: Selection = ActivityEnvironment().run(self.activities.select_preemption, request)
+        return result
+
+    def view_node_of(self, ref: PodRef) -> str:
+        with self.view.read() as snapshot:
+            found = snapshot.pods.get(ref.uid)
+            return found.node_name if found is not None else ""
+
+    def victim_step(self, victim: str, node_name: str = "node-1") -> VictimInput:
+        return VictimInput(RUN, self.ref(victim), self.ref("default/urgent"), node_name)
+
+
+RUN = RunRef("p-1", "run-1", datetime(2026, 11, 24, 12, 0, tzinfo=UTC).isoformat())
+
+
+@pytest.fixture
+def cluster(ledger: Engine) -> Iterator[Cluster]:
+    with running_emulator() as emulator, started(emulator, ledger, one_full_node()) as running:
+        yield running
+
+
+@contextmanager
+def started(emulator: Emulator, ledger: Engine, scenario: dict[str, object]) -> Iterator[Cluster]:
+    emulator.load(scenario)
+    kube = connect(emulator.kubeconfig_path)
+    view = ClusterView(kube)
+    view.start()
+    try:
+        assert view.wait_ready(10)
+        activities = PreemptionActivities(kube, view, ledger, identity="test")
+        yield Cluster(emulator, activities, ledger, view)
+    finally:
+        view.stop()
+
+
+def until_the_view_shows(cluster: Cluster, condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "the view never showed it"
+        time.sleep(0.01)
+
+
+def test_select_writes_the_decision_ahead(cluster: Cluster) -> None:
+    selection = cluster.select("default/urgent")
+    assert selection.verdict is Verdict.PREEMPT
+    assert [v.name for v in selection.victims] == ["victim-0", "victim-1"]
+    assert cluster.kinds() == [
+        "decision_made",
+        "victim_chosen:victim-0",
+        "victim_chosen:victim-1",
+    ]
+    [decision] = cluster.payloads("decision_made")
+    assert decision["context"] == {"worker": "test", "sequence": 1, "claims": []}
+
+
+def test_a_later_decision_respects_an_open_claim(ledger: Engine) -> None:
+    scenario = as_list(
+        node("node-1", cpu="2"),
+        pod("victim-0", node_name="node-1", priority=100, cpu="1"),
+        pod("victim-1", node_name="node-1", priority=100, cpu="1"),
+        pod("urgent", priority=1000, cpu="1"),
+        pod("second", priority=1000, cpu="1"),
+    )
+    with running_emulator() as emulator, started(emulator, ledger, scenario) as cluster:
+        first = cluster.select("default/urgent")
+        second = cluster.select("default/second", RunRef("p-2", "run-1", RUN.occurred_at))
+    assert not {v.uid for v in first.victims} & {v.uid for v in second.victims}
+    assert cluster.payloads("decision_made")[1]["context"]["claims"] == ["default/urgent"]
+
+
+def test_a_preemptor_that_fits_is_recorded_as_completed_at_once(ledger: Engine) -> None:
+    with running_emulator() as emulator, started(emulator, ledger, spare_room()) as cluster:
+        selection = cluster.select("default/urgent")
+    assert selection.verdict is Verdict.FITS_WITHOUT_PREEMPTION
+    assert cluster.kinds() == ["decision_made", "completed"]
+
+
+def test_a_preemptor_that_is_gone_is_recorded_as_aborted(cluster: Cluster) -> None:
+    request = SelectInput(RUN, cluster.ref("default/urgent"))
+    cluster.emulator.store.delete(PODS, "default", "urgent", grace_period=0)
+    selection = ActivityEnvironment().run(cluster.activities.select_preemption, request)
+    assert (selection.verdict, selection.message) == (None, "the preemptor is gone")
+    assert cluster.kinds() == ["preemption_aborted"]
+
+
+def test_a_dry_run_records_the_decision_and_its_end(cluster: Cluster) -> None:
+    cluster.select("default/urgent", dry_run=True)
+    assert cluster.kinds()[0] == "decision_made"
+    assert cluster.kinds()[-1] == "dry_run"
+
+
+def test_mark_records_the_marked_victim(cluster: Cluster) -> None:
+    result = ActivityEnvironment().run(
+        cluster.activities.mark_victim, cluster.victim_step("default/victim-0")
+    )
+    assert result.fate is Fate.MARKED
+    assert cluster.kinds() == ["victim_marked:victim-0"]
+
+
+def test_mark_of_a_replaced_victim_records_the_replacements_uid(cluster: Cluster) -> None:
+    step = cluster.victim_step("default/victim-0")
+    cluster.emulator.store.delete(PODS, "default", "victim-0", grace_period=0)
+    cluster.emulator.store.create(
+        PODS, "default", pod("victim-0", node_name="node-1", priority=100, cpu="1")
+    )
+    new_uid = cluster.ref("default/victim-0").uid
+    result = ActivityEnvironment().run(cluster.activities.mark_victim, step)
+    assert (result.fate, result.replaced_by_uid) == (Fate.REPLACED, new_uid)
+    assert cluster.payloads("victim_replaced")[0]["replacedByUid"] == new_uid
+
+
+def test_delete_records_the_deletion_and_the_preempted_event(cluster: Cluster) -> None:
+    result = ActivityEnvironment().run(
+        cluster.activities.delete_victim, cluster.victim_step("default/victim-0")
+    )
+    assert result.fate is Fate.DELETED
+    assert cluster.kinds() == ["victim_deleted:victim-0"]
+    assert len(cluster.emulator.requests.matching("create", "events")) == 1
+
+
+def test_delete_for_a_preemptor_bound_elsewhere_leaves_the_victim_alone(cluster: Cluster) -> None:
+    step = cluster.victim_step("default/victim-0", node_name="node-9")
+    cluster.emulator.store.patch(
+        PODS, "default", "urgent", "application/merge-patch+json", {"spec": {"nodeName": "node-1"}}
+    )
+    until_the_view_shows(cluster, lambda: cluster.view_node_of(step.preemptor) == "node-1")
+    result = ActivityEnvironment().run(cluster.activities.delete_victim, step)
+    assert result.stopped == "the preemptor was bound to node-1, not node-9"
+    assert cluster.emulator.requests.matching("delete", "pods") == []
+    assert cluster.kinds() == ["preemption_aborted"]
+
+
+def test_a_retried_delete_records_the_first_attempts_answer(cluster: Cluster) -> None:
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(
+        env.info, attempt=2, heartbeat_details=["deleted", "victim deleted", ""]
+    )
+    result: VictimResult = env.run(
+        cluster.activities.delete_victim, cluster.victim_step("default/victim-0")
+    )
+    assert result.fate is Fate.DELETED
+    assert cluster.emulator.requests.matching("delete", "pods") == []
+    assert cluster.kinds() == ["victim_deleted:victim-0"]
+
+
+def test_a_delete_refused_for_good_records_the_victim_as_failed(cluster: Cluster) -> None:
+    cluster.emulator.faults.fail("delete", "pods", 403, name="victim-0")
+    with pytest.raises(ApplicationError) as refused:
+        ActivityEnvironment().run(
+            cluster.activities.delete_victim, cluster.victim_step("default/victim-0")
+        )
+    assert refused.value.non_retryable
+    assert cluster.kinds() == ["victim_failed:victim-0"]

@@ -1,0 +1,70 @@
+"""Typed payloads: one dataclass per event kind, written and read by the same code.
+
+Scenarios:
+- every kind but the decision kinds has exactly one payload type;
+- each payload reads back what it wrote;
+- a payload missing fields (an older writer) reads with the defaults, and unknown fields (a
+  newer writer) are ignored;
+- the JSON keys are the ledger's camelCase ones.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from preemptctl.ledger.kinds import DECISION_KINDS, EventKind
+from preemptctl.ledger.payloads import (
+    PAYLOAD_OF_KIND,
+    Ended,
+    Payload,
+    Retried,
+    Scheduled,
+    Throttled,
+    VictimChosen,
+    VictimStep,
+    Write,
+)
+
+
+def test_every_kind_but_the_decisions_has_one_payload_type() -> None:
+    assert set(PAYLOAD_OF_KIND) == set(EventKind) - DECISION_KINDS
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        Throttled("held back", 12.5, ["default/batch-7"]),
+        Write("Done", "nominated", previous="node-2"),
+        Write(error="forbidden", pod="default/low", uid="u-1"),
+        VictimChosen(2),
+        VictimStep(message="victim deleted"),
+        VictimStep(message="gone", terminating=True),
+        VictimStep(message="replaced", replaced_by_uid="u-new"),
+        VictimStep(error="forbidden"),
+        Ended(reason="the preemptor is gone"),
+        Ended(error="victim default/b could not be preempted"),
+        Ended(preemptor_scheduled=True),
+        Scheduled(1.25),
+        Retried("run-2"),
+    ],
+    ids=repr,
+)
+def test_a_payload_reads_back_what_it_wrote(payload: Payload) -> None:
+    assert type(payload).from_json(payload.to_json()) == payload
+
+
+def test_an_older_or_newer_writers_payload_still_reads() -> None:
+    assert VictimStep.from_json({}) == VictimStep()
+    assert Ended.from_json({"reason": "r", "addedLater": 1}) == Ended(reason="r")
+
+
+def test_the_keys_are_the_ledgers_camel_case() -> None:
+    assert VictimStep(message="m", replaced_by_uid="u").to_json() == {
+        "message": "m",
+        "replacedByUid": "u",
+    }
+    assert Scheduled(2.0).to_json() == {"secondsSinceDecision": 2.0}
+    assert Ended("not bound", preemptor_scheduled=False).to_json() == {
+        "preemptorScheduled": False,
+        "reason": "not bound",
+    }
