@@ -54,8 +54,9 @@ class Sample:
     api_seconds: float | None
 
 
-def sender_pid(port: int) -> int | None:
-    """The process owning the local TCP socket bound to 127.0.0.1:`port` (from /proc)."""
+def sender_pid(port: int, server_port: int) -> int | None:
+    """The process owning the TCP socket from local `port` to `server_port` (from /proc; a
+    port number alone is not enough, Linux reuses one for other destinations)."""
     inode = None
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -64,7 +65,9 @@ def sender_pid(port: int) -> int | None:
             continue
         for line in lines:
             fields = line.split()
-            if int(fields[1].rsplit(":", 1)[1], 16) == port:
+            local = int(fields[1].rsplit(":", 1)[1], 16)
+            remote = int(fields[2].rsplit(":", 1)[1], 16)
+            if local == port and remote == server_port and fields[9] != "0":
                 inode = fields[9]
                 break
         if inode:
@@ -173,7 +176,8 @@ def one_round(
 
     def kill_sender(_request: Request) -> None:
         port = client_port_of_current_request()
-        pid = sender_pid(port) if port is not None else None
+        server_port = int(rig.cluster.base_url.rsplit(":", 1)[1])
+        pid = sender_pid(port, server_port) if port is not None else None
         for worker in rig.workers:
             if worker.pid == pid:
                 worker.kill()

@@ -84,9 +84,7 @@ def audit(
                     break
                 killed.clear()
                 for worker in rig.workers:
-                    worker.start()
-                for worker in rig.workers:
-                    worker.wait_ready()
+                    rig.ensure_running(worker)
             rig.settle(timeout=90.0 * scale())
         finally:
             stop.set()

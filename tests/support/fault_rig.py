@@ -246,7 +246,6 @@ class Rig:
     workers: list[WorkerProcess]
     rng: random.Random
     seed: int
-    began: float = field(default_factory=time.time)
 
     def preemptor_keys(self) -> list[str]:
         return [
@@ -287,9 +286,21 @@ class Rig:
         return str(created["metadata"]["uid"])
 
     def restart_worker(self, worker: WorkerProcess) -> None:
+        """SIGKILL the worker and start it again."""
         worker.kill()
-        worker.start()
-        worker.wait_ready()
+        self.ensure_running(worker)
+
+    def ensure_running(self, worker: WorkerProcess, attempts: int = 3) -> None:
+        """Start the worker if it is not running, until it is ready (another fault may kill
+        it again while it starts)."""
+        for attempt in range(attempts):
+            worker.start()
+            try:
+                worker.wait_ready()
+                return
+            except AssertionError:
+                if attempt == attempts - 1:
+                    raise
 
     def ledger_count(self, kind: str) -> int:
         """How many events of `kind` the ledger holds (read directly, not through the proxy)."""
