@@ -15,17 +15,22 @@ from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.objects import (
     PREEMPT_LOWER_PRIORITY,
     AffinityTerm,
+    CSINode,
     HostPort,
     LabelSelector,
     Namespace,
     Node,
     NodeSelectorTerm,
+    PersistentVolume,
+    PersistentVolumeClaim,
     Pod,
     PodDisruptionBudget,
     Requirement,
     SpreadConstraint,
+    StorageClass,
     Taint,
     Toleration,
+    VolumeAttachment,
 )
 from preemptctl.preemption.quantity import parse_quantity, to_value
 from preemptctl.preemption.resources import pod_requests, qos_class, resource_amounts, to_resources
@@ -154,6 +159,7 @@ def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping
     affinity = _mapping(spec.get("affinity"), "spec.affinity")
     pod_affinity, pod_anti_affinity, term_problem = _pod_affinity_terms(affinity, namespace, labels)
     spread, spread_problem = _spread_constraints(spec, labels)
+    claims, inline_csi, volume_problem = _volumes(spec, name)
     return Pod(
         namespace=namespace,
         name=name,
@@ -185,30 +191,56 @@ def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping
         pod_affinity=pod_affinity,
         pod_anti_affinity=pod_anti_affinity,
         spread_constraints=spread,
-        unsupported=term_problem or spread_problem or _unmodeled_needs(spec),
+        unsupported=term_problem or spread_problem or volume_problem or _unmodeled_needs(spec),
         scheduler_message=scheduler_message,
+        claims=claims,
+        inline_csi=inline_csi,
     )
 
 
-# Volume sources no scheduler filter looks at; any other (claims, CSI, cloud disks...) is
-# judged by a volume filter the planner does not model, so a preemptor using one is refused.
+# Volume sources no scheduler filter looks at. Claims, generic ephemeral volumes and inline
+# CSI volumes are modeled (see `volumes`); any other source (in-tree cloud disks, RBD,
+# iSCSI...) is judged by a filter the planner does not model, so a preemptor using one is
+# refused.
 _FILTER_FREE_VOLUMES = frozenset(
     {"emptyDir", "configMap", "secret", "projected", "downwardAPI", "hostPath", "image", "nfs"}
 )
+_MODELED_VOLUMES = frozenset({"persistentVolumeClaim", "ephemeral", "csi"})
+
+
+def _volumes(
+    spec: Mapping[str, Any], pod_name: str
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...], str]:
+    """The claims a pod mounts, its inline CSI volumes, and any volume source not modeled."""
+    claims: list[str] = []
+    inline: list[tuple[str, str]] = []
+    for raw in spec.get("volumes") or ():
+        volume = _mapping(raw, "a volume")
+        name = _string(volume.get("name"), "volume name")
+        sources = sorted(k for k in volume if k != "name")
+        for source in sources:
+            if source == "persistentVolumeClaim":
+                claim = _mapping(volume[source], "persistentVolumeClaim")
+                claims.append(_string(claim.get("claimName"), "claimName"))
+            elif source == "ephemeral":
+                claims.append(f"{pod_name}-{name}")
+            elif source == "csi":
+                csi = _mapping(volume[source], "csi")
+                inline.append((_string(csi.get("driver"), "csi.driver"), f"{pod_name}/{name}"))
+            elif source not in _FILTER_FREE_VOLUMES:
+                return (
+                    (),
+                    (),
+                    f"volume {name!r} of type {source} (judged by VolumeRestrictions or "
+                    "NodeVolumeLimits for in-tree volume plugins)",
+                )
+    return tuple(claims), tuple(inline), ""
 
 
 def _unmodeled_needs(spec: Mapping[str, Any]) -> str:
     """What of this pod's spec a filter the planner does not model would judge ("" if none)."""
     if spec.get("resourceClaims"):
         return "DRA resource claims (spec.resourceClaims)"
-    for volume in spec.get("volumes") or ():
-        source = sorted(k for k in _mapping(volume, "a volume") if k != "name")
-        judged = [k for k in source if k not in _FILTER_FREE_VOLUMES]
-        if judged:
-            return (
-                f"volume {volume.get('name')!r} of type {judged[0]} (the volume filters "
-                "VolumeRestrictions, VolumeZone, NodeVolumeLimits, VolumeBinding)"
-            )
     return ""
 
 
@@ -303,6 +335,114 @@ def _spread_constraints(
             )
         )
     return _intern(tuple(constraints)), ""
+
+
+def decode_claim(obj: Mapping[str, Any]) -> PersistentVolumeClaim:
+    """A PersistentVolumeClaim: its bound volume, storage class and access modes."""
+    namespace, name, meta = _identity(obj, "PersistentVolumeClaim")
+    try:
+        spec = _mapping(obj.get("spec"), "spec")
+        class_name = spec.get("storageClassName")
+        return PersistentVolumeClaim(
+            namespace=namespace,
+            name=name,
+            volume_name=_string(spec.get("volumeName"), "spec.volumeName"),
+            storage_class_name=None
+            if class_name is None
+            else _string(class_name, "spec.storageClassName"),
+            access_modes=tuple(_string(m, "accessModes") for m in spec.get("accessModes") or ()),
+            terminating=meta.get("deletionTimestamp") is not None,
+        )
+    except PlannerInputError as error:
+        raise PlannerInputError(f"persistentvolumeclaim {namespace}/{name}: {error}") from None
+    except _SHAPE_ERRORS as error:
+        raise PlannerInputError(
+            f"persistentvolumeclaim {namespace}/{name}: {_wrong_shape(error)}"
+        ) from None
+
+
+def decode_volume(obj: Mapping[str, Any]) -> PersistentVolume:
+    """A PersistentVolume: node affinity, zone labels, CSI driver and handle."""
+    _, name, meta = _identity(obj, "PersistentVolume")
+    try:
+        spec = _mapping(obj.get("spec"), "spec")
+        csi = _mapping(spec.get("csi"), "spec.csi")
+        affinity = _mapping(spec.get("nodeAffinity"), "spec.nodeAffinity")
+        terms = None
+        if affinity.get("required") is not None:
+            terms = _required_affinity(
+                {
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": affinity["required"]
+                        }
+                    }
+                }
+            )
+        return PersistentVolume(
+            name=name,
+            labels=_labels(meta.get("labels"), "metadata.labels"),
+            node_affinity=terms,
+            storage_class_name=_string(spec.get("storageClassName"), "spec.storageClassName"),
+            csi_driver=_string(csi.get("driver"), "spec.csi.driver"),
+            csi_handle=_string(csi.get("volumeHandle"), "spec.csi.volumeHandle"),
+            bound=spec.get("claimRef") is not None,
+        )
+    except PlannerInputError as error:
+        raise PlannerInputError(f"persistentvolume {name}: {error}") from None
+    except _SHAPE_ERRORS as error:
+        raise PlannerInputError(f"persistentvolume {name}: {_wrong_shape(error)}") from None
+
+
+def decode_storage_class(obj: Mapping[str, Any]) -> StorageClass:
+    """A StorageClass: when it binds, and whether it restricts topology."""
+    _, name, _meta = _identity(obj, "StorageClass")
+    try:
+        return StorageClass(
+            name=name,
+            wait_for_first_consumer=obj.get("volumeBindingMode") == "WaitForFirstConsumer",
+            restricts_topology=bool(obj.get("allowedTopologies")),
+            provisioner=_string(obj.get("provisioner"), "provisioner"),
+        )
+    except PlannerInputError as error:
+        raise PlannerInputError(f"storageclass {name}: {error}") from None
+
+
+def decode_csinode(obj: Mapping[str, Any]) -> CSINode:
+    """A CSINode: each driver's `allocatable.count` (None when it sets no limit)."""
+    _, name, _meta = _identity(obj, "CSINode")
+    try:
+        spec = _mapping(obj.get("spec"), "spec")
+        limits: dict[str, int | None] = {}
+        for raw in spec.get("drivers") or ():
+            driver = _mapping(raw, "a CSINode driver")
+            count = _mapping(driver.get("allocatable"), "allocatable").get("count")
+            limits[_string(driver.get("name"), "driver name")] = (
+                None if count is None else _int32(count, "allocatable.count")
+            )
+        return CSINode(name, limits)
+    except PlannerInputError as error:
+        raise PlannerInputError(f"csinode {name}: {error}") from None
+    except _SHAPE_ERRORS as error:
+        raise PlannerInputError(f"csinode {name}: {_wrong_shape(error)}") from None
+
+
+def decode_volume_attachment(obj: Mapping[str, Any]) -> VolumeAttachment:
+    """A VolumeAttachment: which PersistentVolume is attached to which node, by which driver."""
+    _, name, _meta = _identity(obj, "VolumeAttachment")
+    try:
+        spec = _mapping(obj.get("spec"), "spec")
+        source = _mapping(spec.get("source"), "spec.source")
+        return VolumeAttachment(
+            name=name,
+            attacher=_string(spec.get("attacher"), "spec.attacher"),
+            node_name=_string(spec.get("nodeName"), "spec.nodeName"),
+            volume_name=_string(source.get("persistentVolumeName"), "persistentVolumeName"),
+        )
+    except PlannerInputError as error:
+        raise PlannerInputError(f"volumeattachment {name}: {error}") from None
+    except _SHAPE_ERRORS as error:
+        raise PlannerInputError(f"volumeattachment {name}: {_wrong_shape(error)}") from None
 
 
 def decode_namespace(obj: Mapping[str, Any]) -> Namespace:
@@ -449,10 +589,24 @@ _LIST_ITEM_KINDS = {
     "NodeList": "Node",
     "PodDisruptionBudgetList": "PodDisruptionBudget",
     "NamespaceList": "Namespace",
+    "PersistentVolumeClaimList": "PersistentVolumeClaim",
+    "PersistentVolumeList": "PersistentVolume",
+    "StorageClassList": "StorageClass",
+    "CSINodeList": "CSINode",
+    "VolumeAttachmentList": "VolumeAttachment",
 }
-# The kinds a snapshot's objects are read as; any other kind is skipped (the snapshot
-# contract's kubectl command lists storage kinds the planner refuses rather than models).
-SNAPSHOT_KINDS = ("Node", "Pod", "PodDisruptionBudget", "Namespace")
+# The kinds a snapshot's objects are read as; any other kind is skipped.
+SNAPSHOT_KINDS = (
+    "Node",
+    "Pod",
+    "PodDisruptionBudget",
+    "Namespace",
+    "PersistentVolumeClaim",
+    "PersistentVolume",
+    "StorageClass",
+    "CSINode",
+    "VolumeAttachment",
+)
 
 
 def iter_list_items(document: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:

@@ -159,6 +159,12 @@ def preempt(
 
     # 0) The scheduling cycle that failed: PreFilter state, then every node's filter status.
     constraints = PodConstraints.prefilter(snapshot, preemptor)
+    if constraints is not None and constraints.unsupported:
+        return decide(
+            Verdict.UNSUPPORTED,
+            f"the planner does not model {constraints.unsupported}; it refuses rather than "
+            "guesses which pods to preempt",
+        )
     statuses = filter_nodes(snapshot, preemptor, constraints)
     _summarise_filters(rationale, statuses)
     if rationale.fits:
@@ -311,6 +317,10 @@ def filter_nodes(
     """
     if isinstance(constraints, _Prefilter):
         constraints = PodConstraints.prefilter(snapshot, preemptor)
+    if constraints is not None and constraints.prefilter_failure is not None:
+        # A PreFilter failure ends the cycle before any Filter: every node has its status.
+        failure = constraints.prefilter_failure
+        return {info.name: failure for info in snapshot.nodes()}
     statuses: dict[str, Status] = {}
     want = preemptor.requests
     plain_pod = not (

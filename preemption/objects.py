@@ -220,6 +220,10 @@ class Pod:
     unsupported: str = ""
     # The scheduler's last PodScheduled=False message ("0/40 nodes are available: ...").
     scheduler_message: str = ""
+    # PersistentVolumeClaims it mounts (names in its namespace; a generic ephemeral volume's
+    # claim is `<pod>-<volume>`), and inline CSI volumes as (driver, volume handle).
+    claims: tuple[str, ...] = ()
+    inline_csi: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
@@ -270,3 +274,63 @@ class Namespace:
 
     name: str
     labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
+
+
+# -- storage ------------------------------------------------------------------------------------
+
+READ_WRITE_ONCE_POD = "ReadWriteOncePod"
+
+
+@dataclass(slots=True, eq=False)
+class PersistentVolumeClaim:
+    """A claim as the volume filters read it: what it is bound to, how it may be accessed."""
+
+    namespace: str
+    name: str
+    volume_name: str = ""
+    storage_class_name: str | None = None
+    access_modes: tuple[str, ...] = ()
+    terminating: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(slots=True, eq=False)
+class PersistentVolume:
+    """A volume: where it may be used (nodeAffinity, zone labels) and its CSI identity."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
+    node_affinity: tuple[NodeSelectorTerm, ...] | None = None
+    storage_class_name: str = ""
+    csi_driver: str = ""
+    csi_handle: str = ""
+    bound: bool = False  # has a claimRef
+
+
+@dataclass(slots=True, eq=False)
+class StorageClass:
+    name: str
+    wait_for_first_consumer: bool = False
+    restricts_topology: bool = False  # allowedTopologies given
+    provisioner: str = ""
+
+
+@dataclass(slots=True, eq=False)
+class CSINode:
+    """A node's CSI drivers and how many volumes each may attach (None: no limit given)."""
+
+    name: str
+    limits: Mapping[str, int | None] = field(default_factory=dict)
+
+
+@dataclass(slots=True, eq=False)
+class VolumeAttachment:
+    """A volume attached (or attaching) to a node: it counts there until it is detached."""
+
+    name: str
+    attacher: str
+    node_name: str
+    volume_name: str

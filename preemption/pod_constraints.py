@@ -1,10 +1,12 @@
-"""PodTopologySpread (DoNotSchedule) and InterPodAffinity, as kube-scheduler's plugins judge them.
+"""The filters that read other pods and objects: the volume filters, PodTopologySpread
+(DoNotSchedule) and InterPodAffinity, as kube-scheduler's plugins judge them.
 
-Both plugins precompute, once per scheduling cycle (`PreFilter`), counts of matching pods per
+These plugins precompute, once per scheduling cycle (`PreFilter`), counts of matching pods per
 topology domain, answer `Filter` for a node from those counts alone, and keep the counts true
 while preemption's dry run removes and reprieves pods (`PreFilterExtensions.RemovePod` and
-`AddPod`). `PodConstraints` is that state for one preemptor; `prefilter` returns None when
-neither plugin has anything to judge, so the common pod keeps the planner's fast path.
+`AddPod`). `PodConstraints` is that state for one preemptor (the volume filters' own part
+is `volumes.VolumeChecks`); `prefilter` returns None when none of them has anything to
+judge, so the common pod keeps the planner's fast path.
 
 The counts are built from `BoundPodIndex` (pods by namespace and label, anti-affinity pods by
 their terms), so PreFilter touches the pods a selector can match, never the whole cluster.
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from preemptctl.preemption.filters import SUCCESS, Code, Status, node_affinity, status_of
 from preemptctl.preemption.objects import AffinityTerm, Node, Pod, SpreadConstraint
 from preemptctl.preemption.selectors import first_untolerated_taint, label_selector_matches
+from preemptctl.preemption.volumes import VolumeChecks
 
 if TYPE_CHECKING:
     from preemptctl.preemption.snapshot import ClusterSnapshot
@@ -63,16 +66,17 @@ def _spread_selects(constraint: SpreadConstraint, pod: Pod) -> bool:
 class _Effect:
     """What one pod contributes to the counts when it is on a node (see `PodConstraints`)."""
 
-    __slots__ = ("affinity", "anti", "existing", "spread")
+    __slots__ = ("affinity", "anti", "existing", "spread", "volumes")
 
     def __init__(self) -> None:
         self.affinity = False  # matches every required affinity term of the preemptor
         self.anti: list[int] = []  # the preemptor's anti-affinity terms it matches
         self.existing: list[str] = []  # topology keys of its own anti terms matching the preemptor
         self.spread: list[int] = []  # the spread constraints selecting it
+        self.volumes = False  # mounts claims or CSI volumes the volume filters count
 
     def empty(self) -> bool:
-        return not (self.affinity or self.anti or self.existing or self.spread)
+        return not (self.affinity or self.anti or self.existing or self.spread or self.volumes)
 
 
 class _Spread:
@@ -125,6 +129,7 @@ class PodConstraints:
             term_matches(t, preemptor, self.namespace_labels) for t in self.affinity_terms
         )
         self.effects: dict[str, _Effect] = {}
+        self.volumes: VolumeChecks | None = None
         # (counts, key, count before, whether a zero count stays as an entry)
         self._undo: list[tuple[dict[Any, int], Any, int, bool]] | None = None
 
@@ -135,8 +140,13 @@ class PodConstraints:
         """Both plugins' `PreFilter`; None when neither has anything to judge for this pod."""
         state = cls(snapshot, preemptor)
         state._count_existing_anti_affinity()
+        if preemptor.claims or preemptor.inline_csi:
+            state.volumes = VolumeChecks(snapshot, preemptor)
+            for pod in snapshot.bound.with_volumes.values():
+                state._effect(pod).volumes = True
         if not (
-            state.affinity_terms
+            state.volumes is not None
+            or state.affinity_terms
             or state.anti_terms
             or state.spreads
             or state.existing_keys
@@ -283,6 +293,7 @@ class PodConstraints:
             effect.spread = [
                 i for i, s in enumerate(self.spreads) if _spread_selects(s.constraint, pod)
             ]
+        effect.volumes = self.volumes is not None and bool(pod.claims or pod.inline_csi)
         self.existing_keys.update(effect.existing)
         self.effects[pod.uid] = effect
         return effect
@@ -299,12 +310,43 @@ class PodConstraints:
             self._bump_pair(self.anti_counts, node, self.anti_terms[index].topology_key, sign)
         for key in effect.existing:
             self._bump_pair(self.existing_counts, node, key, sign)
+        if effect.volumes and self.volumes is not None:
+            self._update_volumes(self.volumes, pod, sign)
         for index in effect.spread:
             spread = self.spreads[index]
             if node.name in spread.eligible:
                 domain = node.labels[spread.constraint.topology_key]
                 self._log(spread.counts, domain, keep_zero=True)
                 spread.counts[domain] += sign
+
+    def _update_volumes(self, volumes: VolumeChecks, pod: Pod, sign: int) -> None:
+        """VolumeRestrictions' AddPod/RemovePod, and the pod's volumes on or off the node."""
+        uses = volumes.rwop_uses(pod)
+        if uses:
+            self._bump_key(volumes.counts, "rwop", sign * uses)
+        if pod.node_name:
+            self._bump_key(volumes.counts, f"absent/{pod.uid}", -sign)
+        else:
+            volumes.pods[pod.uid] = pod
+            self._bump_key(volumes.counts, f"added/{pod.uid}", sign)
+
+    def _bump_key(self, counts: dict[str, int], key: str, by: int) -> None:
+        self._log(counts, key, keep_zero=False)
+        left = counts.get(key, 0) + by
+        if left:
+            counts[key] = left
+        else:
+            counts.pop(key, None)
+
+    @property
+    def prefilter_failure(self) -> Status | None:
+        """A PreFilter failure (a missing claim...): every node fails with it."""
+        return self.volumes.everywhere if self.volumes is not None else None
+
+    @property
+    def unsupported(self) -> str:
+        """What the PreFilter found it cannot judge ("" if nothing)."""
+        return self.volumes.unsupported if self.volumes is not None else ""
 
     def affects(self, pod: Pod) -> bool:
         """Whether adding or removing the pod can change any filter's answer."""
@@ -345,7 +387,11 @@ class PodConstraints:
     # -- Filter -------------------------------------------------------------------------------
 
     def filter(self, node: Node) -> Status:
-        """PodTopologySpread's then InterPodAffinity's `Filter` on one node."""
+        """The volume filters', PodTopologySpread's, then InterPodAffinity's `Filter`."""
+        if self.volumes is not None:
+            status = self.volumes.filter(node)
+            if not status.ok:
+                return status
         status = self.filter_spread(node)
         if status.ok:
             status = self.filter_affinity(node)

@@ -15,35 +15,44 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from preemptctl.preemption.decode import (
+    decode_claim,
+    decode_csinode,
     decode_namespace,
     decode_node,
     decode_pdb,
     decode_pod,
+    decode_storage_class,
+    decode_volume,
+    decode_volume_attachment,
     iter_list_items,
 )
 from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.objects import (
     AffinityTerm,
+    CSINode,
     HostPort,
     LabelSelector,
     Namespace,
     Node,
+    PersistentVolume,
+    PersistentVolumeClaim,
     Pod,
     PodDisruptionBudget,
     Resources,
+    StorageClass,
+    VolumeAttachment,
 )
 from preemptctl.preemption.selectors import label_selector_matches
 
-# Kinds the cluster view may feed and `remove` may name. Those the planner does not model
-# (storage: it refuses preemptors whose volumes a volume filter would judge) are accepted
-# and ignored, so one feed serves every version of the planner.
+# Kinds the cluster view feeds and `remove` names: a Pod by UID, a cluster-scoped object
+# by name, any other namespaced one by `namespace/name`.
 CLUSTER_SCOPED_KINDS = frozenset(
     {"Node", "Namespace", "PersistentVolume", "StorageClass", "CSINode", "VolumeAttachment"}
 )
 NAMESPACED_KINDS = frozenset({"Pod", "PodDisruptionBudget", "PersistentVolumeClaim"})
-IGNORED_KINDS = frozenset(
-    {"PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode", "VolumeAttachment"}
-)
+# Kinds accepted and not kept (none today; a kind the planner stops reading goes here, so
+# an older feed keeps working).
+IGNORED_KINDS: frozenset[str] = frozenset()
 
 _NEVER_STARTED = float("inf")
 
@@ -167,7 +176,15 @@ class BoundPodIndex:
     anti-affinity grouped by their terms: what lets InterPodAffinity and PodTopologySpread
     precompute their state from the pods a selector can match, not from every pod."""
 
-    __slots__ = ("anti_affinity", "anti_by_label", "anti_unindexed", "by_label", "by_namespace")
+    __slots__ = (
+        "anti_affinity",
+        "anti_by_label",
+        "anti_unindexed",
+        "by_label",
+        "by_namespace",
+        "claim_users",
+        "with_volumes",
+    )
 
     def __init__(self) -> None:
         self.by_namespace: dict[str, dict[str, Pod]] = {}
@@ -177,8 +194,16 @@ class BoundPodIndex:
         # pod lacking that label cannot match the term), or unindexed when a term has none.
         self.anti_by_label: dict[tuple[str, str], set[tuple[AffinityTerm, ...]]] = {}
         self.anti_unindexed: set[tuple[AffinityTerm, ...]] = set()
+        # Bound pods by the claims they mount ("namespace/claim"), and those with any
+        # claim or inline CSI volume: what VolumeRestrictions and NodeVolumeLimits count.
+        self.claim_users: dict[str, dict[str, Pod]] = {}
+        self.with_volumes: dict[str, Pod] = {}
 
     def add(self, pod: Pod) -> None:
+        if pod.claims or pod.inline_csi:
+            self.with_volumes[pod.uid] = pod
+            for claim in pod.claims:
+                self.claim_users.setdefault(f"{pod.namespace}/{claim}", {})[pod.uid] = pod
         self.by_namespace.setdefault(pod.namespace, {})[pod.uid] = pod
         for key, value in pod.labels.items():
             self.by_label.setdefault((pod.namespace, key, value), {})[pod.uid] = pod
@@ -198,6 +223,10 @@ class BoundPodIndex:
             group[pod.uid] = pod
 
     def discard(self, pod: Pod) -> None:
+        if pod.claims or pod.inline_csi:
+            self.with_volumes.pop(pod.uid, None)
+            for claim in pod.claims:
+                _discard(self.claim_users, f"{pod.namespace}/{claim}", pod.uid)
         _discard(self.by_namespace, pod.namespace, pod.uid)
         for key, value in pod.labels.items():
             _discard(self.by_label, (pod.namespace, key, value), pod.uid)
@@ -264,6 +293,11 @@ class ClusterSnapshot:
         self.pods: dict[str, Pod] = {}
         self.pdbs: dict[str, PodDisruptionBudget] = {}
         self.namespaces: dict[str, Namespace] = {}
+        self.claims: dict[str, PersistentVolumeClaim] = {}
+        self.volumes: dict[str, PersistentVolume] = {}
+        self.storage_classes: dict[str, StorageClass] = {}
+        self.csinodes: dict[str, CSINode] = {}
+        self.volume_attachments: dict[str, VolumeAttachment] = {}
         self.bound = BoundPodIndex()
         # Pods the feeder could not read, by UID, with the node they were on (if known):
         # that node's capacity is unknown, so it is no candidate until the pod is readable.
@@ -336,6 +370,21 @@ class ClusterSnapshot:
             self.upsert_pdb(decode_pdb(obj))
         elif kind == "Namespace":
             self.upsert_namespace(decode_namespace(obj))
+        elif kind == "PersistentVolumeClaim":
+            claim = decode_claim(obj)
+            self.claims[claim.key] = claim
+        elif kind == "PersistentVolume":
+            volume = decode_volume(obj)
+            self.volumes[volume.name] = volume
+        elif kind == "StorageClass":
+            storage_class = decode_storage_class(obj)
+            self.storage_classes[storage_class.name] = storage_class
+        elif kind == "CSINode":
+            csinode = decode_csinode(obj)
+            self.csinodes[csinode.name] = csinode
+        elif kind == "VolumeAttachment":
+            attachment = decode_volume_attachment(obj)
+            self.volume_attachments[attachment.name] = attachment
         elif kind not in IGNORED_KINDS:
             raise ValueError(f"unsupported kind {kind}")
 
@@ -351,6 +400,8 @@ class ClusterSnapshot:
             self.remove_pdb(key)
         elif kind == "Namespace":
             self.namespaces.pop(key, None)
+        elif kind in _STORES:
+            getattr(self, _STORES[kind]).pop(key, None)
         elif kind not in IGNORED_KINDS:
             raise ValueError(f"unsupported kind {kind}")
 
@@ -543,4 +594,11 @@ class ClusterSnapshot:
         return matches
 
 
-_DECODERS = frozenset({"Node", "Pod", "PodDisruptionBudget", "Namespace"})
+_STORES = {
+    "PersistentVolumeClaim": "claims",
+    "PersistentVolume": "volumes",
+    "StorageClass": "storage_classes",
+    "CSINode": "csinodes",
+    "VolumeAttachment": "volume_attachments",
+}
+_DECODERS = frozenset({"Node", "Pod", "PodDisruptionBudget", "Namespace", *_STORES})

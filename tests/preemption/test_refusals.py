@@ -1,9 +1,10 @@
 """What the planner refuses to judge, and how it reads the scheduler's own diagnosis.
 
 Scenarios:
-- a preemptor with DRA resource claims, a PersistentVolumeClaim, an ephemeral volume or an
-  inline CSI volume is Unsupported, the message naming the feature, with no victim; volumes
-  no filter looks at (emptyDir, configMap, secret, projected...) are judged as usual;
+- a preemptor with DRA resource claims or an in-tree volume plugin's volume (a GCE disk,
+  RBD...) is Unsupported, the message naming the feature, with no victim; volumes no filter
+  looks at (emptyDir, configMap, secret, projected...) are judged as usual (claims and CSI
+  volumes are modeled: see test_volumes);
 - a namespaceSelector in a snapshot without Namespace objects is Unsupported;
 - a pod affinity term with an invalid selector is Unsupported;
 - the scheduler's FitError message is read into reasons (counts and the preemption part
@@ -48,11 +49,10 @@ def unschedulable(made: Json, message: str) -> Json:
             "DRA resource claims",
         ),
         (
-            {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}]},
-            "persistentVolumeClaim",
+            {"volumes": [{"name": "disk", "gcePersistentDisk": {"pdName": "d"}}]},
+            "gcePersistentDisk",
         ),
-        ({"volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {}}}]}, "ephemeral"),
-        ({"volumes": [{"name": "c", "csi": {"driver": "x"}}]}, "csi"),
+        ({"volumes": [{"name": "r", "rbd": {"image": "i", "monitors": []}}]}, "rbd"),
     ],
 )
 def test_a_preemptor_needing_an_unmodeled_filter_is_refused(spec: Json, named: str) -> None:
