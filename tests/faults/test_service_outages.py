@@ -5,8 +5,9 @@ in three waves. Once the first wave has a decision on record, the Temporal dev s
 SIGKILLed; the second wave arrives while it is down, and a few seconds later it is started
 again on its SQLite file (its workflows survive; the workers must reconnect, and the trigger
 loop, which met the outage, must go on). Once it has a
-decision on record, the ledger's Postgres is cut off behind its proxy (listener closed, open
-connections reset) for a few seconds while the third wave arrives, then restored.
+decision on record, every open connection to the ledger's Postgres is reset, and it is cut off
+behind its proxy (listener closed) for a few seconds while the third wave arrives, then
+restored.
 
 After it settles, judged only from the emulator's request log and the ledger:
 - every preemptor is bound, the waves that arrived after each outage included;
@@ -62,6 +63,7 @@ def audit(
         rig.wait_for(
             lambda: rig.ledger_count("decision_made") >= size + 1, 60.0, "a second-wave decision"
         )
+        rig.proxy.drop_connections()  # every pooled connection dies at once, a pgbouncer restart
         rig.proxy.cut()
         wave(rig, 2 * size, size)
         time.sleep(OUTAGE_SECONDS)  # the outage's length, not an assertion about time

@@ -3,7 +3,8 @@
 Scenario: full nodes of batch pods, as many preemptors pending, two `preemptctl worker`
 processes. Both workers are SIGKILLed the moment the API server has carried out a victim's
 DELETE, before the answer leaves (the answer is lost: the pod is gone, and no worker knows
-that it was this preemption that removed it), and again at the third such DELETE. Besides,
+that it was this preemption that removed it); at a larger scale, again at every other
+DELETE. Besides,
 a random worker is SIGKILLed at random moments. Every killed worker is started again.
 
 After it settles, judged only from the emulator's request log and the ledger:
@@ -28,7 +29,8 @@ from preemptctl.emulator import Request
 from tests.support.fault_rig import INVARIANTS, Audit, Rig, crowded_cluster, fault_rig, scale
 from tests.support.temporal_server import PersistentTemporal
 
-KILL_AT_DELETES = (1, 3)
+# Which successful DELETEs kill every worker: the first, then every other one with scale.
+KILL_AT_DELETES = tuple(range(1, 2 * scale(), 2))
 LOST_ANSWER = (
     "defect (issue 12, Lost answers are misattributed): a victim whose DELETE succeeded but "
     "whose worker was killed before the answer arrived is recorded victim_already_gone on the "
