@@ -1,17 +1,143 @@
-"""The worker's Prometheus metrics, named as kube-scheduler names its preemption metrics.
+"""The worker's Prometheus metrics: upstream's names where the meaning is upstream's, and
+`preemptctl_*` for everything else.
 
-`preemption_attempts_total` and `preemption_victims` (upstream's buckets, 1 to 64 doubling)
-mirror the scheduler's own, so existing dashboards keep working when the controller takes
-preemption over. The Temporal SDK's metrics are served by the SDK itself (see
-`worker.runtime`), on `PREEMPT_SDK_METRICS_PORT`.
+Naming, chosen so that a dashboard built for kube-scheduler's preemption keeps working when
+this controller takes preemption over, and never shows a number that means something else:
+
+- `scheduler_preemption_attempts_total` (no labels) and `scheduler_preemption_victims`
+  (buckets `ExponentialBuckets(1, 2, 7)`: 1 to 64) are kube-scheduler's, with its meaning:
+  preemption attempts, and victims chosen per attempt. An attempt is counted when it ends
+  (upstream counts it when PostFilter runs; a preemption here is one workflow run).
+- `scheduler_preemption_evaluation_duration_seconds` and
+  `scheduler_preemption_execution_duration_seconds` (`{preemptor, result}`, buckets
+  `ExponentialBuckets(0.001, 2, 16)`: 1 ms to ~32.8 s) are kube-scheduler 1.36's: choosing
+  the victims, then preempting them. Observed by whoever times those steps.
+- Everything upstream has no metric for is `preemptctl_*`: attempts by outcome, the whole
+  preemption's duration (it includes waiting for the victims to terminate and the preemptor
+  to be bound, which upstream does not measure), the eviction budget, the trigger loop's
+  queues, the cluster view's reflectors, the ledger.
+
+The process and garbage-collector collectors are registered too (`process_*`,
+`python_gc_*`), as client_golang registers Go's. The Temporal SDK's own metrics
+(`temporal_*`, e.g. `temporal_activity_schedule_to_start_latency`) are served by the SDK
+itself on `PREEMPT_SDK_METRICS_PORT` (default 9465).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
 
-VICTIM_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # metrics.ExponentialBuckets(1, 2, 7) upstream
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import Engine, event
+
+# metrics.ExponentialBuckets(1, 2, 7) upstream: "#victims>64 is pretty rare".
+VICTIM_BUCKETS = tuple(float(2**i) for i in range(7))
+# metrics.ExponentialBuckets(0.001, 2, 16) upstream: 1 ms to ~32.8 s.
+STEP_BUCKETS = tuple(0.001 * 2**i for i in range(16))
+# The whole preemption: selection, graceful termination, binding (minutes at worst).
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+# One INSERT of a batch of events: a millisecond on a local database, 5 s is trouble.
+APPEND_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+LEDGER_TABLE_PREFIX = "INSERT INTO PREEMPTION_"  # preemption_events and its sibling tables
+
+
+class ReflectorStatsLike(Protocol):
+    """What the collector reads of `kube.reflector.ReflectorStats` (a structural type, so
+    this module does not import the Kubernetes side)."""
+
+    lists: int
+    relists_after_gone: int
+    reconnects: int
+    events: int
+    errors: int
+    rejected: int
+    listed: int
+    list_seconds: float
+    synced: bool
+
+
+class ReflectorCollector(Collector):
+    """The cluster view's reflectors, read at scrape time: one sample per watched kind."""
+
+    def __init__(self, stats: Callable[[], Mapping[str, ReflectorStatsLike]]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats()
+        counters = {
+            "events": ("preemptctl_reflector_events", "Watch events applied to the view."),
+            "lists": ("preemptctl_reflector_lists", "Complete lists (the first, and relists)."),
+            "relists_after_gone": (
+                "preemptctl_reflector_relists",
+                "Relists forced by 410 Gone (the watch's resourceVersion expired).",
+            ),
+            "reconnects": ("preemptctl_reflector_reconnects", "Watches reopened after they ended."),
+            "errors": ("preemptctl_reflector_errors", "List or watch requests that failed."),
+            "rejected": (
+                "preemptctl_reflector_rejected_objects",
+                "Objects the view could not read and left out.",
+            ),
+        }
+        for attribute, (name, documentation) in counters.items():
+            family = CounterMetricFamily(name, documentation, labels=["kind"])
+            for kind, reflector in sorted(stats.items()):
+                family.add_metric([kind], float(getattr(reflector, attribute)))
+            yield family
+        listed = GaugeMetricFamily(
+            "preemptctl_reflector_listed_objects",
+            "Objects the latest complete list returned.",
+            labels=["kind"],
+        )
+        seconds = GaugeMetricFamily(
+            "preemptctl_reflector_list_seconds",
+            "How long the latest complete list took.",
+            labels=["kind"],
+        )
+        synced = GaugeMetricFamily(
+            "preemptctl_view_synced",
+            "1 once the view holds a complete list of this kind, else 0.",
+            labels=["kind"],
+        )
+        for kind, reflector in sorted(stats.items()):
+            listed.add_metric([kind], float(reflector.listed))
+            seconds.add_metric([kind], float(reflector.list_seconds))
+            synced.add_metric([kind], 1.0 if reflector.synced else 0.0)
+        yield from (listed, seconds, synced)
+
+
+class AttemptsCollector(Collector):
+    """`scheduler_preemption_attempts_total`, upstream's unlabelled counter: the sum over
+    outcomes of `preemptctl_preemption_attempts_total`, so the two can never disagree."""
+
+    def __init__(self, by_outcome: Counter) -> None:
+        self._by_outcome = by_outcome
+
+    def collect(self) -> Iterator[Metric]:
+        total = sum(
+            sample.value
+            for family in self._by_outcome.collect()
+            for sample in family.samples
+            if sample.name.endswith("_total")
+        )
+        family = CounterMetricFamily(
+            "scheduler_preemption_attempts",
+            "Total preemption attempts in the cluster till now (counted when each ends).",
+        )
+        family.add_metric([], total)
+        yield family
 
 
 class Metrics:
@@ -19,32 +145,52 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        # -- kube-scheduler's names, kube-scheduler's meaning ---------------------------------
+        self.victims = Histogram(
+            "scheduler_preemption_victims",
+            "Number of selected preemption victims for preemption initiated by a single pod.",
+            buckets=VICTIM_BUCKETS,
+            registry=self.registry,
+        )
+        self.evaluation_duration = Histogram(
+            "scheduler_preemption_evaluation_duration_seconds",
+            "Duration in seconds for identifying the target preemption victims.",
+            ["preemptor", "result"],
+            buckets=STEP_BUCKETS,
+            registry=self.registry,
+        )
+        self.execution_duration = Histogram(
+            "scheduler_preemption_execution_duration_seconds",
+            "Duration in seconds for preempting the target preemption victims.",
+            ["preemptor", "result"],
+            buckets=STEP_BUCKETS,
+            registry=self.registry,
+        )
+        # -- this controller's own --------------------------------------------------------
         self.attempts = Counter(
-            "preemption_attempts",
+            "preemptctl_preemption_attempts",
             "Preemptions the controller finished, by outcome.",
             ["outcome"],
             registry=self.registry,
         )
-        self.victims = Histogram(
-            "preemption_victims",
-            "Victims selected per preemption.",
-            buckets=VICTIM_BUCKETS,
-            registry=self.registry,
-        )
+        self.registry.register(AttemptsCollector(self.attempts))
         self.duration = Histogram(
-            "preemption_duration_seconds",
-            "From starting a preemption to its end, by outcome.",
+            "preemptctl_preemption_duration_seconds",
+            "From starting a preemption to its end (victims gone, preemptor bound), by outcome.",
             ["outcome"],
             buckets=DURATION_BUCKETS,
             registry=self.registry,
         )
         self.throttled = Counter(
-            "preemption_evictions_throttled",
+            "preemptctl_preemption_evictions_throttled",
             "Times a preemption was held back by the eviction budget.",
             registry=self.registry,
         )
         self.in_flight = Gauge(
-            "preemption_in_flight",
+            "preemptctl_preemptions_in_flight",
             "Preemptions this worker is following now.",
             registry=self.registry,
         )
@@ -76,3 +222,55 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        self.ledger_append = Histogram(
+            "preemptctl_ledger_append_duration_seconds",
+            "One statement appending events (or a decision's inputs) to the ledger.",
+            buckets=APPEND_BUCKETS,
+            registry=self.registry,
+        )
+        self.ledger_errors = Counter(
+            "preemptctl_ledger_errors",
+            "Ledger statements that failed, by whether the database was unreachable "
+            "(unavailable) or refused the statement (refused).",
+            ["kind"],
+            registry=self.registry,
+        )
+        self._reflectors: ReflectorCollector | None = None
+
+    def watch_view(self, stats: Callable[[], Mapping[str, ReflectorStatsLike]]) -> None:
+        """Export the reflectors' counters, read from `stats` (`ClusterView.reflector_stats`)
+        at each scrape; a second call replaces the first (a view rebuilt after a crash)."""
+        if self._reflectors is not None:
+            self.registry.unregister(self._reflectors)
+        self._reflectors = ReflectorCollector(stats)
+        self.registry.register(self._reflectors)
+
+    def watch_ledger(self, engine: Engine) -> None:
+        """Time every INSERT into the ledger's tables on `engine`, and count failed statements."""
+
+        def before(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            if _is_append(statement):
+                conn.info.setdefault("preemptctl_append_started", []).append(time.perf_counter())
+
+        def after(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            if _is_append(statement):
+                started = conn.info.get("preemptctl_append_started") or []
+                if started:
+                    self.ledger_append.observe(time.perf_counter() - started.pop())
+
+        def failed(context: Any) -> None:
+            connection = context.connection
+            if connection is not None and _is_append(context.statement or ""):
+                started = connection.info.get("preemptctl_append_started") or []
+                if started:
+                    started.pop()
+            unreachable = context.is_disconnect or context.connection is None
+            self.ledger_errors.labels("unavailable" if unreachable else "refused").inc()
+
+        event.listen(engine, "before_cursor_execute", before)
+        event.listen(engine, "after_cursor_execute", after)
+        event.listen(engine, "handle_error", failed)
+
+
+def _is_append(statement: str) -> bool:
+    return statement.lstrip()[:40].upper().replace('"', "").startswith(LEDGER_TABLE_PREFIX)
