@@ -9,11 +9,14 @@ misconfigured worker stops at once instead of failing its first preemption minut
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +24,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import Engine
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from temporalio.client import Client, TLSConfig
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
@@ -28,7 +32,7 @@ from preemptctl.activities.preemption import PreemptionActivities
 from preemptctl.kube.client import KubeClient, connect
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.engine import create_ledger_engine, display_url
-from preemptctl.ledger.errors import LedgerError
+from preemptctl.ledger.errors import LedgerError, LedgerUnavailableError
 from preemptctl.migrations import current_revision, head_revision
 from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.worker.config import Settings
@@ -81,20 +85,59 @@ def connect_cluster(settings: Settings) -> KubeClient:
         raise StartupError(f"cannot load the cluster configuration ({where}): {error}") from None
 
 
+class LedgerUnreachableError(StartupError):
+    """The ledger database does not answer (yet): worth waiting for, not a wrong setting."""
+
+
 def open_ledger(settings: Settings) -> Engine:
     url = settings.effective_database_url()
     try:
         engine = create_ledger_engine(url)
         with engine.connect() as connection:
             current = current_revision(connection.engine)
+    except LedgerUnavailableError as error:
+        raise LedgerUnreachableError(f"ledger {display_url(url)}: {error}") from None
     except LedgerError as error:
         raise StartupError(f"ledger {display_url(url)}: {error}") from None
+    except (OperationalError, InterfaceError) as error:
+        first = str(error.orig or error).strip().splitlines()[0:1]
+        raise LedgerUnreachableError(
+            f"ledger {display_url(url)} does not answer: {first[0] if first else error}"
+        ) from None
+    except SQLAlchemyError as error:
+        raise StartupError(f"ledger {display_url(url)}: {type(error).__name__}") from None
     if current != head_revision():
         raise StartupError(
             f"ledger {display_url(url)} is at schema revision {current or 'none'}, not "
             f"{head_revision()}: run `preemptctl migrate` first"
         )
     return engine
+
+
+async def wait_for_ledger(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    on_wait: Callable[[str], None] = lambda why: None,
+    initial: float = 1.0,
+    maximum: float = 30.0,
+) -> Engine | None:
+    """Open the ledger, waiting with backoff (one log line per attempt) while its database
+    does not answer, as a worker started before its Postgres must; None if `stop` is set
+    meanwhile. A wrong setting or an unmigrated schema is still a `StartupError` at once."""
+    delay, attempt = initial, 1
+    while True:
+        try:
+            return await asyncio.to_thread(open_ledger, settings)
+        except LedgerUnreachableError as error:
+            why = f"{error} (attempt {attempt}; retrying in {delay:g}s)"
+            log.warning("waiting for the ledger: %s", why)
+            on_wait(f"waiting for the ledger: {error}")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=delay)
+        if stop.is_set():
+            return None
+        delay, attempt = min(delay * 2, maximum), attempt + 1
 
 
 def sdk_runtime(port: int) -> Runtime | None:
@@ -139,11 +182,160 @@ async def connect_temporal(settings: Settings, runtime: Runtime | None = None) -
         ) from None
 
 
+# -- supervision -------------------------------------------------------------------------------
+
+
+async def run_in_thread(name: str, target: Callable[[], None]) -> None:
+    """Run `target` in a thread of its own (not the default executor: a reflector runs for
+    the life of the process) and wait for it to return or raise."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+    def body() -> None:
+        error: BaseException | None = None
+        try:
+            target()
+        except BaseException as raised:
+            error = raised
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+            loop.call_soon_threadsafe(settle, error)
+
+    threading.Thread(target=body, name=name, daemon=True).start()
+    await done
+
+
+class Supervisor:
+    """Keeps the controller's background tasks running (kopf's daemons, Erlang's one-for-one).
+
+    A task that raises, or returns while the controller runs, is logged, counted in
+    `preemptctl_task_restarts_total{task}` and restarted after a backoff that doubles from
+    `initial` to `maximum` (and starts over once the task has run longer than `maximum`).
+    More than `max_restarts` crashes within `window` seconds and the supervisor gives up on
+    that task: `healthy()` then says so, `/healthz` fails, and the kubelet restarts the pod.
+    """
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        *,
+        initial: float = 0.5,
+        maximum: float = 30.0,
+        max_restarts: int = 10,
+        window: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._metrics = metrics
+        self._initial = initial
+        self._maximum = maximum
+        self._max_restarts = max_restarts
+        self._window = window
+        self._clock = clock
+        self._sleep = sleep
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._gave_up: dict[str, str] = {}
+        self._stopping = False
+
+    def spawn(self, name: str, factory: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+        """Run `factory()` under supervision; the returned task ends only when cancelled or
+        given up on."""
+        task = asyncio.create_task(self._keep(name, factory), name=f"supervised:{name}")
+        self._tasks[name] = task
+        return task
+
+    def spawn_thread(self, name: str, target: Callable[[], None]) -> asyncio.Task[None]:
+        """Run the blocking `target` in a thread of its own, under supervision."""
+        return self.spawn(name, lambda: run_in_thread(name, target))
+
+    def healthy(self) -> tuple[bool, str]:
+        if self._gave_up:
+            names = ", ".join(f"{name} ({why})" for name, why in sorted(self._gave_up.items()))
+            return False, f"gave up restarting: {names}"
+        return True, "ok"
+
+    @property
+    def gave_up(self) -> dict[str, str]:
+        return dict(self._gave_up)
+
+    def stopping(self) -> None:
+        """From now on a task that ends is not restarted (the controller is stopping, and
+        stopping the view ends its reflector threads)."""
+        self._stopping = True
+
+    async def stop(self) -> None:
+        self._stopping = True
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    async def _keep(self, name: str, factory: Callable[[], Awaitable[None]]) -> None:
+        crashes: deque[float] = deque()
+        delay = self._initial
+        while True:
+            began = self._clock()
+            try:
+                await factory()
+                why = "ended unexpectedly"
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                why = f"{type(error).__name__}: {error}"[:300]
+                log.error("task %s crashed: %s", name, why, exc_info=error)
+            if self._stopping:
+                return
+            now = self._clock()
+            if now - began > self._maximum:
+                delay = self._initial  # it ran healthy for a while: a fresh crash
+            crashes.append(now)
+            while crashes and now - crashes[0] > self._window:
+                crashes.popleft()
+            if len(crashes) > self._max_restarts:
+                self._gave_up[name] = why
+                log.error(
+                    "task %s crashed %d times in %gs; not restarting it (healthz fails): %s",
+                    name,
+                    len(crashes),
+                    self._window,
+                    why,
+                )
+                return
+            self._metrics.task_restarts.labels(name).inc()
+            log.warning("restarting task %s in %.1fs (%s)", name, delay, why)
+            await self._sleep(delay)
+            delay = min(delay * 2, self._maximum)
+
+
+def loop_answers(loop: asyncio.AbstractEventLoop, timeout: float) -> bool:
+    """From another thread: does `loop` run a callback within `timeout` seconds? A loop
+    stuck in a blocking call, or closed, does not."""
+    answered = threading.Event()
+    try:
+        loop.call_soon_threadsafe(answered.set)
+    except RuntimeError:
+        return False
+    return answered.wait(timeout)
+
+
 # -- HTTP: metrics and probes ------------------------------------------------------------------
+
+REQUEST_TIMEOUT = 10.0  # seconds a probe or scrape connection may take to send its request
+MAX_REQUEST_THREADS = 16
+Check = Callable[[], tuple[bool, str]]
 
 
 class _Endpoints(BaseHTTPRequestHandler):
     server: ProbeServer
+    timeout = REQUEST_TIMEOUT  # socket timeout: a client that sends nothing is dropped
 
     def do_GET(self) -> None:
         if self.path == "/metrics":
@@ -152,11 +344,13 @@ class _Endpoints(BaseHTTPRequestHandler):
                 CONTENT_TYPE_LATEST,
                 200,
             )
-        elif self.path == "/healthz":
-            body, kind, code = b"ok\n", "text/plain", 200
-        elif self.path == "/readyz":
-            ready, why = self.server.readiness()
-            body, kind, code = (why + "\n").encode(), "text/plain", 200 if ready else 503
+        elif self.path in ("/healthz", "/readyz"):
+            check = self.server.health if self.path == "/healthz" else self.server.readiness
+            try:
+                ok, why = check()
+            except Exception as error:
+                ok, why = False, f"the check failed: {error}"
+            body, kind, code = (why + "\n").encode(), "text/plain", 200 if ok else 503
         else:
             body, kind, code = b"not found\n", "text/plain", 404
         self.send_response(code)
@@ -170,17 +364,62 @@ class _Endpoints(BaseHTTPRequestHandler):
 
 
 class ProbeServer(ThreadingHTTPServer):
+    """/metrics, /healthz and /readyz on `settings.http_bind_address`, one thread per
+    request up to `MAX_REQUEST_THREADS` (a connection beyond that is closed at once), each
+    request bounded by `REQUEST_TIMEOUT`. `health` and `readiness` are replaced as the
+    controller starts."""
+
     daemon_threads = True
 
-    def __init__(
-        self, port: int, metrics: Metrics, readiness: Callable[[], tuple[bool, str]]
-    ) -> None:
-        super().__init__(("0.0.0.0", port), _Endpoints)
+    def __init__(self, address: str, port: int, metrics: Metrics) -> None:
+        super().__init__((address, port), _Endpoints)
         self.metrics = metrics
-        self.readiness = readiness
+        self.health: Check = lambda: (True, "ok")
+        self.readiness: Check = lambda: (False, "starting")
+        self._slots = threading.BoundedSemaphore(MAX_REQUEST_THREADS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except Exception:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def start(self) -> None:
         threading.Thread(target=self.serve_forever, name="probes", daemon=True).start()
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+def open_probe_server(settings: Settings, metrics: Metrics) -> ProbeServer:
+    address = settings.http_bind_address
+    try:
+        return ProbeServer(address, settings.metrics_port, metrics)
+    except OSError as error:
+        raise StartupError(
+            f"cannot serve metrics on {address or '*'}:{settings.metrics_port}: "
+            f"{error.strerror or error}"
+        ) from None
+
+
+def describe_sync(view: ClusterView) -> str:
+    """One line per kind: objects listed and seconds, for /readyz and the logs."""
+    lines = []
+    for kind, progress in view.sync_progress().items():
+        state = f"synced in {progress['seconds']:g}s" if progress["synced"] else "listing"
+        lines.append(f"{kind}: {progress['listed']} listed, {state}")
+    return "\n".join(lines)
 
 
 # -- the controller ----------------------------------------------------------------------------
@@ -195,6 +434,7 @@ class Controller:
     ledger: Engine
     metrics: Metrics
     trigger: TriggerLoop | None
+    supervisor: Supervisor
 
 
 def planner_args(settings: Settings) -> PreemptionArgs:
@@ -214,42 +454,61 @@ async def running_controller(
     worker: bool = True,
     report: Reporter | None = None,
     serve_probes: bool = True,
-    view_timeout: float = 120.0,
+    probes: ProbeServer | None = None,
+    metrics: Metrics | None = None,
+    view_timeout: float | None = None,
 ) -> AsyncIterator[Controller]:
     """The view synced, the Temporal worker polling and the trigger loop running (unless
-    `worker` is False); on exit, the trigger stops, the worker drains, the view stops."""
-    metrics = Metrics()
-    view = ClusterView(kube)
-    view.start()
-    probes: ProbeServer | None = None
+    `worker` is False); on exit, the trigger stops, the worker drains, the view stops.
+
+    The view's reflectors, the probe server and the trigger loop run under one `Supervisor`.
+    `probes` is a server the caller started (and closes); else one is opened here when
+    `serve_probes`."""
+    metrics = metrics or (probes.metrics if probes is not None else Metrics())
+    supervisor = Supervisor(metrics)
+    loop = asyncio.get_running_loop()
+    view = ClusterView(kube, on_rejected=lambda kind: metrics.rejected_objects.labels(kind).inc())
+    view.start(supervisor.spawn_thread)
+    owned: ProbeServer | None = None
+    if probes is None and serve_probes:
+        probes = owned = open_probe_server(settings, metrics)
+        supervisor.spawn_thread("probes", owned.serve_forever)
+
+    def health() -> tuple[bool, str]:
+        """Alive while the event loop answers and every supervised task runs or restarts."""
+        if not loop_answers(loop, timeout=5.0):
+            return False, "the event loop does not answer"
+        return supervisor.healthy()
+
+    def readiness() -> tuple[bool, str]:
+        """Ready once the view has synced and Temporal answers (checked on each probe,
+        from the probe server's thread, on the controller's event loop)."""
+        alive, why = health()
+        if not alive:
+            return False, why
+        if not view.ready.is_set():
+            return False, "cluster view not synced\n" + describe_sync(view)
+        check = asyncio.run_coroutine_threadsafe(client.service_client.check_health(), loop)
+        try:
+            healthy = check.result(timeout=5)
+        except Exception as error:
+            return False, f"Temporal does not answer: {error or 'timed out'}"
+        if not healthy:
+            return False, "Temporal is not serving"
+        return True, "ready\n" + describe_sync(view)
+
+    if probes is not None:
+        probes.health, probes.readiness = health, readiness
+    timeout = view_timeout if view_timeout is not None else settings.sync_timeout_seconds
     try:
         log.info("syncing the cluster view")
-        if not await asyncio.to_thread(view.wait_ready, view_timeout):
-            raise StartupError(f"the cluster view did not sync within {view_timeout:g}s")
-
-        loop = asyncio.get_running_loop()
-
-        def readiness() -> tuple[bool, str]:
-            """Ready once the view has synced and Temporal answers (checked on each probe,
-            from the probe server's thread, on the controller's event loop)."""
-            if not view.ready.is_set():
-                return False, "cluster view not synced"
-            check = asyncio.run_coroutine_threadsafe(client.service_client.check_health(), loop)
-            try:
-                healthy = check.result(timeout=5)
-            except Exception as error:
-                return False, f"Temporal does not answer: {error or 'timed out'}"
-            return (True, "ready") if healthy else (False, "Temporal is not serving")
-
-        if serve_probes:
-            try:
-                probes = ProbeServer(settings.metrics_port, metrics, readiness)
-            except OSError as error:
-                raise StartupError(
-                    f"cannot serve metrics on port {settings.metrics_port}: {error.strerror}"
-                ) from None
-            probes.start()
-        controller = Controller(settings, client, kube, view, ledger, metrics, None)
+        if not await asyncio.to_thread(view.wait_ready, timeout):
+            raise StartupError(
+                f"the cluster view did not sync within {timeout:g}s "
+                f"(sync_timeout_seconds): " + "; ".join(describe_sync(view).splitlines())
+            )
+        log.info("cluster view synced: %s", "; ".join(describe_sync(view).splitlines()))
+        controller = Controller(settings, client, kube, view, ledger, metrics, None, supervisor)
         if not worker:
             yield controller
             return
@@ -263,7 +522,7 @@ async def running_controller(
         )
         async with build_worker(client, activities, task_queue=settings.task_queue):
             trigger = TriggerLoop(view, client, settings, metrics, report=report)
-            trigger.start()
+            trigger.start(supervisor.spawn)
             controller.trigger = trigger
             log.info(
                 "worker ready: task queue %s, %s",
@@ -275,7 +534,11 @@ async def running_controller(
             finally:
                 await trigger.stop(drain=False)
     finally:
-        if probes is not None:
-            probes.shutdown()
-            probes.server_close()
+        supervisor.stopping()
+        if owned is not None:
+            owned.close()
         view.stop()
+        await supervisor.stop()
+        if probes is not None and owned is None:
+            probes.health = lambda: (True, "ok")
+            probes.readiness = lambda: (False, "stopping")

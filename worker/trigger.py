@@ -4,25 +4,39 @@ A pod triggers a preemption when it is pending and unschedulable (`PodScheduled=
 reason `Unschedulable`), served by one of our scheduler names, at or above the minimum
 priority, not `preemptionPolicy: Never`, not terminating, and not already being preempted.
 A critical pod the kubelet refused for lack of resources (phase Failed, reason `OutOf…`)
-gets the kubelet's critical-admission strategy instead.
+gets the kubelet's critical-admission strategy instead, once per admission failure: the
+kubelet never admits a Failed pod again, so evicting for it each time its node fills would
+cost victims for nothing.
 
-Like the scheduler's queue, a pod that was tried waits before it is tried again: 1 s, then
-doubling up to 10 s (upstream's podInitialBackoff and podMaxBackoff), and then it is
-re-checked every 10 s for as long as it stays unschedulable. At most `max_in_flight`
-preemptions run at once from this worker; any number of workers may run, since the
-workflow ID (from the pod's UID) lets only one preemption per pod exist.
+When a pod is tried again (`RetryBook`):
+- a failed start (Temporal unavailable, a timeout) is retried after 1 s, doubling up to
+  10 s, as the scheduler's backoff queue spaces retries (podInitialBackoff, podMaxBackoff);
+- a preemption that ended while its pod still needs room (failed, aborted, fruitless, a dry
+  run, a decision the scheduler disagrees with) is retried after 10 s, doubling up to
+  `settings.retry_backoff_max_seconds`, as the scheduler's unschedulable queue is flushed;
+- a preemption that ended non-retryable (`PreemptionResult.retryable` False: an RBAC
+  denial, a preemptor the planner refuses as Unsupported) parks its pod until the pod
+  changes (its spec or labels) or a person retries it (`TriggerLoop.retry`).
+
+At most `max_in_flight` preemptions run at once from this worker; any number of workers may
+run, since the workflow ID (from the pod's UID) lets only one preemption per pod exist.
+Every Temporal call in the loop survives an unavailable or slow server: the pod waits out a
+backoff and the loop goes on. Memory is bounded by the cluster: a deleted pod is forgotten,
+and only the latest `FINISHED_KEPT` finished preemptions are kept for dev mode's report.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
@@ -32,7 +46,6 @@ from preemptctl.activities.contracts import PreemptionRequest
 from preemptctl.kube.view import ClusterView
 from preemptctl.preemption.decision import PodRef, Strategy
 from preemptctl.preemption.decode import decode_pod
-from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.objects import PREEMPT_NEVER, Pod
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
@@ -41,8 +54,25 @@ from preemptctl.workflows.preemption import PreemptionResult, PreemptionWorkflow
 
 log = logging.getLogger(__name__)
 
-INITIAL_BACKOFF = 1.0
-MAX_BACKOFF = 10.0
+INITIAL_BACKOFF = 1.0  # after a start that did not happen
+MAX_BACKOFF = 10.0  # cap of the start backoff; the first wait after a preemption ended
+FINISHED_KEPT = 1000  # finished preemptions kept for dev mode's report
+RPC_TIMEOUT = timedelta(seconds=10)
+
+# Pod fields that change without the pod asking anything new of the cluster: a parked pod
+# stays parked across them.
+STATUS_FIELDS = frozenset(
+    {
+        "resource_version",
+        "unschedulable",
+        "phase",
+        "status_reason",
+        "start_time",
+        "nominated_node_name",
+        "disrupted_by_scheduler",
+        "terminating",
+    }
+)
 
 
 def trigger_reason(pod: Pod, settings: Settings) -> tuple[str, Strategy] | None:
@@ -65,28 +95,119 @@ def trigger_reason(pod: Pod, settings: Settings) -> tuple[str, Strategy] | None:
     return None
 
 
-class Backoff:
-    """Per-pod retry spacing, as the scheduler's backoff queue spaces retries."""
+def pod_signature(pod: Pod) -> str:
+    """What the pod asks of the cluster (spec and labels, not status): a parked pod is
+    tried again when this changes."""
+    return repr(
+        tuple(
+            (field.name, getattr(pod, field.name))
+            for field in dataclasses.fields(pod)
+            if field.name not in STATUS_FIELDS
+        )
+    )
 
-    def __init__(self) -> None:
-        self._attempts: dict[str, int] = {}
-        self._next: dict[str, float] = {}
+
+@dataclass(frozen=True)
+class Parked:
+    """A pod whose preemption ended for a cause retrying cannot fix."""
+
+    uid: str
+    pod: str  # namespace/name
+    reason: str
+    since: datetime
+    signature: str
+
+
+@dataclass
+class _Entry:
+    starts: int = 0  # consecutive starts that did not happen
+    ends: int = 0  # consecutive preemptions that ended with the pod still needing room
+    next: float = 0.0
+    parked: Parked | None = None
+
+
+class RetryBook:
+    """Per-pod retry state: when each pod may be tried next, and which pods are parked.
+
+    Times are the caller's clock (monotonic seconds), so tests drive it with a fake one."""
+
+    def __init__(self, maximum: float) -> None:
+        self._maximum = maximum
+        self._entries: dict[str, _Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._entries
 
     def due(self, uid: str, now: float) -> bool:
-        return now >= self._next.get(uid, 0.0)
+        entry = self._entries.get(uid)
+        return entry is None or (entry.parked is None and now >= entry.next)
 
-    def tried(self, uid: str, now: float) -> None:
-        attempts = self._attempts.get(uid, 0) + 1
-        self._attempts[uid] = attempts
-        self._next[uid] = now + min(INITIAL_BACKOFF * 2 ** (attempts - 1), MAX_BACKOFF)
+    def start_failed(self, uid: str, now: float) -> float:
+        """A start did not happen: wait 1 s, doubling up to 10 s. Returns the wait."""
+        entry = self._entries.setdefault(uid, _Entry())
+        entry.starts += 1
+        delay = min(INITIAL_BACKOFF * 2.0 ** min(entry.starts - 1, 32), MAX_BACKOFF)
+        entry.next = max(entry.next, now + delay)
+        return delay
+
+    def started(self, uid: str) -> None:
+        self._entries.setdefault(uid, _Entry()).starts = 0
+
+    def ended(self, uid: str, now: float) -> float:
+        """A preemption for `uid` ended; if its pod still needs room, it waits 10 s, doubling
+        with each further end, up to the cap. Returns the wait."""
+        entry = self._entries.setdefault(uid, _Entry())
+        entry.ends += 1
+        delay = self.retry_delay(entry.ends)
+        entry.next = max(entry.next, now + delay)
+        return delay
+
+    def retry_delay(self, ends: int) -> float:
+        return min(MAX_BACKOFF * 2.0 ** min(max(ends - 1, 0), 32), self._maximum)
+
+    def current_delay(self, uid: str) -> float:
+        """The wait after the latest end (at least the first one)."""
+        entry = self._entries.get(uid)
+        return self.retry_delay(entry.ends if entry is not None else 1)
 
     def hold(self, uid: str, until: float) -> None:
-        """Do not try `uid` before `until` (a preemption for it just ended)."""
-        self._next[uid] = max(self._next.get(uid, 0.0), until)
+        """Do not try `uid` before `until`."""
+        entry = self._entries.setdefault(uid, _Entry())
+        entry.next = max(entry.next, until)
+
+    def tried(self, uid: str) -> bool:
+        """At least one preemption for `uid` ended since it began needing room."""
+        entry = self._entries.get(uid)
+        return entry is not None and (entry.ends > 0 or entry.parked is not None)
+
+    def park(self, parked: Parked) -> None:
+        entry = self._entries.setdefault(parked.uid, _Entry())
+        entry.ends += 1
+        entry.parked = parked
+
+    def parked(self, uid: str) -> Parked | None:
+        entry = self._entries.get(uid)
+        return entry.parked if entry is not None else None
+
+    def all_parked(self) -> list[Parked]:
+        return [e.parked for e in self._entries.values() if e.parked is not None]
+
+    def unpark(self, uid: str) -> None:
+        """Try `uid` again now, its backoff started over."""
+        self._entries.pop(uid, None)
+
+    def waiting(self, now: float) -> int:
+        """Pods backing off (not parked) at `now`."""
+        return sum(1 for e in self._entries.values() if e.parked is None and e.next > now)
 
     def forget(self, uid: str) -> None:
-        self._attempts.pop(uid, None)
-        self._next.pop(uid, None)
+        self._entries.pop(uid, None)
+
+    def uids(self) -> list[str]:
+        return list(self._entries)
 
 
 @dataclass
@@ -97,6 +218,15 @@ class Candidate:
 
 
 Reporter = Callable[[str, dict[str, Any]], None]
+# How the loop runs its task: `spawn(name, factory)`, e.g. a supervisor that restarts it.
+Spawner = Callable[[str, Callable[[], Awaitable[None]]], "asyncio.Task[None]"]
+
+
+def _create_task(name: str, factory: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+    async def body() -> None:
+        await factory()
+
+    return asyncio.create_task(body(), name=name)
 
 
 class TriggerLoop:
@@ -112,6 +242,7 @@ class TriggerLoop:
         report: Reporter | None = None,
         clock: Callable[[], float] = time.monotonic,
         tick: float = 0.25,
+        resync_every: float = 30.0,
     ) -> None:
         self._view = view
         self._client = client
@@ -120,25 +251,27 @@ class TriggerLoop:
         self._report = report or (lambda _event, _fields: None)
         self._clock = clock
         self._tick = tick
+        self._resync_every = resync_every
         self._lock = threading.Lock()
         self._candidates: dict[str, Candidate] = {}
         self._bound: dict[str, str] = {}
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._handles: dict[str, WorkflowHandle[PreemptionWorkflow, PreemptionResult]] = {}
-        self._backoff = Backoff()
+        self._book = RetryBook(settings.retry_backoff_max_seconds)
+        self._admissions_served: dict[str, str] = {}  # uid -> the admission failure served
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
-        self.finished: list[dict[str, Any]] = []
-        self._tried: set[str] = set()
+        self.finished: deque[dict[str, Any]] = deque(maxlen=FINISHED_KEPT)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, spawn: Spawner = _create_task) -> None:
+        """Start the loop as a task made by `spawn` (a supervisor restarts it if it crashes)."""
         self._loop = asyncio.get_running_loop()
         self._view.subscribe(self._on_watch_event)
         self.resync()
-        self._task = asyncio.create_task(self._run(), name="trigger-loop")
+        self._task = spawn("trigger-loop", self.run)
 
     async def stop(self, drain: bool = True) -> None:
         """Stop starting preemptions; with `drain`, wait for the ones followed to finish
@@ -165,63 +298,141 @@ class TriggerLoop:
         """Nothing in flight, and every pod that still needs room has had its preemption:
         what is left is waiting for a backoff re-check, not for this loop."""
         with self._lock:
-            return not self._in_flight and all(uid in self._tried for uid in self._candidates)
+            return not self._in_flight and all(self._book.tried(uid) for uid in self._candidates)
+
+    def tracked(self) -> int:
+        """Pods the loop keeps any state for (bounded by the pods that exist)."""
+        with self._lock:
+            return len(set(self._book.uids()) | set(self._admissions_served))
+
+    # -- parked pods ----------------------------------------------------------------------------
+
+    def parked(self) -> list[Parked]:
+        """Pods parked after a non-retryable end, oldest first (for a CLI or a person)."""
+        with self._lock:
+            return sorted(self._book.all_parked(), key=lambda p: (p.since, p.pod))
+
+    def retry(self, pod: str) -> bool:
+        """A person asks to try `pod` (namespace/name or uid) again now; False if it is not
+        parked or backing off here."""
+        with self._lock:
+            uids = [
+                uid
+                for uid, c in self._candidates.items()
+                if pod in (uid, c.pod.key) and uid in self._book
+            ]
+            for uid in uids:
+                self._book.unpark(uid)
+            self._update_gauges()
+        if uids:
+            self._wake_soon()
+        return bool(uids)
 
     # -- learning which pods need room ----------------------------------------------------------
 
     def resync(self) -> None:
         """Evaluate every pod in the view (at start, and now and then in case an event was
-        missed)."""
+        missed), and forget what the loop kept about pods that no longer exist."""
         with self._view.read() as snapshot:
             pods = list(snapshot.pods.values())
         with self._lock:
             self._candidates = {}
             for pod in pods:
                 self._consider(pod)
-            self._metrics.pending_pods.set(len(self._candidates))
+            present = {pod.uid for pod in pods}
+            for uid in self._book.uids():
+                if uid not in present and uid not in self._in_flight:
+                    self._book.forget(uid)
+            for uid in list(self._admissions_served):
+                if uid not in present:
+                    del self._admissions_served[uid]
+            self._update_gauges()
 
     def _consider(self, pod: Pod) -> None:
         found = trigger_reason(pod, self._settings)
+        if (
+            found is not None
+            and found[1] is Strategy.CRITICAL_ADMISSION
+            and self._admissions_served.get(pod.uid) == pod.status_reason
+        ):
+            found = None  # this admission failure had its preemption
         if found is None:
             self._candidates.pop(pod.uid, None)
             if pod.uid not in self._in_flight:
-                self._backoff.forget(pod.uid)
-        else:
-            self._candidates[pod.uid] = Candidate(pod, *found)
+                self._book.forget(pod.uid)
+            return
+        parked = self._book.parked(pod.uid)
+        if parked is not None and parked.signature != pod_signature(pod):
+            log.info("%s changed; no longer parked (%s)", pod.key, parked.reason)
+            self._book.unpark(pod.uid)
+        self._candidates[pod.uid] = Candidate(pod, *found)
+
+    def _forget(self, uid: str) -> None:
+        self._candidates.pop(uid, None)
+        self._admissions_served.pop(uid, None)
+        if uid not in self._in_flight:
+            self._book.forget(uid)
 
     def _on_watch_event(self, event_type: str, kind: str, obj: dict[str, Any]) -> None:
         """From the view's watch thread: keep the candidates current, and tell a preemption
-        its preemptor was bound the moment the watch shows it."""
+        its preemptor was bound the moment the watch shows it. An object the planner cannot
+        read is the view's to report; here it is just not a candidate."""
         if kind != "Pod":
             return
         try:
             pod = decode_pod(obj)
-        except PlannerInputError:
+        except Exception:
+            uid = (obj.get("metadata") or {}).get("uid") if isinstance(obj, dict) else None
+            if isinstance(uid, str):
+                with self._lock:
+                    self._candidates.pop(uid, None)
             return
         with self._lock:
             if event_type == "DELETED":
-                self._candidates.pop(pod.uid, None)
+                self._forget(pod.uid)
             else:
                 self._consider(pod)
                 if pod.node_name and pod.uid in self._handles:
                     self._bound[pod.uid] = pod.node_name
-            self._metrics.pending_pods.set(len(self._candidates))
+            self._update_gauges()
+        self._wake_soon()
+
+    def _wake_soon(self) -> None:
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._wake.set)
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to wake
+                self._loop.call_soon_threadsafe(self._wake.set)
+
+    def _update_gauges(self) -> None:
+        """Under the lock."""
+        self._metrics.pending_pods.set(len(self._candidates))
+        self._metrics.parked_pods.set(len(self._book.all_parked()))
+        self._metrics.backoff_pods.set(
+            sum(
+                1
+                for uid in self._candidates
+                if uid not in self._in_flight
+                and self._book.parked(uid) is None
+                and not self._book.due(uid, self._clock())
+            )
+        )
 
     # -- starting and following preemptions -------------------------------------------------------
 
-    async def _run(self) -> None:
-        resync_every, last_resync = 30.0, self._clock()
+    async def run(self) -> None:
+        """The loop itself: wake on a watch event or a tick, signal bound preemptors, start
+        what is due. Runs until cancelled."""
+        last_resync = self._clock()
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self._tick)
             self._wake.clear()
-            if self._clock() - last_resync > resync_every:
+            if self._clock() - last_resync > self._resync_every:
                 await asyncio.to_thread(self.resync)
                 last_resync = self._clock()
             await self._signal_bound()
             await self._start_due()
+            with self._lock:
+                self._update_gauges()
 
     async def _signal_bound(self) -> None:
         with self._lock:
@@ -230,8 +441,10 @@ class TriggerLoop:
             handle = self._handles.get(uid)
             if handle is not None:
                 try:
-                    await handle.signal(PreemptionWorkflow.preemptor_bound, node)
-                except Exception as error:  # the workflow may have finished meanwhile
+                    await handle.signal(
+                        PreemptionWorkflow.preemptor_bound, node, rpc_timeout=RPC_TIMEOUT
+                    )
+                except Exception as error:  # finished meanwhile, or Temporal unavailable
                     log.debug("could not signal %s: %s", handle.id, error)
 
     async def _start_due(self) -> None:
@@ -241,7 +454,7 @@ class TriggerLoop:
                 (
                     c
                     for uid, c in self._candidates.items()
-                    if uid not in self._in_flight and self._backoff.due(uid, now)
+                    if uid not in self._in_flight and self._book.due(uid, now)
                 ),
                 key=lambda c: (-c.pod.priority, c.pod.namespace, c.pod.name),
             )
@@ -262,18 +475,35 @@ class TriggerLoop:
             call_timeout_seconds=settings.call_timeout_seconds,
             search_attributes=settings.search_attributes,
         )
-        self._backoff.tried(pod.uid, now)
-        ended_ago = await self._seconds_since_last_preemption_ended(pod)
-        if ended_ago is not None and ended_ago < MAX_BACKOFF:
-            # Another worker just finished this pod's preemption; our view may not show its
-            # effect yet. Look again once it surely does.
-            self._backoff.hold(pod.uid, now + MAX_BACKOFF - ended_ago)
-            return
         try:
-            handle = await start_preemption(self._client, request, task_queue=settings.task_queue)
-        except Exception as error:
-            log.warning("could not start the preemption of %s: %s", pod.key, error)
+            ended_ago = await self._seconds_since_last_preemption_ended(pod)
+            if ended_ago is not None:
+                wait = self._book.current_delay(pod.uid)
+                if ended_ago < wait:
+                    # Another worker just finished this pod's preemption; our view may not
+                    # show its effect yet, and the pod's retry backoff counts for it too.
+                    with self._lock:
+                        self._book.hold(pod.uid, now + wait - ended_ago)
+                    return
+            handle = await asyncio.wait_for(
+                start_preemption(self._client, request, task_queue=settings.task_queue),
+                timeout=RPC_TIMEOUT.total_seconds(),
+            )
+        except Exception as error:  # Temporal unavailable or slow: try this pod later
+            with self._lock:
+                delay = self._book.start_failed(pod.uid, now)
+            log.warning(
+                "could not start the preemption of %s: %s; retrying in %gs",
+                pod.key,
+                error or type(error).__name__,
+                delay,
+            )
             return
+        with self._lock:
+            self._book.started(pod.uid)
+            if candidate.strategy is Strategy.CRITICAL_ADMISSION:
+                self._admissions_served[pod.uid] = pod.status_reason
+                self._candidates.pop(pod.uid, None)
         self._handles[pod.uid] = handle
         self._report("started", {"workflowId": handle.id, "preemptor": pod.key})
         self._in_flight[pod.uid] = asyncio.create_task(self._follow(pod, handle, self._clock()))
@@ -283,7 +513,7 @@ class TriggerLoop:
         """How long ago this pod's latest preemption closed; None if it runs or never ran."""
         handle = self._client.get_workflow_handle(workflow_id_for(pod.uid))
         try:
-            description = await handle.describe()
+            description = await handle.describe(rpc_timeout=RPC_TIMEOUT)
         except RPCError as error:
             if error.status is RPCStatusCode.NOT_FOUND:
                 return None
@@ -295,10 +525,10 @@ class TriggerLoop:
     async def _follow(
         self, pod: Pod, handle: WorkflowHandle[PreemptionWorkflow, PreemptionResult], began: float
     ) -> None:
-        outcome, fields = "failed", {}
+        outcome, fields, retryable = "failed", {}, True
         try:
             result = await handle.result()
-            outcome = result.outcome
+            outcome, retryable = result.outcome, result.retryable
             victims = [v.pod.key for v in result.victims if v.status != "spared"]
             fields = {"node": result.node, "victims": victims, "message": result.message}
             if result.victims:
@@ -312,13 +542,7 @@ class TriggerLoop:
         except Exception as error:
             fields = {"message": f"lost track of the preemption: {error}"}
         finally:
-            self._tried.add(pod.uid)
-            # The cluster view may trail the API by a moment: give it time to show what the
-            # preemption did before the pod can look like it needs one again.
-            self._backoff.hold(pod.uid, self._clock() + MAX_BACKOFF)
-            self._in_flight.pop(pod.uid, None)
-            self._handles.pop(pod.uid, None)
-            self._metrics.in_flight.set(len(self._in_flight))
+            self._ended(pod, outcome, retryable, fields)
         seconds = self._clock() - began
         self._metrics.attempts.labels(outcome).inc()
         self._metrics.duration.labels(outcome).observe(seconds)
@@ -333,3 +557,32 @@ class TriggerLoop:
         self._report("finished", record)
         if self._loop is not None:
             self._wake.set()
+
+    def _ended(self, pod: Pod, outcome: str, retryable: bool, fields: dict[str, Any]) -> None:
+        """Book the end of a preemption: back off, or park the pod when retrying cannot help.
+        The view may trail the API by a moment, so even a completed preemption waits before
+        its pod can look like it needs one again."""
+        with self._lock:
+            self._in_flight.pop(pod.uid, None)
+            self._handles.pop(pod.uid, None)
+            if retryable:
+                self._book.ended(pod.uid, self._clock())
+            else:
+                current = self._candidates.get(pod.uid)
+                reason = str(fields.get("message") or outcome)
+                self._book.park(
+                    Parked(
+                        pod.uid,
+                        pod.key,
+                        reason,
+                        datetime.now(UTC),
+                        pod_signature(current.pod if current is not None else pod),
+                    )
+                )
+                log.warning(
+                    "%s parked: %s; it is tried again when it changes or on preemptctl retry",
+                    pod.key,
+                    reason,
+                )
+            self._metrics.in_flight.set(len(self._in_flight))
+            self._update_gauges()

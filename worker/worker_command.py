@@ -1,8 +1,10 @@
 """`preemptctl worker`: the controller, beside a cluster, until SIGTERM.
 
 Start-up checks every connection before doing anything (one line and exit 2 for a wrong
-setting); SIGTERM or SIGINT stops starting preemptions and lets the Temporal worker drain
-what it is running (a preemption it does not finish is resumed by another worker).
+setting). A ledger database that does not answer yet is waited for, with backoff and one
+log line per attempt, while /readyz says why the worker is not ready. SIGTERM or SIGINT
+stops starting preemptions and lets the Temporal worker drain what it is running (a
+preemption it does not finish is resumed by another worker).
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ from typing import Any
 
 from preemptctl.worker.config import ConfigError, Settings, load_settings
 from preemptctl.worker.errors import UsageError
+from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.runtime import (
     StartupError,
     configure_logging,
     connect_cluster,
     connect_temporal,
-    open_ledger,
+    open_probe_server,
     running_controller,
     sdk_runtime,
+    wait_for_ledger,
 )
 
 log = logging.getLogger("preemptctl")
@@ -75,21 +79,47 @@ def register(subparsers: Any) -> None:
 
 
 async def serve(settings: Settings) -> None:
+    """Start in order: cluster config, probes (not ready), ledger (waited for while its
+    database does not answer), Temporal, then the controller, until SIGTERM."""
     kube = connect_cluster(settings)
-    ledger = open_ledger(settings)
-    client = await connect_temporal(settings, sdk_runtime(settings.sdk_metrics_port))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    metrics = Metrics()
+    probes = open_probe_server(settings, metrics)
+    probes.readiness = lambda: (False, "starting: opening the ledger")
+    probes.start()
+    try:
+        waiting = "starting: opening the ledger"
 
-    def report(event: str, fields: dict[str, Any]) -> None:
-        log.info("preemption %s: %s", event, fields)
+        def not_ready() -> tuple[bool, str]:
+            return False, waiting
 
-    async with running_controller(settings, client, kube, ledger, report=report):
-        await stop.wait()
-        log.info("stopping: draining the preemptions in progress")
-    ledger.dispose()
+        def on_wait(why: str) -> None:
+            nonlocal waiting
+            waiting = why
+
+        probes.readiness = not_ready
+        ledger = await wait_for_ledger(settings, stop, on_wait=on_wait)
+        if ledger is None:
+            return
+        try:
+            probes.readiness = lambda: (False, "starting: connecting to Temporal")
+            client = await connect_temporal(settings, sdk_runtime(settings.sdk_metrics_port))
+
+            def report(event: str, fields: dict[str, Any]) -> None:
+                log.info("preemption %s: %s", event, fields)
+
+            async with running_controller(
+                settings, client, kube, ledger, report=report, probes=probes
+            ):
+                await stop.wait()
+                log.info("stopping: draining the preemptions in progress")
+        finally:
+            ledger.dispose()
+    finally:
+        probes.close()
 
 
 def run(args: argparse.Namespace) -> int:

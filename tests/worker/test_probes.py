@@ -2,7 +2,8 @@
 
 Scenarios:
 - /healthz answers while the process runs;
-- /readyz answers ready once the cluster view has synced and Temporal answers;
+- /readyz answers ready once the cluster view has synced and Temporal answers, with the
+  sync progress per kind (objects listed, seconds);
 - /metrics serves upstream's preemption metrics, counting a finished preemption by outcome
   and its victims;
 - an unknown path is 404.
@@ -66,7 +67,10 @@ async def test_probes_and_metrics(temporal, cluster, tmp_path: Path) -> None:
             settings, temporal.client, connect_cluster(settings), ledger
         ) as controller:
             assert await fetch(port, "/healthz") == (200, "ok\n")
-            assert await fetch(port, "/readyz") == (200, "ready\n")
+            code, ready = await fetch(port, "/readyz")
+            assert code == 200
+            assert ready.splitlines()[0] == "ready"
+            assert "Pod: 14 listed, synced in" in ready
             assert (await fetch(port, "/nope"))[0] == 404
             for _ in range(200):
                 if any(r["preemptor"] == "default/nginx-a" for r in controller.trigger.finished):

@@ -1,0 +1,288 @@
+"""The trigger loop against a stand-in Temporal client and view, on a fake clock.
+
+Scenarios:
+- an UNAVAILABLE answer to the pre-start describe() does not end the loop: the pod waits
+  out a 1 s backoff and its preemption starts after it;
+- a failed start_workflow (Temporal unavailable) does not end the loop either;
+- a preemption that ends with its pod still pending is retried after 10 s, then 20 s;
+  meanwhile the pod counts in preemptctl_backoff_pods;
+- a non-retryable end parks the pod: listed by parked() with its reason, counted in
+  preemptctl_parked_pods, never started again while unchanged, started again once its
+  labels change, or when a person retries it;
+- a Failed critical pod gets one critical-admission preemption per admission failure,
+  however often it is seen again afterwards;
+- a deleted pod is forgotten: the loop keeps no state for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pytest
+from temporalio.service import RPCError, RPCStatusCode
+
+from preemptctl.worker.config import Settings
+from preemptctl.worker.metrics import Metrics
+from preemptctl.worker.trigger import TriggerLoop
+from preemptctl.workflows.preemption import PreemptionResult
+
+SETTINGS = Settings(min_priority=0, retry_backoff_max_seconds=300)
+
+
+def pending_pod(name: str = "web", uid: str = "uid-1", **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": uid,
+            "resourceVersion": "1",
+            "labels": labels,
+        },
+        "spec": {
+            "priority": 1000,
+            "schedulerName": "default-scheduler",
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+        },
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        },
+    }
+
+
+def refused_critical_pod(uid: str = "uid-crit") -> dict[str, Any]:
+    pod = pending_pod("kube-proxy", uid)
+    pod["spec"].update(priority=2_000_001_000, nodeName="node-1")
+    pod["status"] = {"phase": "Failed", "reason": "OutOfcpu"}
+    return pod
+
+
+class FakeView:
+    """The view's read()/subscribe() over a dict of pods a test edits."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, Any] = {}
+        self.listeners: list[Callable[[str, str, dict[str, Any]], None]] = []
+
+    @contextmanager
+    def read(self) -> Iterator[Any]:
+        from preemptctl.preemption.decode import decode_pod
+
+        @dataclass
+        class Snapshot:
+            pods: dict[str, Any]
+
+        yield Snapshot({uid: decode_pod(obj) for uid, obj in self.pods.items()})
+
+    def subscribe(self, listener: Callable[[str, str, dict[str, Any]], None]) -> None:
+        self.listeners.append(listener)
+
+    def event(self, event_type: str, obj: dict[str, Any]) -> None:
+        if event_type == "DELETED":
+            self.pods.pop(obj["metadata"]["uid"], None)
+        else:
+            self.pods[obj["metadata"]["uid"]] = obj
+        for listener in self.listeners:
+            listener(event_type, "Pod", obj)
+
+
+@dataclass
+class FakeHandle:
+    id: str
+    outcome: asyncio.Future[PreemptionResult]
+    closed_at: datetime | None = None
+
+    async def result(self) -> PreemptionResult:
+        return await self.outcome
+
+    async def signal(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+@dataclass
+class Description:
+    close_time: datetime | None
+
+
+@dataclass
+class FakeClient:
+    """Answers describe() and start_workflow() as a test scripts them."""
+
+    describe_errors: list[Exception] = field(default_factory=list)
+    start_errors: list[Exception] = field(default_factory=list)
+    started: list[FakeHandle] = field(default_factory=list)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def get_workflow_handle(self, workflow_id: str) -> Any:
+        client = self
+
+        class Handle:
+            async def describe(self, **kwargs: Any) -> Description:
+                if client.describe_errors:
+                    raise client.describe_errors.pop(0)
+                raise RPCError("not found", RPCStatusCode.NOT_FOUND, b"")
+
+        return Handle()
+
+    async def start_workflow(self, *args: Any, id: str, **kwargs: Any) -> FakeHandle:
+        if self.start_errors:
+            raise self.start_errors.pop(0)
+        handle = FakeHandle(id, asyncio.get_running_loop().create_future())
+        self.started.append(handle)
+        self.wake.set()
+        return handle
+
+    async def next_start(self, count: int) -> FakeHandle:
+        """Wait (bounded) until `count` starts happened; the latest."""
+        async with asyncio.timeout(5):
+            while len(self.started) < count:
+                self.wake.clear()
+                await self.wake.wait()
+        return self.started[count - 1]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Harness:
+    view: FakeView
+    client: FakeClient
+    clock: Clock
+    metrics: Metrics
+    trigger: TriggerLoop
+
+    def advance(self, seconds: float) -> None:
+        self.clock.now += seconds
+
+    def gauge(self, name: str) -> float | None:
+        return self.metrics.registry.get_sample_value(name)
+
+    async def ended(self, handle: FakeHandle, result: PreemptionResult) -> None:
+        """End `handle`'s preemption and wait until the loop has booked it."""
+        before = len(self.trigger.finished)
+        handle.outcome.set_result(result)
+        async with asyncio.timeout(5):
+            while len(self.trigger.finished) == before:
+                await asyncio.sleep(0)
+
+
+@pytest.fixture
+async def harness() -> Any:
+    view, client, clock, metrics = FakeView(), FakeClient(), Clock(), Metrics()
+    trigger = TriggerLoop(view, client, SETTINGS, metrics, clock=clock, tick=0.005)  # type: ignore[arg-type]
+    made = Harness(view, client, clock, metrics, trigger)
+    yield made
+    await trigger.stop(drain=False)
+
+
+def unavailable() -> RPCError:
+    return RPCError("frontend restarting", RPCStatusCode.UNAVAILABLE, b"")
+
+
+async def test_unavailable_describe_does_not_end_the_loop(harness: Harness) -> None:
+    harness.client.describe_errors.append(unavailable())
+    harness.view.event("ADDED", pending_pod())
+    harness.trigger.start()
+    async with asyncio.timeout(5):
+        while not harness.trigger._book.uids():
+            await asyncio.sleep(0)
+    assert not harness.trigger._book.due("uid-1", harness.clock.now + 0.9)
+    harness.advance(1.0)
+    await harness.client.next_start(1)
+    assert harness.trigger._task is not None and not harness.trigger._task.done()
+
+
+async def test_failed_start_does_not_end_the_loop(harness: Harness) -> None:
+    harness.client.start_errors.append(unavailable())
+    harness.view.event("ADDED", pending_pod())
+    harness.trigger.start()
+    async with asyncio.timeout(5):
+        while not harness.trigger._book.uids():
+            await asyncio.sleep(0)
+    harness.advance(1.0)
+    handle = await harness.client.next_start(1)
+    assert handle.id.endswith("uid-1") or "uid-1" in handle.id
+
+
+async def test_ended_preemption_is_retried_after_a_doubling_backoff(harness: Harness) -> None:
+    harness.view.event("ADDED", pending_pod())
+    harness.trigger.start()
+    first = await harness.client.next_start(1)
+    await harness.ended(first, PreemptionResult("aborted", "preemptor vanished"))
+    book, now = harness.trigger._book, harness.clock.now
+    assert not book.due("uid-1", now + 9.9) and book.due("uid-1", now + 10)
+    harness.trigger.resync()
+    assert harness.gauge("preemptctl_backoff_pods") == 1
+    harness.advance(10)
+    second = await harness.client.next_start(2)
+    await harness.ended(second, PreemptionResult("no-candidate", "no node helps"))
+    now = harness.clock.now
+    assert not book.due("uid-1", now + 19.9) and book.due("uid-1", now + 20)
+    assert harness.trigger.settled()
+
+
+async def test_non_retryable_end_parks_the_pod_until_it_changes(harness: Harness) -> None:
+    harness.view.event("ADDED", pending_pod())
+    harness.trigger.start()
+    first = await harness.client.next_start(1)
+    denied = PreemptionResult("failed", "RBAC denied delete on pods", retryable=False)
+    await harness.ended(first, denied)
+    [parked] = harness.trigger.parked()
+    assert (parked.pod, parked.reason) == ("default/web", "RBAC denied delete on pods")
+    assert harness.gauge("preemptctl_parked_pods") == 1
+    harness.advance(10**6)
+    harness.view.event("MODIFIED", pending_pod())  # status churn: still parked
+    assert not harness.trigger._book.due("uid-1", harness.clock.now)
+    harness.view.event("MODIFIED", pending_pod(team="fixed"))
+    await harness.client.next_start(2)
+    assert harness.trigger.parked() == []
+
+
+async def test_person_retry_unparks_the_pod(harness: Harness) -> None:
+    harness.view.event("ADDED", pending_pod())
+    harness.trigger.start()
+    first = await harness.client.next_start(1)
+    await harness.ended(first, PreemptionResult("failed", "Unsupported: DRA", retryable=False))
+    assert harness.trigger.retry("default/web")
+    await harness.client.next_start(2)
+    assert not harness.trigger.retry("default/nobody")
+
+
+async def test_failed_critical_pod_gets_one_preemption_per_admission_failure(
+    harness: Harness,
+) -> None:
+    harness.view.event("ADDED", refused_critical_pod())
+    harness.trigger.start()
+    first = await harness.client.next_start(1)
+    await harness.ended(first, PreemptionResult("completed", "made room"))
+    harness.advance(10**6)
+    harness.view.event("MODIFIED", refused_critical_pod())
+    harness.trigger.resync()
+    assert harness.trigger.idle
+    assert len(harness.client.started) == 1
+
+
+async def test_deleted_pod_is_forgotten(harness: Harness) -> None:
+    harness.view.event("ADDED", pending_pod())
+    harness.view.event("ADDED", refused_critical_pod())
+    harness.trigger.start()
+    first = await harness.client.next_start(1)
+    second = await harness.client.next_start(2)
+    await harness.ended(first, PreemptionResult("aborted", "x"))
+    await harness.ended(second, PreemptionResult("completed", "y"))
+    assert harness.trigger.tracked() == 2
+    harness.view.event("DELETED", pending_pod())
+    harness.view.event("DELETED", refused_critical_pod())
+    assert harness.trigger.tracked() == 0
+    assert harness.trigger.idle
