@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import quote
 
 from kubernetes.client.exceptions import ApiException
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -47,6 +47,7 @@ from preemptctl.activities.contracts import (
     VictimInput,
     VictimResult,
 )
+from preemptctl.activities.deciding import DecisionPath, DecisionRequest
 from preemptctl.kube import conditions, deletion, events, nomination
 from preemptctl.kube.classify import Call, api_status, classify_status
 from preemptctl.kube.client import KubeClient
@@ -54,21 +55,15 @@ from preemptctl.kube.outcomes import KubeCallError, WriteOutcome
 from preemptctl.kube.outcomes import Verdict as WriteVerdict
 from preemptctl.kube.pods import Presence, get_pod
 from preemptctl.kube.view import ClusterView
-from preemptctl.ledger.claims import decision_lock, open_claims, victims_chosen_since
 from preemptctl.ledger.errors import LedgerError, LedgerNotMigratedError, LedgerUnavailableError
-from preemptctl.ledger.events import LedgerEvent, decision_events
+from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.payloads import Ended, Scheduled, Throttled, VictimStep, Write
+from preemptctl.ledger.payloads import Ended, Scheduled, VictimStep, Write
 from preemptctl.ledger.vocabulary import Fate
-from preemptctl.ledger.writer import append_batch, append_batch_on
-from preemptctl.preemption.budget import WINDOW, seconds_until_budget_allows
-from preemptctl.preemption.claims import Claim, ClaimBook
+from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import Decision, PodRef, Strategy, Verdict
-from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.preemption.errors import PlannerInputError
-from preemptctl.preemption.planner import plan
-from preemptctl.preemption.snapshot import ClusterSnapshot
 
 logger = logging.getLogger(__name__)
 
@@ -149,11 +144,14 @@ class PreemptionActivities:
         self._view = view
         self._ledger = ledger
         self._identity = identity
-        self._decisions = 0
         self._view_ready_timeout = view_ready_timeout
-        self._planner_args = planner_args
-        self._evictions_per_minute = evictions_per_minute
-        self._lock_wait_seconds = lock_wait_seconds
+        self._decisions = DecisionPath(
+            ledger,
+            identity=identity,
+            planner_args=planner_args,
+            evictions_per_minute=evictions_per_minute,
+            lock_wait_seconds=lock_wait_seconds,
+        )
 
     def all(self) -> list[Callable[..., Any]]:
         """Every activity, for `Worker(activities=...)`."""
@@ -166,14 +164,12 @@ class PreemptionActivities:
             self.record_end,
         ]
 
-    # -- deciding: preemptor fresh? lock, claims, plan, budget, write ahead -----------------
+    # -- deciding: preemptor fresh? then the decision path (activities.deciding) -------------
 
     @activity.defn(name="select_preemption")
     def select_preemption(self, request: SelectInput) -> Selection:
-        """Decide for the preemptor over the cluster view, with every claim in flight (the
-        ledger's, whichever worker made it) counted as done, and write the decision ahead in
-        the same transaction under the ledger-wide decision lock: decisions are serial across
-        all replicas, and a claim exists from the moment its decision does.
+        """1) Is the preemptor still there, unbound? Then the decision path: lock, claims,
+        plan, budget, write ahead (`activities.deciding`), serial across all replicas.
 
         What this run's ledger needs at this point is appended here: the decision (and its
         end when it is final: fits, ineligible, no candidate, unsupported, dry run), or
@@ -181,33 +177,29 @@ class PreemptionActivities:
         fresh = self._preemptor_fresh(request)
         if isinstance(fresh, Selection):
             return fresh
-        with (
-            ledger_errors(),
-            decision_lock(self._ledger, lock_wait_seconds=self._lock_wait_seconds) as db,
-            self._view.read() as snapshot,
-        ):
-            book = self._claims(db, snapshot, request.preemptor)
-            decision = self._plan(snapshot, book, request, fresh)
-            selection = _selection(decision, fresh.scheduler_name)
-            wait = self._budget(db, request, decision)
-            if wait:
-                selection.retry_after_seconds = wait
-                selection.message = (
-                    f"held back by the eviction budget ({self._evictions_per_minute}/min): "
-                    f"{len(decision.victims)} victim(s) fit in {wait:.0f}s; "
-                    f"{decision.message}"
-                )
-                append_batch_on(db, [_throttled_event(request, selection)])
-                return selection
-            context = {
-                "worker": self._identity,
-                "sequence": self._decisions,
-                "claims": [
-                    snapshot.pods[uid].key for uid in book.holders() if uid in snapshot.pods
-                ],
-            }
-            self._write_ahead(db, request, decision, context)
-        if decision.status is Verdict.UNSUPPORTED:
+        decision_request = DecisionRequest(
+            request.run.preemption_id,
+            request.run.run_id,
+            _when(request.run),
+            request.preemptor,
+            fresh.obj,
+            Strategy(request.strategy),
+            request.dry_run,
+            request.throttled,
+        )
+        try:
+            with ledger_errors():
+                decided = self._decisions.decide(decision_request, self._view.read)
+        except PlannerInputError as error:
+            raise ApplicationError(
+                f"cannot plan for {request.preemptor.key}: {error}", non_retryable=True
+            ) from None
+        decision = decided.decision
+        selection = _selection(decision, fresh.scheduler_name)
+        if decided.retry_after_seconds:
+            selection.retry_after_seconds = decided.retry_after_seconds
+            selection.message = decided.message
+        elif decision.status is Verdict.UNSUPPORTED:
             self._tell_the_preemptor(request.preemptor, "PreemptionUnsupported", decision.message)
         return selection
 
@@ -246,73 +238,6 @@ class PreemptionActivities:
         assert lookup.pod is not None
         scheduler = str(lookup.pod["spec"].get("schedulerName") or "default-scheduler")
         return FreshPreemptor(lookup.pod, scheduler)
-
-    @staticmethod
-    def _claims(db: Connection, snapshot: ClusterSnapshot, preemptor: PodRef) -> ClaimBook:
-        """3) Every other run's open claim, read under the lock; those the view already shows
-        done are set aside (the cluster itself now counts them)."""
-        book = ClaimBook(
-            Claim(claim.preemptor_uid, claim.node, claim.victim_uids)
-            for claim in open_claims(db)
-            if claim.preemptor_uid != preemptor.uid
-        )
-        book.settled(snapshot)
-        return book
-
-    def _plan(
-        self,
-        snapshot: ClusterSnapshot,
-        book: ClaimBook,
-        request: SelectInput,
-        fresh: FreshPreemptor,
-    ) -> Decision:
-        """4) The planner's decision, with the claims applied and the fresh preemptor."""
-        self._decisions += 1
-        preemptor = request.preemptor
-        try:
-            with book.applied(snapshot, preemptor.uid), _planning_with(snapshot, fresh.obj):
-                return plan(snapshot, preemptor.key, Strategy(request.strategy), self._planner_args)
-        except PlannerInputError as error:
-            raise ApplicationError(
-                f"cannot plan for {preemptor.key}: {error}", non_retryable=True
-            ) from None
-
-    def _budget(self, db: Connection, request: SelectInput, decision: Decision) -> float:
-        """5) Seconds the eviction budget holds this decision back; 0 when it may go on."""
-        budget = self._evictions_per_minute
-        if decision.status is not Verdict.PREEMPT or request.dry_run or not budget:
-            return 0.0
-        decided_at = _when(request.run)
-        recent = victims_chosen_since(db, decided_at - WINDOW)
-        return seconds_until_budget_allows(recent, len(decision.victims), budget, decided_at)
-
-    @staticmethod
-    def _write_ahead(
-        db: Connection, request: SelectInput, decision: Decision, context: dict[str, Any]
-    ) -> None:
-        """6) The decision, its victims and, when the decision is final, its end: all in
-        the deciding transaction, before any victim is touched."""
-        run, preemptor, at = request.run, request.preemptor, _when(request.run)
-        payload = {**decision.to_json(), "context": context}
-        batch = decision_events(run.preemption_id, run.run_id, preemptor, payload, at)
-        end: EventKind | None = None
-        if decision.status is Verdict.FITS_WITHOUT_PREEMPTION:
-            end = EventKind.COMPLETED
-        elif decision.status is Verdict.PREEMPT and request.dry_run:
-            end = EventKind.DRY_RUN
-        if end is not None:
-            batch.append(
-                LedgerEvent(
-                    run.preemption_id,
-                    run.run_id,
-                    end,
-                    preemptor,
-                    node=decision.nominated_node,
-                    payload=Ended(reason=decision.message).to_json(),
-                    occurred_at=at,
-                )
-            )
-        append_batch_on(db, batch)
 
     def _tell_the_preemptor(self, preemptor: PodRef, reason: str, note: str) -> None:
         """A Warning event on the preemptor, so `kubectl describe` says why nothing happens.
@@ -593,22 +518,6 @@ class PreemptionActivities:
 # -- helpers ------------------------------------------------------------------------------
 
 
-@contextmanager
-def _planning_with(snapshot: ClusterSnapshot, obj: dict[str, Any]) -> Iterator[None]:
-    """Plan with the preemptor exactly as the API server just returned it (the view may be a
-    moment behind), then put the view's own copy back."""
-    fresh = decode_pod(obj)
-    previous = snapshot.pods.get(fresh.uid)
-    snapshot.upsert_pod(fresh)
-    try:
-        yield
-    finally:
-        if previous is not None:
-            snapshot.upsert_pod(previous)
-        else:
-            snapshot.remove_pod(fresh.uid)
-
-
 def _selection(decision: Decision, scheduler_name: str) -> Selection:
     return Selection(
         preemptor=decision.preemptor,
@@ -619,21 +528,6 @@ def _selection(decision: Decision, scheduler_name: str) -> Selection:
         nominations_to_clear=list(decision.nominated_pods_to_clear),
         num_pdb_violations=decision.num_pdb_violations,
         scheduler_name=scheduler_name,
-    )
-
-
-def _throttled_event(request: SelectInput, selection: Selection) -> LedgerEvent:
-    return LedgerEvent(
-        request.run.preemption_id,
-        request.run.run_id,
-        EventKind.THROTTLED,
-        request.preemptor,
-        node=selection.node,
-        payload=Throttled(
-            selection.message, selection.retry_after_seconds, [v.key for v in selection.victims]
-        ).to_json(),
-        occurred_at=_when(request.run),
-        step=str(request.throttled),
     )
 
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import fcntl
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, exists, select, text
+from sqlalchemy import Connection, Engine, and_, exists, func, select, text
 
 from preemptctl.ledger.engine import sqlite_path, translated_errors
 from preemptctl.ledger.kinds import TERMINAL_KINDS, EventKind
@@ -50,6 +51,11 @@ class Claim:
     decided_at: datetime
 
 
+_TAKE_THE_LOCK = text(
+    "SELECT set_config('lock_timeout', :lock_wait, true),"
+    " set_config('statement_timeout', :statement, true),"
+    " pg_advisory_xact_lock(:key)"
+)
 LOCK_WAIT_SECONDS = 10.0
 """How long a decision waits for the lock before its activity gives up (and is retried)."""
 DECISION_SECONDS = 10.0
@@ -72,14 +78,14 @@ def decision_lock(
         database = sqlite_path(engine.url)
         if database is None:
             with engine.begin() as connection:
+                # One round trip: the timeouts (for this transaction only), then the lock.
                 connection.execute(
-                    text(f"SET LOCAL lock_timeout = {int(lock_wait_seconds * 1000)}")
-                )
-                connection.execute(
-                    text(f"SET LOCAL statement_timeout = {int(statement_seconds * 1000)}")
-                )
-                connection.execute(
-                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": DECISION_LOCK_KEY}
+                    _TAKE_THE_LOCK,
+                    {
+                        "lock_wait": f"{int(lock_wait_seconds * 1000)}ms",
+                        "statement": f"{int(statement_seconds * 1000)}ms",
+                        "key": DECISION_LOCK_KEY,
+                    },
                 )
                 yield connection
             return
@@ -91,6 +97,31 @@ def decision_lock(
                     yield connection
             finally:
                 fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def _claims_of(rows: Iterable[Sequence[Any]]) -> dict[tuple[str, str], Claim]:
+    """Rows of `victim_chosen` events (in ledger order) grouped into one claim per run."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    first: dict[tuple[str, str], tuple[str, str, datetime]] = {}
+    for preemption_id, run_id, preemptor_uid, node, victim_uid, occurred_at in rows:
+        key = (preemption_id, run_id)
+        grouped.setdefault(key, []).append(victim_uid)
+        first.setdefault(key, (preemptor_uid, node or "", occurred_at))
+    return {
+        key: Claim(key[0], key[1], uid, node, frozenset(victims), decided_at)
+        for key, victims in grouped.items()
+        for uid, node, decided_at in [first[key]]
+    }
+
+
+_CHOSEN_COLUMNS = (
+    events.c.preemption_id,
+    events.c.run_id,
+    events.c.preemptor_uid,
+    events.c.node,
+    events.c.victim_uid,
+    events.c.occurred_at,
+)
 
 
 def open_claims(connection: Connection) -> list[Claim]:
@@ -106,29 +137,59 @@ def open_claims(connection: Connection) -> list[Claim]:
         )
     )
     rows = connection.execute(
-        select(
-            events.c.preemption_id,
-            events.c.run_id,
-            events.c.preemptor_uid,
-            events.c.node,
-            events.c.victim_uid,
-            events.c.occurred_at,
-        )
+        select(*_CHOSEN_COLUMNS)
         .where(events.c.kind == EventKind.VICTIM_CHOSEN.value)
         .where(still_running)
         .order_by(events.c.id)
     ).all()
-    grouped: dict[tuple[str, str], list[str]] = {}
-    first: dict[tuple[str, str], tuple[str, str, datetime]] = {}
-    for preemption_id, run_id, preemptor_uid, node, victim_uid, occurred_at in rows:
-        key = (preemption_id, run_id)
-        grouped.setdefault(key, []).append(victim_uid)
-        first.setdefault(key, (preemptor_uid, node or "", occurred_at))
-    return [
-        Claim(key[0], key[1], uid, node, frozenset(victims), decided_at)
-        for key, victims in grouped.items()
-        for uid, node, decided_at in [first[key]]
-    ]
+    return list(_claims_of(rows).values())
+
+
+class ClaimReader:
+    """The open claims, read incrementally: after a first full read, each read fetches only
+    the decisions appended since the last one, and which of the still-open runs have ended.
+
+    Use it only under the decision lock: every `victim_chosen` event is written under that
+    lock, so when a reader holds it no decision with a lower id can still commit, and reading
+    "ids after the last one seen" misses none. Terminal events are written without the lock
+    (by the activity that ends the run), so they are looked up by run, never by id. One
+    reader per worker process; its reads must not overlap (the lock sees to that within a
+    process, as within the cluster)."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[str, str], Claim] = {}
+        self._after: int | None = None
+
+    def read(self, connection: Connection) -> list[Claim]:
+        if self._after is None:
+            self._open = {(c.preemption_id, c.run_id): c for c in open_claims(connection)}
+            last = connection.execute(select(func.max(events.c.id))).scalar()
+            self._after = int(last or 0)
+        else:
+            rows = connection.execute(
+                select(*_CHOSEN_COLUMNS, events.c.id)
+                .where(events.c.kind == EventKind.VICTIM_CHOSEN.value)
+                .where(events.c.id > self._after)
+                .order_by(events.c.id)
+            ).all()
+            if rows:
+                self._after = max(self._after, int(rows[-1].id))
+                self._open.update(_claims_of([row[:6] for row in rows]))
+            self._forget_ended(connection)
+        return list(self._open.values())
+
+    def _forget_ended(self, connection: Connection) -> None:
+        if not self._open:
+            return
+        ids = sorted({preemption_id for preemption_id, _ in self._open})
+        for start in range(0, len(ids), 500):
+            ended = connection.execute(
+                select(events.c.preemption_id, events.c.run_id)
+                .where(events.c.preemption_id.in_(ids[start : start + 500]))
+                .where(events.c.kind.in_([kind.value for kind in TERMINAL_KINDS]))
+            ).all()
+            for preemption_id, run_id in ended:
+                self._open.pop((preemption_id, run_id), None)
 
 
 def victims_chosen_since(connection: Connection, since: datetime) -> list[datetime]:

@@ -8,7 +8,9 @@ Scenarios:
 - the decision lock lets one holder in at a time, on Postgres and on SQLite;
 - a decision that cannot get the lock within its wait gives up as "ledger unavailable"
   (its activity is retried) instead of waiting forever;
-- the lock's transaction commits what it wrote.
+- the lock's transaction commits what it wrote;
+- the incremental reader agrees with the full read: it sees decisions made since its last
+  read (by any worker) and forgets runs that ended, whenever their end was written.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine, func, select
 
-from preemptctl.ledger.claims import Claim, decision_lock, open_claims
+from preemptctl.ledger.claims import Claim, ClaimReader, decision_lock, open_claims
 from preemptctl.ledger.errors import LedgerUnavailableError
 from preemptctl.ledger.events import decision_events
 from preemptctl.ledger.kinds import EventKind
@@ -121,3 +123,17 @@ def test_what_the_lock_holder_writes_is_committed(pg_engine: Engine) -> None:
     with pg_engine.connect() as connection:
         count = connection.execute(select(func.count()).select_from(events)).scalar_one()
     assert count == 3
+
+
+def test_the_incremental_reader_agrees_with_the_full_read(sqlite_engine: Engine) -> None:
+    reader = ClaimReader()
+    decide(sqlite_engine, "p-1")
+    with sqlite_engine.connect() as connection:
+        assert [c.preemption_id for c in reader.read(connection)] == ["p-1"]
+    decide(sqlite_engine, "p-2")
+    append_batch(sqlite_engine, [event("p-1", EventKind.COMPLETED, T0 + timedelta(seconds=5))])
+    decide(sqlite_engine, "p-3")
+    with sqlite_engine.connect() as connection:
+        incremental = sorted(c.preemption_id for c in reader.read(connection))
+        full = sorted(c.preemption_id for c in open_claims(connection))
+    assert incremental == full == ["p-2", "p-3"]
