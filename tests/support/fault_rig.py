@@ -487,6 +487,7 @@ _ONCE_PER_VICTIM = frozenset(
         "victim_failed",
     }
 )
+_FATES = _ONCE_PER_VICTIM - {"victim_chosen", "victim_marked"}
 _TERMINAL = frozenset(
     {"completed", "failed", "preemption_aborted", "dry_run", "no_candidate", "ineligible"}
 )
@@ -560,6 +561,14 @@ class Audit:
         for run_id, events in by_run.items():
             kinds = [event["kind"] for event in events]
             if kinds and kinds[-1] == "completed":
+                fated = {e["victim_uid"] for e in events if e["kind"] in _FATES}
+                for event in events:
+                    if event["kind"] == "victim_chosen" and event["victim_uid"] not in fated:
+                        found["no missing ledger event"].append(
+                            f"{event['victim_namespace']}/{event['victim_name']} uid "
+                            f"{event['victim_uid']}: chosen by completed run {run_id}, "
+                            f"which records no fate for it"
+                        )
                 for event in events:
                     if event["kind"] == "victim_chosen" and event["victim_uid"] in live_uids:
                         found["no decided victim left behind"].append(
