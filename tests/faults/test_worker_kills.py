@@ -4,8 +4,8 @@ Scenario: full nodes of batch pods, as many preemptors pending, two `preemptctl 
 processes. Both workers are SIGKILLed the moment the API server has carried out a victim's
 DELETE, before the answer leaves (the answer is lost: the pod is gone, and no worker knows
 that it was this preemption that removed it); at a larger scale, again at every other
-DELETE. Besides,
-a random worker is SIGKILLed at random moments. Every killed worker is started again.
+DELETE. Besides, a random worker is SIGKILLed at random moments. Every killed worker is
+started again.
 
 After it settles, judged only from the emulator's request log and the ledger:
 - every preemptor is bound;

@@ -10,6 +10,10 @@ that fires the moment a DELETE has succeeded, before its answer leaves), through
 
 The audit reads only what no worker can bend: the emulator's request log and final state,
 the ledger's rows, and Temporal's list of runs. Never the workers' own logs or metrics.
+
+Scale and replay: `PREEMPT_FAULTS_SCALE=N` multiplies nodes, preemptors, kills and time
+bounds (default 1, CI size); a failure names its seed, and `PREEMPT_FAULTS_SEED=S` replays
+the same random choices (the timing of the processes is not replayed).
 """
 
 from __future__ import annotations
