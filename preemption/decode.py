@@ -81,9 +81,11 @@ def _string(value: Any, what: str, default: str = "") -> str:
 
 def _labels(value: Any, what: str) -> Mapping[str, str]:
     """A string-to-string map (labels, nodeSelector)."""
+    if not value:
+        return {}
     labels = _mapping(value, what)
     for key, item in labels.items():
-        if not isinstance(key, str) or not isinstance(item, str):
+        if type(key) is not str or type(item) is not str:
             raise PlannerInputError(f"{what} must map strings to strings ({key!r}: {item!r})")
     return labels
 
@@ -127,14 +129,31 @@ def decode_pod(obj: Mapping[str, Any]) -> Pod:
         raise PlannerInputError(f"pod {namespace}/{name}: {_wrong_shape(error)}") from None
 
 
+# The string fields of a pod the planner reads, checked once: a list or dict there (hostile
+# or corrupt input) is an input error, not a crash where the value is hashed or compared.
+_SPEC_STRINGS = ("nodeName", "preemptionPolicy", "schedulerName", "priorityClassName")
+_STATUS_STRINGS = ("nominatedNodeName", "phase", "reason")
+
+
+def _check_strings(section: Mapping[str, Any], fields: tuple[str, ...], where: str) -> None:
+    for field_name in fields:
+        value = section.get(field_name)
+        if value is not None and type(value) is not str:
+            raise PlannerInputError(
+                f"{where}.{field_name} must be a string, not {type(value).__name__}"
+            )
+
+
 def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping[str, Any]) -> Pod:
     spec = _mapping(obj.get("spec"), "spec")
     status = _mapping(obj.get("status"), "status")
-    annotations = _labels(meta.get("annotations"), "metadata.annotations")
+    annotations = _mapping(meta.get("annotations"), "metadata.annotations")
     priority = spec.get("priority", 0)
     if priority is None:
         priority = 0
     priority = _int32(priority, "spec.priority")
+    _check_strings(spec, _SPEC_STRINGS, "spec")
+    _check_strings(status, _STATUS_STRINGS, "status")
     disrupted = unschedulable = False
     scheduler_message = ""
     for condition in status.get("conditions") or ():
@@ -150,43 +169,52 @@ def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping
             )
             if unschedulable:
                 scheduler_message = _string(condition.get("message"), "PodScheduled message")
-    source = annotations.get("kubernetes.io/config.source")
+    source = _string(annotations.get("kubernetes.io/config.source"), "config.source annotation")
     uid = _string(meta.get("uid"), "metadata.uid") or str(
         uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{namespace}/{name}")
     )
     labels = _labels(meta.get("labels"), "metadata.labels")
     node_selector = _labels(spec.get("nodeSelector"), "spec.nodeSelector")
-    affinity = _mapping(spec.get("affinity"), "spec.affinity")
-    pod_affinity, pod_anti_affinity, term_problem = _pod_affinity_terms(affinity, namespace, labels)
-    spread, spread_problem = _spread_constraints(spec, labels)
-    claims, inline_csi, volume_problem = _volumes(spec, name)
+    pod_affinity: tuple[AffinityTerm, ...] = ()
+    pod_anti_affinity: tuple[AffinityTerm, ...] = ()
+    term_problem = spread_problem = volume_problem = ""
+    affinity = spec.get("affinity")
+    if affinity:
+        pod_affinity, pod_anti_affinity, term_problem = _pod_affinity_terms(
+            _mapping(affinity, "spec.affinity"), namespace, labels
+        )
+    spread: tuple[SpreadConstraint, ...] = ()
+    if spec.get("topologySpreadConstraints"):
+        spread, spread_problem = _spread_constraints(spec, labels)
+    claims: tuple[str, ...] = ()
+    inline_csi: tuple[tuple[str, str], ...] = ()
+    if spec.get("volumes"):
+        claims, inline_csi, volume_problem = _volumes(spec, name)
     return Pod(
         namespace=namespace,
         name=name,
         uid=uid,
         priority=priority,
         requests=pod_requests(spec),
-        node_name=_string(spec.get("nodeName"), "spec.nodeName"),
-        nominated_node_name=_string(status.get("nominatedNodeName"), "status.nominatedNodeName"),
+        node_name=spec.get("nodeName") or "",
+        nominated_node_name=status.get("nominatedNodeName") or "",
         start_time=parse_time(status.get("startTime")),
         labels=labels,
         host_ports=_host_ports(spec),
-        preemption_policy=_string(spec.get("preemptionPolicy"), "spec.preemptionPolicy")
-        or PREEMPT_LOWER_PRIORITY,
-        scheduler_name=_string(spec.get("schedulerName"), "spec.schedulerName")
-        or "default-scheduler",
-        phase=_string(status.get("phase"), "status.phase") or "Pending",
-        status_reason=_string(status.get("reason"), "status.reason"),
+        preemption_policy=spec.get("preemptionPolicy") or PREEMPT_LOWER_PRIORITY,
+        scheduler_name=spec.get("schedulerName") or "default-scheduler",
+        phase=status.get("phase") or "Pending",
+        status_reason=status.get("reason") or "",
         terminating=meta.get("deletionTimestamp") is not None,
         disrupted_by_scheduler=disrupted,
         unschedulable=unschedulable,
         qos_class=qos_class(spec, status),
         static_or_mirror=("kubernetes.io/config.mirror" in annotations)
-        or (source is not None and source != "api"),
+        or (source != "" and source != "api"),
         tolerations=_tolerations(spec.get("tolerations")),
         node_selector=_intern(tuple(sorted(node_selector.items()))),
         required_affinity=_required_affinity(spec),
-        priority_class_name=_string(spec.get("priorityClassName"), "spec.priorityClassName"),
+        priority_class_name=spec.get("priorityClassName") or "",
         resource_version=str(meta.get("resourceVersion") or ""),
         pod_affinity=pod_affinity,
         pod_anti_affinity=pod_anti_affinity,
@@ -205,7 +233,6 @@ def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping
 _FILTER_FREE_VOLUMES = frozenset(
     {"emptyDir", "configMap", "secret", "projected", "downwardAPI", "hostPath", "image", "nfs"}
 )
-_MODELED_VOLUMES = frozenset({"persistentVolumeClaim", "ephemeral", "csi"})
 
 
 def _volumes(
@@ -216,9 +243,10 @@ def _volumes(
     inline: list[tuple[str, str]] = []
     for raw in spec.get("volumes") or ():
         volume = _mapping(raw, "a volume")
+        if len(volume) == 2 and "name" in volume and any(k in _FILTER_FREE_VOLUMES for k in volume):
+            continue  # the common case: a name and one source no filter looks at
         name = _string(volume.get("name"), "volume name")
-        sources = sorted(k for k in volume if k != "name")
-        for source in sources:
+        for source in sorted(k for k in volume if k != "name"):
             if source == "persistentVolumeClaim":
                 claim = _mapping(volume[source], "persistentVolumeClaim")
                 claims.append(_string(claim.get("claimName"), "claimName"))

@@ -198,7 +198,7 @@ class PodConstraints:
         selector = term.selector
         if selector is None or not selector.valid:
             return ()
-        bound = self.snapshot.bound
+        bound = self.snapshot.pod_index()
         namespaces = set(term.namespaces)
         if term.namespace_selector is not None:
             namespaces.update(bound.by_namespace)
@@ -264,7 +264,7 @@ class PodConstraints:
             selector = spread.constraint.selector
             if selector is None:
                 continue
-            for pod in self.snapshot.bound.selectable(self.pod.namespace, selector):
+            for pod in self.snapshot.pod_index().selectable(self.pod.namespace, selector):
                 if pod.terminating or not label_selector_matches(selector, pod.labels):
                     continue
                 self._effect(pod).spread.append(index)

@@ -183,10 +183,13 @@ class BoundPodIndex:
         "by_label",
         "by_namespace",
         "claim_users",
+        "labels_ready",
         "with_volumes",
     )
 
     def __init__(self) -> None:
+        # Built on first use (`build_labels`), then kept current.
+        self.labels_ready = False
         self.by_namespace: dict[str, dict[str, Pod]] = {}
         self.by_label: dict[tuple[str, str, str], dict[str, Pod]] = {}
         self.anti_affinity: dict[tuple[AffinityTerm, ...], dict[str, Pod]] = {}
@@ -204,9 +207,8 @@ class BoundPodIndex:
             self.with_volumes[pod.uid] = pod
             for claim in pod.claims:
                 self.claim_users.setdefault(f"{pod.namespace}/{claim}", {})[pod.uid] = pod
-        self.by_namespace.setdefault(pod.namespace, {})[pod.uid] = pod
-        for key, value in pod.labels.items():
-            self.by_label.setdefault((pod.namespace, key, value), {})[pod.uid] = pod
+        if self.labels_ready:
+            self._add_labels(pod)
         terms = pod.pod_anti_affinity
         if terms:
             group = self.anti_affinity.get(terms)
@@ -227,9 +229,10 @@ class BoundPodIndex:
             self.with_volumes.pop(pod.uid, None)
             for claim in pod.claims:
                 _discard(self.claim_users, f"{pod.namespace}/{claim}", pod.uid)
-        _discard(self.by_namespace, pod.namespace, pod.uid)
-        for key, value in pod.labels.items():
-            _discard(self.by_label, (pod.namespace, key, value), pod.uid)
+        if self.labels_ready:
+            _discard(self.by_namespace, pod.namespace, pod.uid)
+            for key, value in pod.labels.items():
+                _discard(self.by_label, (pod.namespace, key, value), pod.uid)
         terms = pod.pod_anti_affinity
         if terms:
             _discard(self.anti_affinity, terms, pod.uid)
@@ -244,6 +247,20 @@ class BoundPodIndex:
                             if not groups:
                                 del self.anti_by_label[pair]
 
+    def _add_labels(self, pod: Pod) -> None:
+        self.by_namespace.setdefault(pod.namespace, {})[pod.uid] = pod
+        for key, value in pod.labels.items():
+            self.by_label.setdefault((pod.namespace, key, value), {})[pod.uid] = pod
+
+    def build_labels(self, pods: Iterable[Pod]) -> None:
+        """Index the bound pods by namespace and label, the first time a decision needs it
+        (a cluster whose preemptors never use spread or pod affinity never pays for it);
+        from then on `add` and `discard` keep it current."""
+        if not self.labels_ready:
+            for pod in pods:
+                self._add_labels(pod)
+            self.labels_ready = True
+
     def anti_affinity_groups_for(
         self, labels: Mapping[str, str]
     ) -> list[tuple[tuple[AffinityTerm, ...], dict[str, Pod]]]:
@@ -256,7 +273,8 @@ class BoundPodIndex:
         return [(terms, self.anti_affinity[terms]) for terms in found]
 
     def selectable(self, namespace: str, selector: LabelSelector) -> Iterable[Pod]:
-        """The bound pods of `namespace` the selector may select (a superset: check each)."""
+        """The bound pods of `namespace` the selector may select (a superset: check each).
+        Needs `build_labels` first."""
         narrowest: dict[str, Pod] | None = self.by_namespace.get(namespace)
         if narrowest is None:
             return ()
@@ -404,6 +422,14 @@ class ClusterSnapshot:
             getattr(self, _STORES[kind]).pop(key, None)
         elif kind not in IGNORED_KINDS:
             raise ValueError(f"unsupported kind {kind}")
+
+    def pod_index(self) -> BoundPodIndex:
+        """The bound-pod index with its label part built (see `BoundPodIndex.build_labels`)."""
+        if not self.bound.labels_ready:
+            self.bound.build_labels(
+                pod for info in self.node_infos.values() for pod in info.pods.values()
+            )
+        return self.bound
 
     # -- namespaces -------------------------------------------------------------------------
 

@@ -118,7 +118,7 @@ def test_a_rejected_pod_without_a_node_blocks_nothing() -> None:
 
 def test_the_bound_index_follows_binding_moving_finishing_and_removal() -> None:
     cluster = snapshot(node("n1"), node("n2"), pod("a", labels={"app": "x"}))
-    index = cluster.bound
+    index = cluster.pod_index()
     assert index.by_namespace == {}
     cluster.apply("Pod", pod("a", node="n1", labels={"app": "x"}))
     assert list(index.by_label[("default", "app", "x")]) == ["uid-default-a"]
