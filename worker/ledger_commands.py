@@ -179,17 +179,9 @@ def open_ledger(args: argparse.Namespace) -> Iterator[Engine]:
     try:
         with translated_errors(engine):
             current = migrations.current_revision(engine)
-        head = migrations.head_revision()
-        if current is None:
-            raise UsageError(
-                f"the ledger database {display_url(url)} has no ledger schema; "
-                "run `preemptctl migrate` first"
-            )
-        if current != head:
-            raise UsageError(
-                f"the ledger database {display_url(url)} is at schema revision {current}, "
-                f"this preemptctl needs {head}; run `preemptctl migrate`"
-            )
+        problem = migrations.schema_problem(current)
+        if problem is not None:
+            raise UsageError(f"the ledger database {display_url(url)} {problem}")
         yield engine
     except LedgerUnavailableError as error:
         raise Unavailable(str(error)) from None

@@ -7,6 +7,10 @@ Scenarios:
 - the models and the migrations agree on Postgres (autogenerate diff is empty)
 - the models and the migrations agree on SQLite (autogenerate diff is empty)
 - the migration's config works without an alembic.ini in the working directory
+- the support window: revisions are numbered in sequence; this code runs against its head
+  and the next revision (a rollback after a migration), refuses an unmigrated, older, or two
+  migrations newer schema, each in one line that says what to do
+- `preemptctl history` of a release runs against a ledger one migration ahead of it
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
 from preemptctl import migrations
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.ledger.models import EVENTS_TABLE, Base
+from preemptctl.worker.cli import main
 
 EXPECTED_INDEXES = {
     "ix_preemption_events_preemptor",
@@ -116,3 +122,75 @@ def test_migrations_need_no_alembic_ini_in_the_working_directory(
         assert migrations.current_revision(engine) == migrations.head_revision()
     finally:
         engine.dispose()
+
+
+def test_revisions_are_numbered_in_sequence() -> None:
+    """The support window recognises "the next revision" by its number alone."""
+    script = ScriptDirectory.from_config(migrations.alembic_config())
+    for revision in script.walk_revisions():
+        if revision.down_revision is None:
+            assert revision.revision == "0001"
+        else:
+            assert migrations.next_revision(str(revision.down_revision)) == revision.revision
+
+
+def test_the_support_window_is_head_and_the_next_revision() -> None:
+    assert migrations.supported_revisions("0007") == ("0007", "0008")
+
+
+@pytest.mark.parametrize(
+    ("current", "problem"),
+    [
+        ("0007", None),
+        ("0008", None),
+        (None, "has no ledger schema; run `preemptctl migrate` first"),
+        (
+            "0006",
+            "is at schema revision 0006, this preemptctl needs 0007; run `preemptctl migrate`",
+        ),
+        (
+            "0009",
+            "is at schema revision 0009, more than one migration ahead of this preemptctl "
+            "(0007, which runs on 0007 and the next); upgrade preemptctl",
+        ),
+    ],
+)
+def test_schema_problems_say_what_to_do(current: str | None, problem: str | None) -> None:
+    assert migrations.schema_problem(current, head="0007") == problem
+
+
+def _stamp(url: str, revision: str) -> None:
+    """Pretend a newer release migrated the ledger (an expand-only migration adds nothing
+    this release reads)."""
+    engine = create_ledger_engine(url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": revision})
+    finally:
+        engine.dispose()
+
+
+def test_a_release_runs_against_a_ledger_one_migration_ahead(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    migrations.upgrade(url)
+    ahead = migrations.next_revision(migrations.head_revision())
+    assert ahead is not None
+    _stamp(url, ahead)
+    assert main(["history", "--database-url", url]) == 0
+    assert capsys.readouterr().out == "no preemptions in the ledger match\n"
+
+
+def test_a_release_refuses_a_ledger_two_migrations_ahead(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    migrations.upgrade(url)
+    ahead = migrations.next_revision(migrations.head_revision())
+    assert ahead is not None
+    two_ahead = migrations.next_revision(ahead)
+    assert two_ahead is not None
+    _stamp(url, two_ahead)
+    assert main(["history", "--database-url", url]) == 2
+    assert capsys.readouterr().err.endswith("; upgrade preemptctl\n")
