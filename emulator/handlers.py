@@ -90,7 +90,14 @@ def handle(
         return Response(
             200,
             store.patch(
-                resource, route.namespace, route.name, content_type, body, route.subresource
+                resource,
+                route.namespace,
+                route.name,
+                content_type,
+                body,
+                route.subresource,
+                field_manager=query.get("fieldManager") or "",
+                force=query.get("force") in ("true", "1"),
             ),
         )
     if verb == "delete":

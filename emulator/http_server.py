@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import orjson
+import yaml
 
 from preemptctl.emulator import status
 from preemptctl.emulator.faults import Action, Faults
@@ -110,7 +111,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
-            body = None
+            body = _yaml_body(raw) if "yaml" in content_type else None
         record = Request(
             target.verb,
             target.rbac_resource,
@@ -225,3 +226,11 @@ class _Handler(BaseHTTPRequestHandler):
                 404, "NotFound", "the server could not find the requested resource"
             )
             self._send_json(404, body)
+
+
+def _yaml_body(raw: bytes) -> Any:
+    """An apply body sent as YAML (kubectl apply --server-side sends YAML or JSON)."""
+    try:
+        return yaml.safe_load(raw.decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return None

@@ -29,7 +29,8 @@ from typing import Any
 import orjson
 
 from preemptctl.emulator import status
-from preemptctl.emulator.patch import apply_patch
+from preemptctl.emulator.apply import server_side_apply
+from preemptctl.emulator.patch import APPLY_PATCH, apply_patch
 from preemptctl.emulator.resources import BY_KEY, PODS, Resource
 from preemptctl.emulator.status import ApiError
 
@@ -260,9 +261,14 @@ class Store:
         content_type: str,
         body: Any,
         subresource: str = "",
+        *,
+        field_manager: str = "",
+        force: bool = False,
     ) -> Obj:
         with self.lock:
             current = self.get(resource, namespace, name)
+            if content_type.split(";")[0].strip() == APPLY_PATCH:
+                return self._apply(resource, current, body, field_manager, force, subresource)
             patched = apply_patch(content_type, current, body)
             wanted_rv = (patched.get("metadata") or {}).get("resourceVersion")
             if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
@@ -276,6 +282,32 @@ class Store:
                     f'Invalid value: "{wanted_uid}": field is immutable',
                 )
             return self._replace(resource, current, patched, subresource)
+
+    def _apply(
+        self,
+        resource: Resource,
+        current: Obj,
+        body: Any,
+        field_manager: str,
+        force: bool,
+        subresource: str,
+    ) -> Obj:
+        """Server-side apply (see `emulator.apply`); a body naming another uid is refused as
+        the API server refuses a failed UID precondition."""
+        meta = (body.get("metadata") if isinstance(body, dict) else None) or {}
+        wanted_uid = meta.get("uid")
+        if wanted_uid and wanted_uid != current["metadata"]["uid"]:
+            raise status.ApiError(
+                409,
+                status.status_body(
+                    409,
+                    "Conflict",
+                    f"Precondition failed: UID in precondition: {wanted_uid}, UID in object "
+                    f"meta: {current['metadata']['uid']}",
+                ),
+            )
+        applied = server_side_apply(current, body, field_manager, force, subresource, now_rfc3339())
+        return self._replace(resource, current, applied, subresource)
 
     def guaranteed_update(
         self, resource: Resource, namespace: str, name: str, change: Callable[[Obj], Obj]
@@ -299,6 +331,9 @@ class Store:
         if subresource == "status":
             merged = dict(current)
             merged["status"] = new.get("status", {})
+            managed = (new.get("metadata") or {}).get("managedFields")
+            if managed is not None:
+                meta["managedFields"] = managed
         else:
             merged = new
             for immutable in (

@@ -31,6 +31,7 @@ DEFAULT_READ_TIMEOUT = 30.0
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply (a JSON body is valid YAML)
 
 
 @dataclass(frozen=True)

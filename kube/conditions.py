@@ -1,12 +1,20 @@
-"""The `DisruptionTarget` condition on a victim, before it is deleted.
+"""The `DisruptionTarget` condition on a victim: set before it is deleted, removed from a
+victim the preemption spared.
 
 Upstream (`prepareCandidate` in the scheduler's preemption executor) sets it so that the
-victim's controllers and the kubelet know why the pod goes away. Like upstream's
+victim's controllers and the kubelet know why the pod goes away, with server-side apply on
+the status subresource (`ApplyStatus`, a field manager, force): `managedFields` then shows
+who marked the pod. This does the same under the field manager `preemptctl`. Like upstream's
 `UpdatePodCondition`, nothing is sent when an identical condition is already there: a
 retried activity then costs one GET, and the condition's lastTransitionTime is not bumped.
 
-The patch carries the resourceVersion read just before, so it applies to the pod that was
-checked (same UID, condition absent) or fails with a retryable conflict.
+The applied object carries the victim's UID, so a pod replaced under the same name since the
+GET is refused by the API server (UID precondition) rather than marked.
+
+Removal applies the same manager's configuration without the condition: server-side apply
+removes what its manager no longer applies. A condition this manager does not own (another
+writer, or an older version that patched it) is removed by a strategic merge patch that
+deletes it by type, guarded by the resourceVersion read just before.
 """
 
 from __future__ import annotations
@@ -16,12 +24,13 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from preemptctl.kube.classify import Call, api_status, classify_status
-from preemptctl.kube.client import STRATEGIC_MERGE_PATCH, KubeClient
+from preemptctl.kube.classify import ApiStatus, Call, api_status, classify_status
+from preemptctl.kube.client import APPLY_PATCH, STRATEGIC_MERGE_PATCH, KubeClient
 from preemptctl.kube.outcomes import PodRef, Verdict, WriteOutcome
 from preemptctl.kube.pods import Presence, get_pod, pod_path
 
 DISRUPTION_TARGET = "DisruptionTarget"
+FIELD_MANAGER = "preemptctl"
 PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
 
 
@@ -57,22 +66,95 @@ def add_disruption_target(kube: KubeClient, victim: PodRef, scheduler_name: str)
     if any(_identical(condition, wanted) for condition in conditions):
         return WriteOutcome(Verdict.UNCHANGED, victim.key, "DisruptionTarget already set")
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    patch = {
-        "metadata": {"resourceVersion": lookup.resource_version},
-        "status": {"conditions": [dict(wanted, lastTransitionTime=now)]},
-    }
     call = Call("patch", "pods/status", victim.key)
     try:
-        kube.request(
-            "PATCH",
-            pod_path(victim.namespace, victim.name, "status"),
-            call,
-            body=patch,
-            content_type=STRATEGIC_MERGE_PATCH,
-        )
+        _apply_status(kube, victim, [dict(wanted, lastTransitionTime=now)], call)
     except ApiException as error:
-        status = api_status(error)
-        if status.code == 404:
-            return WriteOutcome(Verdict.ALREADY_GONE, victim.key, "victim is already gone")
-        raise classify_status(status, call) from None
+        return _refused(kube, victim, api_status(error), call)
     return WriteOutcome(Verdict.DONE, victim.key, "DisruptionTarget condition added")
+
+
+def remove_disruption_target(kube: KubeClient, victim: PodRef) -> WriteOutcome:
+    """Clear the `DisruptionTarget` this controller set on `victim` (a victim the preemption
+    spared, or left behind when it failed); one set for another reason is left alone."""
+    lookup = get_pod(kube, victim)
+    if lookup.presence is Presence.GONE:
+        return WriteOutcome(Verdict.ALREADY_GONE, victim.key, "victim is already gone")
+    if lookup.presence is Presence.REPLACED:
+        return WriteOutcome(
+            Verdict.REPLACED,
+            victim.key,
+            "victim was replaced by a pod with another UID; left alone",
+        )
+    ours = [
+        condition
+        for condition in lookup.status.get("conditions") or []
+        if condition.get("type") == DISRUPTION_TARGET
+        and condition.get("reason") == PREEMPTION_BY_SCHEDULER
+    ]
+    if not ours:
+        return WriteOutcome(Verdict.UNCHANGED, victim.key, "no DisruptionTarget to remove")
+    call = Call("patch", "pods/status", victim.key)
+    try:
+        answer = _apply_status(kube, victim, [], call)
+        remaining = [
+            condition
+            for condition in ((answer or {}).get("status") or {}).get("conditions") or []
+            if condition.get("type") == DISRUPTION_TARGET
+        ]
+        if remaining:  # not (only) ours to drop by apply: delete it by type
+            kube.request(
+                "PATCH",
+                pod_path(victim.namespace, victim.name, "status"),
+                call,
+                body={
+                    "metadata": {
+                        "uid": victim.uid,
+                        "resourceVersion": (answer or {})
+                        .get("metadata", {})
+                        .get("resourceVersion"),
+                    },
+                    "status": {"conditions": [{"type": DISRUPTION_TARGET, "$patch": "delete"}]},
+                },
+                content_type=STRATEGIC_MERGE_PATCH,
+            )
+    except ApiException as error:
+        return _refused(kube, victim, api_status(error), call)
+    return WriteOutcome(Verdict.DONE, victim.key, "DisruptionTarget condition removed")
+
+
+def _apply_status(
+    kube: KubeClient, victim: PodRef, conditions: list[dict[str, Any]], call: Call
+) -> Any:
+    """Server-side apply of the victim's status conditions as field manager `preemptctl`."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": victim.name, "namespace": victim.namespace, "uid": victim.uid},
+        "status": {"conditions": conditions},
+    }
+    return kube.request(
+        "PATCH",
+        pod_path(victim.namespace, victim.name, "status"),
+        call,
+        body=body,
+        query={"fieldManager": FIELD_MANAGER, "force": "true"},
+        content_type=APPLY_PATCH,
+    )
+
+
+def _refused(kube: KubeClient, victim: PodRef, status: ApiStatus, call: Call) -> WriteOutcome:
+    """A refused status write: gone and replaced victims are outcomes, the rest errors."""
+    if status.code == 404:
+        return WriteOutcome(Verdict.ALREADY_GONE, victim.key, "victim is already gone")
+    if status.code == 409:
+        lookup = get_pod(kube, victim)
+        if lookup.presence is Presence.GONE:
+            return WriteOutcome(Verdict.ALREADY_GONE, victim.key, "victim is already gone")
+        if lookup.presence is Presence.REPLACED:
+            return WriteOutcome(
+                Verdict.REPLACED,
+                victim.key,
+                "victim was replaced by a pod with another UID; left alone",
+            )
+    raise classify_status(status, call) from None

@@ -7,7 +7,13 @@ Scenarios:
 - a condition from another scheduler is replaced by ours;
 - a victim already gone is reported as such, without a PATCH;
 - a victim replaced by a same-named pod is left alone;
-- the patch pins the resourceVersion it read, so a change in between is a retryable conflict.
+- the condition is written with server-side apply (field manager preemptctl, force) and
+  managedFields show preemptctl owning it on the status subresource;
+- the applied object carries the victim's UID, and a conflict from the server with the pod
+  still there is retryable;
+- removing it: the condition goes, the pod's other conditions stay, and preemptctl no
+  longer owns it; a DisruptionTarget set for another reason is left alone; one this manager
+  does not own (set by a plain patch) is deleted by type.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import pytest
 
 from preemptctl.emulator import Emulator
 from preemptctl.kube.client import KubeClient
-from preemptctl.kube.conditions import add_disruption_target
+from preemptctl.kube.conditions import add_disruption_target, remove_disruption_target
 from preemptctl.kube.outcomes import ErrorKind, PodRef, Retryable, Verdict
 from tests.kube.conftest import ref_of
 from tests.support.emulator import pod
@@ -88,7 +94,7 @@ def test_replaced_victim_is_left_alone(kube: KubeClient, emulator: Emulator) -> 
     assert emulator.requests.matching("patch") == []
 
 
-def test_change_between_read_and_patch_is_a_retryable_conflict(
+def test_conflict_with_the_pod_still_there_is_retryable(
     kube: KubeClient, emulator: Emulator, victim: PodRef
 ) -> None:
     emulator.faults.fail(
@@ -104,4 +110,65 @@ def test_change_between_read_and_patch_is_a_retryable_conflict(
         add_disruption_target(kube, victim, "default-scheduler")
     assert raised.value.kind is ErrorKind.CONFLICT
     sent = emulator.requests.matching("patch")[0].body
-    assert sent["metadata"]["resourceVersion"]
+    assert sent["metadata"]["uid"] == victim.uid
+
+
+def test_condition_is_applied_server_side_and_owned_by_preemptctl(
+    kube: KubeClient, emulator: Emulator, victim: PodRef
+) -> None:
+    add_disruption_target(kube, victim, "default-scheduler")
+    [request] = emulator.requests.matching("patch")
+    assert request.content_type == "application/apply-patch+yaml"
+    assert request.query == {"fieldManager": "preemptctl", "force": "true"}
+    stored = emulator.pod("default/victim")
+    assert stored is not None
+    [entry] = stored["metadata"]["managedFields"]
+    assert (entry["manager"], entry["operation"], entry["subresource"]) == (
+        "preemptctl",
+        "Apply",
+        "status",
+    )
+    owned = entry["fieldsV1"]["f:status"]["f:conditions"]
+    assert list(owned) == ['k:{"type":"DisruptionTarget"}']
+
+
+def test_removal_drops_only_our_condition(
+    kube: KubeClient, emulator: Emulator, victim: PodRef
+) -> None:
+    add_disruption_target(kube, victim, "default-scheduler")
+    outcome = remove_disruption_target(kube, victim)
+    assert outcome.verdict is Verdict.DONE
+    assert [c["type"] for c in _conditions(emulator)] == ["Ready"]
+    stored = emulator.pod("default/victim")
+    assert stored is not None
+    assert stored["metadata"]["managedFields"] == []
+    assert remove_disruption_target(kube, victim).verdict is Verdict.UNCHANGED
+
+
+def test_removal_leaves_a_disruption_target_set_for_another_reason(
+    kube: KubeClient, emulator: Emulator
+) -> None:
+    loaded = pod("victim", node_name="n1")
+    loaded["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}
+    ]
+    emulator.load(loaded)
+    outcome = remove_disruption_target(kube, ref_of(emulator, "default/victim"))
+    assert outcome.verdict is Verdict.UNCHANGED
+    assert emulator.requests.matching("patch") == []
+
+
+def test_removal_deletes_a_condition_this_manager_does_not_own(
+    kube: KubeClient, emulator: Emulator
+) -> None:
+    loaded = pod("victim", node_name="n1")
+    loaded["status"]["conditions"] = [{"type": "Ready", "status": "True"}, dict(UPSTREAM)]
+    emulator.load(loaded)
+    outcome = remove_disruption_target(kube, ref_of(emulator, "default/victim"))
+    assert outcome.verdict is Verdict.DONE
+    assert [c["type"] for c in _conditions(emulator)] == ["Ready"]
+
+
+def test_removal_on_a_gone_victim_is_reported(kube: KubeClient, emulator: Emulator) -> None:
+    outcome = remove_disruption_target(kube, PodRef("default", "victim", "u1"))
+    assert outcome.verdict is Verdict.ALREADY_GONE
