@@ -154,11 +154,11 @@ async def run(count: int, rate: float) -> None:
         activities = PreemptionActivities(kube, view, ledger, identity="bench")
         async with build_worker(env.client, activities, task_queue="bench"):
             started: dict[str, float] = {}
-            handles = []
             began = time.time()
-            for i in range(count):
-                due = began + i / rate
-                await asyncio.sleep(max(0.0, due - time.time()))
+
+            async def start(i: int) -> Any:
+                """Start the i-th preemption on time, whatever the earlier starts cost."""
+                await asyncio.sleep(max(0.0, began + i / rate - time.time()))
                 preemptor = PodRef("bench", f"urgent-{i:04d}", "", 1000)
                 with view.read() as snapshot:
                     pod = snapshot.pod_by_key(preemptor.key)
@@ -166,7 +166,10 @@ async def run(count: int, rate: float) -> None:
                     preemptor = PodRef.of(pod)
                 request = PreemptionRequest(preemptor, scheduled_wait_seconds=0.2)
                 started[preemptor.name] = time.time()
-                handles.append(await start_preemption(env.client, request, task_queue="bench"))
+                return await start_preemption(env.client, request, task_queue="bench")
+
+            handles = await asyncio.gather(*(start(i) for i in range(count)))
+            all_started = time.time() - began
             results = await asyncio.gather(*(h.result() for h in handles))
             parent.send("deletes")
             deletes: dict[str, float] = parent.recv()
@@ -181,13 +184,19 @@ async def run(count: int, rate: float) -> None:
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
     latencies = []
-    for result, start in zip(results, started.values(), strict=True):
+    for i, result in enumerate(results):
+        start = started[f"urgent-{i:04d}"]
         last = max(deletes[v.pod.name] for v in result.victims)
         latencies.append(last - start)
     latencies.sort()
     span = max(deletes.values()) - min(started.values())
-    print(f"preemptions:            {count} started at {rate:g}/s, 2 victims each")
-    print(f"outcomes:               {dict(sorted(_count(r.outcome for r in results).items()))}")
+    print(f"preemptions:            {count} offered at {rate:g}/s, 2 victims each")
+    print(
+        f"started:                all {count} in {all_started:.1f} s ({count / all_started:.1f}/s)"
+    )
+    print(
+        f"outcomes:               {dict(sorted(_count(str(r.outcome) for r in results).items()))}"
+    )
     print(f"victims deleted:        {len(deletes)} (expected {2 * count})")
     print(
         f"sustained:              {count / span:.1f} preemptions/s "

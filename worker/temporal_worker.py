@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import PollerBehaviorAutoscaling, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from preemptctl.activities.preemption import PreemptionActivities
@@ -41,9 +41,14 @@ def build_worker(
     *,
     task_queue: str = DEFAULT_TASK_QUEUE,
     max_concurrent_activities: int = 64,
+    max_pollers: int = 20,
 ) -> Worker:
     """A worker for preemptions: the workflow, and the activities on a thread pool (the
-    Kubernetes client and the ledger engine are synchronous)."""
+    Kubernetes client and the ledger engine are synchronous).
+
+    Pollers scale with the backlog, up to `max_pollers` per task kind: a burst of
+    preemptions brings workflow and activity tasks faster than five long polls (the SDK's
+    default) take them."""
     return Worker(
         client,
         task_queue=task_queue,
@@ -52,4 +57,6 @@ def build_worker(
         activity_executor=ThreadPoolExecutor(max_workers=max_concurrent_activities),
         max_concurrent_activities=max_concurrent_activities,
         workflow_runner=workflow_runner(),
+        workflow_task_poller_behavior=PollerBehaviorAutoscaling(maximum=max_pollers),
+        activity_task_poller_behavior=PollerBehaviorAutoscaling(maximum=max_pollers),
     )
