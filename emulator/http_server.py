@@ -12,6 +12,7 @@ import dataclasses
 import socket
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -20,12 +21,14 @@ import orjson
 import yaml
 
 from preemptctl.emulator import status
+from preemptctl.emulator.discovery import discovery
 from preemptctl.emulator.faults import Action, Faults
 from preemptctl.emulator.handlers import handle, predicate
 from preemptctl.emulator.requestlog import Request, RequestLog
 from preemptctl.emulator.routing import Route, route
 from preemptctl.emulator.status import ApiError
 from preemptctl.emulator.store import Store
+from preemptctl.emulator.tables import as_table, table_events, wants_table
 from preemptctl.emulator.watch import WatchRequest, serve_watch
 
 _VERSION = {
@@ -161,7 +164,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             response = handle(self.server.store, target, query, body, content_type)
             self._log(record, response.code)
-            self._send_json(response.code, response.body)
+            answer = response.body
+            if target.verb in ("get", "list") and wants_table(self.headers.get("Accept", "")):
+                answer = as_table(target.resource, answer)
+            self._send_json(response.code, answer)
         except ApiError as error:
             self._log(record, error.code)
             headers = {"Retry-After": str(error.retry_after)} if error.retry_after else {}
@@ -204,7 +210,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         try:
-            serve_watch(self.server.store, request, self._write_chunk, self.server.stopping)
+            write: Callable[[bytes], None] = self._write_chunk
+            if wants_table(self.headers.get("Accept", "")):
+                write = table_events(target.resource, write)
+            serve_watch(self.server.store, request, write, self.server.stopping)
             self._write_chunk(b"")
         except OSError:
             self.close_connection = True
@@ -214,13 +223,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _serve_other(self, method: str, path: str) -> None:
-        """Discovery stubs, enough for `kubectl version` and health checks."""
+        """Version, health and discovery: what `kubectl` reads before any resource."""
         if method == "GET" and path == "/version":
             self._send_json(200, _VERSION)
         elif method == "GET" and path in ("/healthz", "/readyz", "/livez"):
             self._send_json(200, "ok")
-        elif method == "GET" and path == "/api":
-            self._send_json(200, {"kind": "APIVersions", "versions": ["v1"]})
+        elif method == "GET" and (document := discovery(path)) is not None:
+            self._send_json(200, document)
         else:
             body = status.status_body(
                 404, "NotFound", "the server could not find the requested resource"

