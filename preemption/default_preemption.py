@@ -338,7 +338,7 @@ def filter_nodes(
             status = fits_request(
                 want, node, info.milli_cpu, info.memory, info.ephemeral_storage, {}, len(info.pods)
             )
-            if constraints is not None and status.ok:
+            if status is SUCCESS and constraints is not None:
                 status = constraints.filter(node)
             statuses[info.name] = status
         else:
@@ -564,9 +564,9 @@ def select_victims_on_node(
     if constraints is not None:
         judged = constraints
         judged.begin()
-        effects = judged.effects
+        effects, groups = judged.effects, judged.existing_groups
         for pod in potential:
-            if pod.uid in effects:
+            if pod.uid in effects or (groups and pod.pod_anti_affinity in groups):
                 judged.update(pod, node, -1)
         status = judged.filter_with_nominated(node, extra.pods)
         if not status.ok:
@@ -610,6 +610,7 @@ def _reprieve_pods(
     scalars = free.scalars
     check_every_pod = bool(scalars or wanted_ports)
     counted = constraints.effects if constraints is not None else {}
+    anti_groups = constraints.existing_groups if constraints is not None else {}
     for group, counts_as_violation in groups:
         for pod in group:
             r = pod.requests
@@ -619,7 +620,11 @@ def _reprieve_pods(
                 and r.memory <= memory
                 and r.ephemeral_storage <= ephemeral
                 and (
-                    not (check_every_pod or pod.uid in counted)
+                    not (
+                        check_every_pod
+                        or pod.uid in counted
+                        or (anti_groups and pod.pod_anti_affinity in anti_groups)
+                    )
                     or _also_fits_beside(pod, scalars, wanted_ports, constraints, node, extra)
                 )
             ):

@@ -71,7 +71,9 @@ class _Effect:
     def __init__(self) -> None:
         self.affinity = False  # matches every required affinity term of the preemptor
         self.anti: list[int] = []  # the preemptor's anti-affinity terms it matches
-        self.existing: list[str] = []  # topology keys of its own anti terms matching the preemptor
+        # topology keys of its own anti terms matching the preemptor (pods not bound; a bound
+        # pod's are looked up by its terms in `PodConstraints.existing_groups`)
+        self.existing: list[str] = []
         self.spread: list[int] = []  # the spread constraints selecting it
         self.volumes = False  # mounts claims or CSI volumes the volume filters count
 
@@ -122,6 +124,8 @@ class PodConstraints:
         self.anti_counts: dict[tuple[str, str], int] = {}
         self.existing_counts: dict[tuple[str, str], int] = {}
         self.existing_keys: set[str] = set()
+        # Bound pods' anti-affinity terms that select the preemptor -> their topology keys.
+        self.existing_groups: dict[tuple[AffinityTerm, ...], list[str]] = {}
         self.spreads = [
             _Spread(c, _spread_selects(c, preemptor)) for c in preemptor.spread_constraints
         ]
@@ -178,20 +182,28 @@ class PodConstraints:
         return found
 
     def _count_existing_anti_affinity(self) -> None:
-        """Existing pods whose required anti-affinity selects the preemptor (symmetry)."""
+        """Existing pods whose required anti-affinity selects the preemptor (symmetry).
+
+        Pods sharing their terms (a Deployment's replicas) are one group: each group is
+        matched against the preemptor once and counted per node; a pod's part in the dry run
+        is looked up by its terms (`existing_groups`), not kept per pod."""
         labels = self.namespace_labels if self.namespace_labels is not None else _EMPTY
+        node_infos = self.snapshot.node_infos
         for terms, pods in self.snapshot.bound.anti_affinity_groups_for(self.pod.labels):
             keys = [t.topology_key for t in terms if term_matches(t, self.pod, labels)]
             if not keys:
                 continue
             self.existing_keys.update(keys)
+            self.existing_groups[terms] = keys
+            per_node: dict[str, int] = {}
             for pod in pods.values():
-                node = self._node_of(pod)
-                if node is None:
+                per_node[pod.node_name] = per_node.get(pod.node_name, 0) + 1
+            for node_name, count in per_node.items():
+                info = node_infos.get(node_name)
+                if info is None or info.node is None:
                     continue
-                self._effect(pod).existing.extend(keys)
                 for key in keys:
-                    self._bump_pair(self.existing_counts, node, key, 1)
+                    self._bump_pair(self.existing_counts, info.node, key, count)
 
     def _term_candidates(self, term: AffinityTerm) -> Iterable[Pod]:
         """The bound pods a term may select, from the index (each still to be checked)."""
@@ -250,16 +262,30 @@ class PodConstraints:
         if not self.spreads:
             return
         keys = [s.constraint.topology_key for s in self.spreads]
+        pod = self.pod
+        filtering = [
+            spread
+            for spread in self.spreads
+            if (
+                spread.constraint.honor_node_affinity
+                and (pod.node_selector or pod.required_affinity is not None)
+            )
+            or spread.constraint.honor_node_taints
+        ]
         for info in self.snapshot.nodes():
             node = info.node
             assert node is not None
             labels = node.labels
-            if not all(key in labels for key in keys):
+            if len(keys) == 1:
+                if keys[0] not in labels:
+                    continue
+            elif not all(key in labels for key in keys):
                 continue
             for spread in self.spreads:
-                if self._include(spread.constraint, node):
-                    spread.eligible.add(node.name)
-                    spread.counts.setdefault(labels[spread.constraint.topology_key], 0)
+                if filtering and spread in filtering and not self._include(spread.constraint, node):
+                    continue
+                spread.eligible.add(node.name)
+                spread.counts.setdefault(labels[spread.constraint.topology_key], 0)
         for index, spread in enumerate(self.spreads):
             selector = spread.constraint.selector
             if selector is None:
@@ -299,7 +325,10 @@ class PodConstraints:
         return effect
 
     def update(self, pod: Pod, node: Node, sign: int) -> None:
-        """`AddPod` (sign 1) or `RemovePod` (sign -1) of `pod` on `node`, for both plugins."""
+        """`AddPod` (sign 1) or `RemovePod` (sign -1) of `pod` on `node`, for all plugins."""
+        if pod.node_name and pod.pod_anti_affinity and self.existing_groups:
+            for key in self.existing_groups.get(pod.pod_anti_affinity, ()):
+                self._bump_pair(self.existing_counts, node, key, sign)
         effect = self.effect_of(pod)
         if effect is None or effect.empty():
             return
@@ -350,6 +379,8 @@ class PodConstraints:
 
     def affects(self, pod: Pod) -> bool:
         """Whether adding or removing the pod can change any filter's answer."""
+        if pod.node_name and pod.pod_anti_affinity in self.existing_groups:
+            return True
         effect = self.effect_of(pod)
         return effect is not None and not effect.empty()
 
