@@ -262,7 +262,7 @@ class TriggerLoop:
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
-        self.finished: deque[dict[str, Any]] = deque(maxlen=FINISHED_KEPT)
+        self._finished: deque[dict[str, Any]] = deque(maxlen=FINISHED_KEPT)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -293,6 +293,11 @@ class TriggerLoop:
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
+
+    @property
+    def finished(self) -> list[dict[str, Any]]:
+        """The latest `FINISHED_KEPT` finished preemptions, oldest first (dev mode's report)."""
+        return list(self._finished)
 
     def settled(self) -> bool:
         """Nothing in flight, and every pod that still needs room has had its preemption:
@@ -525,7 +530,7 @@ class TriggerLoop:
     async def _follow(
         self, pod: Pod, handle: WorkflowHandle[PreemptionWorkflow, PreemptionResult], began: float
     ) -> None:
-        outcome, fields, retryable = "failed", {}, True
+        outcome, fields, retryable, lost = "failed", {}, True, False
         try:
             result = await handle.result()
             outcome, retryable = result.outcome, result.retryable
@@ -539,13 +544,15 @@ class TriggerLoop:
             fields = {"message": str(error.cause or error)}
         except asyncio.CancelledError:
             raise
-        except Exception as error:
+        except Exception as error:  # Temporal unavailable: the preemption itself goes on
+            outcome, lost = "unknown", True
             fields = {"message": f"lost track of the preemption: {error}"}
         finally:
-            self._ended(pod, outcome, retryable, fields)
+            self._ended(pod, outcome, retryable, fields, lost=lost)
         seconds = self._clock() - began
-        self._metrics.attempts.labels(outcome).inc()
-        self._metrics.duration.labels(outcome).observe(seconds)
+        if not lost:
+            self._metrics.attempts.labels(outcome).inc()
+            self._metrics.duration.labels(outcome).observe(seconds)
         record = {
             "workflowId": handle.id,
             "preemptor": pod.key,
@@ -553,19 +560,25 @@ class TriggerLoop:
             "seconds": round(seconds, 3),
             **fields,
         }
-        self.finished.append(record)
+        self._finished.append(record)
         self._report("finished", record)
         if self._loop is not None:
             self._wake.set()
 
-    def _ended(self, pod: Pod, outcome: str, retryable: bool, fields: dict[str, Any]) -> None:
+    def _ended(
+        self, pod: Pod, outcome: str, retryable: bool, fields: dict[str, Any], *, lost: bool
+    ) -> None:
         """Book the end of a preemption: back off, or park the pod when retrying cannot help.
         The view may trail the API by a moment, so even a completed preemption waits before
-        its pod can look like it needs one again."""
+        its pod can look like it needs one again. A preemption the loop lost track of (its
+        result unreadable while Temporal is unavailable) is looked at again after the start
+        backoff: starting it again joins the run still going, if any."""
         with self._lock:
             self._in_flight.pop(pod.uid, None)
             self._handles.pop(pod.uid, None)
-            if retryable:
+            if lost:
+                self._book.start_failed(pod.uid, self._clock())
+            elif retryable:
                 self._book.ended(pod.uid, self._clock())
             else:
                 current = self._candidates.get(pod.uid)

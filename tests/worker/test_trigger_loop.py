@@ -4,6 +4,8 @@ Scenarios:
 - an UNAVAILABLE answer to the pre-start describe() does not end the loop: the pod waits
   out a 1 s backoff and its preemption starts after it;
 - a failed start_workflow (Temporal unavailable) does not end the loop either;
+- losing track of a running preemption (its result unreadable while Temporal is
+  unavailable) is not counted as an attempt, and the loop follows it again after 1 s;
 - a preemption that ends with its pod still pending is retried after 10 s, then 20 s;
   meanwhile the pod counts in preemptctl_backoff_pods;
 - a non-retryable end parks the pod: listed by parked() with its reason, counted in
@@ -286,3 +288,23 @@ async def test_deleted_pod_is_forgotten(harness: Harness) -> None:
     harness.view.event("DELETED", refused_critical_pod())
     assert harness.trigger.tracked() == 0
     assert harness.trigger.idle
+
+
+async def test_lost_track_is_not_an_attempt_and_is_followed_again(harness: Harness) -> None:
+    harness.view.event("ADDED", pending_pod())
+    harness.trigger.start()
+    first = await harness.client.next_start(1)
+    before = len(harness.trigger.finished)
+    first.outcome.set_exception(unavailable())
+    async with asyncio.timeout(5):
+        while len(harness.trigger.finished) == before:
+            await asyncio.sleep(0)
+    assert harness.trigger.finished[-1]["outcome"] == "unknown"
+    assert (
+        harness.metrics.registry.get_sample_value(
+            "preemption_attempts_total", {"outcome": "unknown"}
+        )
+        is None
+    )
+    harness.advance(1.0)
+    await harness.client.next_start(2)
