@@ -3,6 +3,9 @@
 Scenarios:
 - a wrong Temporal address, a missing kubeconfig, an unmigrated ledger, a taken SDK metrics
   port: each one line on stderr and exit code 2, before anything runs;
+- with its ledger database down, the worker waits instead of exiting: one log line per
+  attempt (no password, no traceback), /readyz 503 saying it waits for the ledger,
+  /healthz 200, and SIGTERM ends it with exit 0;
 - two workers at once on one cluster give one preemption per pod: the pod is preempted for
   once, no victim is deleted twice, the pod ends bound, and both stop cleanly on SIGTERM.
 """
@@ -14,6 +17,9 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -44,7 +50,7 @@ def start_worker(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess
         text=True,
         check=False,
         timeout=60,
-        env={"PATH": "/usr/bin:/bin", **env},
+        env={"PATH": "/usr/bin:/bin", "PREEMPT_METRICS_PORT": str(free_port()), **env},
     )
 
 
@@ -164,3 +170,51 @@ def test_sdk_metrics_port_in_use_is_one_line(cluster, tmp_path: Path) -> None:
         f"preemptctl worker: cannot serve the Temporal SDK's metrics on port {port}"
     )
     assert "Traceback" not in completed.stderr
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def test_worker_waits_for_its_ledger_database(cluster) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        db_port = closed.getsockname()[1]
+    port = free_port()
+    worker = subprocess.Popen(
+        [PREEMPTCTL, "worker", "--kubeconfig", str(cluster.kubeconfig_path)],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PREEMPT_DATABASE_URL": f"postgresql+psycopg://w:hunter2@127.0.0.1:{db_port}/ledger",
+            "PREEMPT_METRICS_PORT": str(port),
+            "PREEMPT_SDK_METRICS_PORT": "0",
+            "PREEMPT_LOG_FORMAT": "text",
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        ready = (0, "")
+        while "waiting for the ledger" not in ready[1] and time.monotonic() < deadline:
+            ready = get(port, "/readyz")
+            time.sleep(0.1)  # polling, not proving a negative
+        health = get(port, "/healthz")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = worker.wait(timeout=30)
+    stderr = worker.stderr.read() if worker.stderr else ""
+    assert ready[0] == 503 and ready[1].startswith("waiting for the ledger"), ready
+    assert health == (200, "ok\n")
+    assert code == 0, stderr
+    waits = [line for line in stderr.splitlines() if "waiting for the ledger" in line]
+    assert waits and all("(attempt " in line for line in waits)
+    assert "hunter2" not in stderr
+    assert "Traceback" not in stderr
