@@ -150,12 +150,14 @@ class ClusterView(Sink):
         return {name: reflector.stats for name, reflector in self.reflectors.items()}
 
     def sync_progress(self) -> dict[str, dict[str, Any]]:
-        """Per kind: objects listed, seconds the complete list took, whether it synced."""
+        """Per kind: objects listed, seconds the complete list took, whether it synced, and
+        (until it has) the last error, e.g. a list RBAC forbids."""
         return {
             name: {
                 "listed": r.stats.listed,
                 "seconds": round(r.stats.list_seconds, 3),
                 "synced": r.stats.synced,
+                "error": "" if r.stats.synced else r.stats.last_error,
             }
             for name, r in self.reflectors.items()
         }

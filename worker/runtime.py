@@ -418,6 +418,8 @@ def describe_sync(view: ClusterView) -> str:
     lines = []
     for kind, progress in view.sync_progress().items():
         state = f"synced in {progress['seconds']:g}s" if progress["synced"] else "listing"
+        if progress.get("error"):
+            state += f" ({progress['error']})"
         lines.append(f"{kind}: {progress['listed']} listed, {state}")
     return "\n".join(lines)
 

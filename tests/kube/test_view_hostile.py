@@ -8,7 +8,8 @@ Scenarios:
   (`unreadable_pods`) instead of silently freeing its capacity; readable again, it is back;
 - the view lists and watches Namespaces, PersistentVolumeClaims, PersistentVolumes,
   StorageClasses, CSINodes and VolumeAttachments, and feeds Namespaces to the snapshot;
-- sync progress per kind: objects listed, seconds, synced.
+- sync progress per kind: objects listed, seconds, synced; a kind not synced names its
+  last error (a list RBAC forbids).
 """
 
 from __future__ import annotations
@@ -146,3 +147,19 @@ def test_sync_progress_per_kind(view: ClusterView) -> None:
     assert progress["Node"]["listed"] == 1
     assert all(entry["synced"] for entry in progress.values())
     assert all(entry["seconds"] >= 0 for entry in progress.values())
+
+
+def test_sync_progress_names_the_error_of_a_kind_not_synced(
+    emulator: Emulator, kube: KubeClient
+) -> None:
+    emulator.faults.deny("list", "csinodes")
+    view = ClusterView(kube, watch_timeout=30, backoff=lambda: Backoff(initial=0.02, maximum=0.2))
+    view.start()
+    try:
+        assert eventually(lambda: bool(view.sync_progress()["CSINode"]["error"]))
+        progress = view.sync_progress()
+        assert not progress["CSINode"]["synced"]
+        assert "forbidden" in progress["CSINode"]["error"].lower()
+        assert not view.ready.is_set()
+    finally:
+        view.stop()
