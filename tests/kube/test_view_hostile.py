@@ -7,7 +7,8 @@ Scenarios:
 - a bound pod the view cannot read keeps its node out of the candidates
   (`unreadable_pods`) instead of silently freeing its capacity; readable again, it is back;
 - the view lists and watches Namespaces, PersistentVolumeClaims, PersistentVolumes,
-  StorageClasses, CSINodes and VolumeAttachments, and feeds Namespaces to the snapshot;
+  StorageClasses, CSINodes and VolumeAttachments, and feeds them to the snapshot
+  (applied, then removed when deleted);
 - sync progress per kind: objects listed, seconds, synced; a kind not synced names its
   last error (a list RBAC forbids).
 """
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from preemptctl.emulator import Emulator
-from preemptctl.emulator.resources import NAMESPACES, PODS
+from preemptctl.emulator.resources import NAMESPACES, PODS, PVCS, STORAGE_CLASSES
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.reflector import Backoff
 from preemptctl.kube.view import KINDS, ClusterView
@@ -163,3 +164,28 @@ def test_sync_progress_names_the_error_of_a_kind_not_synced(
         assert not view.ready.is_set()
     finally:
         view.stop()
+
+
+def test_storage_objects_reach_the_snapshot_and_leave_it(
+    emulator: Emulator, view: ClusterView
+) -> None:
+    emulator.store.load(
+        PVCS,
+        {
+            "metadata": {"name": "data", "namespace": "default"},
+            "spec": {"accessModes": ["ReadWriteOncePod"], "storageClassName": "fast"},
+        },
+    )
+    emulator.store.load(
+        STORAGE_CLASSES,
+        {"metadata": {"name": "fast"}, "provisioner": "csi.example.com"},
+    )
+
+    def held() -> tuple[bool, bool]:
+        with view.read() as snapshot:
+            return "default/data" in snapshot.claims, "fast" in snapshot.storage_classes
+
+    assert eventually(lambda: held() == (True, True))
+    emulator.store.delete(PVCS, "default", "data")
+    emulator.store.delete(STORAGE_CLASSES, "", "fast")
+    assert eventually(lambda: held() == (False, False))
