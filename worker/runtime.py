@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import sys
 import threading
 import time
 from collections import deque
@@ -45,33 +43,6 @@ log = logging.getLogger("preemptctl")
 
 class StartupError(Exception):
     """The controller cannot start; the message says what to fix."""
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object a line: what log collectors in a cluster expect."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            entry["error"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
-
-
-def configure_logging(log_format: str, level: int = logging.INFO) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if log_format == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    logging.getLogger("temporalio").setLevel(logging.WARNING)
 
 
 # -- connections -----------------------------------------------------------------------------

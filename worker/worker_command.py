@@ -17,10 +17,10 @@ from typing import Any
 
 from preemptctl.worker.config import ConfigError, Settings, load_settings
 from preemptctl.worker.errors import UsageError
+from preemptctl.worker.logs import configure_logging
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.runtime import (
     StartupError,
-    configure_logging,
     connect_cluster,
     connect_temporal,
     open_probe_server,
@@ -109,7 +109,12 @@ async def serve(settings: Settings) -> None:
             client = await connect_temporal(settings, sdk_runtime(settings.sdk_metrics_port))
 
             def report(event: str, fields: dict[str, Any]) -> None:
-                log.info("preemption %s: %s", event, fields)
+                log.info(
+                    "preemption %s: %s",
+                    event,
+                    fields.get("preemptor"),
+                    extra={"preemption": fields},
+                )
 
             async with running_controller(
                 settings, client, kube, ledger, report=report, probes=probes
