@@ -16,7 +16,8 @@ When a pod is tried again (`RetryBook`):
   `settings.retry_backoff_max_seconds`, as the scheduler's unschedulable queue is flushed;
 - a preemption that ended non-retryable (`PreemptionResult.retryable` False: an RBAC
   denial, a preemptor the planner refuses as Unsupported) parks its pod until the pod
-  changes (its spec or labels) or a person retries it (`TriggerLoop.retry`).
+  changes (its spec or labels) or a person retries it (`TriggerLoop.retry` in-process, or
+  a new run of its workflow started by `preemptctl retry`, seen at the next resync).
 
 At most `max_in_flight` preemptions run at once from this worker; any number of workers may
 run, since the workflow ID (from the pod's UID) lets only one preemption per pod exist.
@@ -433,11 +434,28 @@ class TriggerLoop:
             self._wake.clear()
             if self._clock() - last_resync > self._resync_every:
                 await asyncio.to_thread(self.resync)
+                await self._recheck_parked()
                 last_resync = self._clock()
             await self._signal_bound()
             await self._start_due()
             with self._lock:
                 self._update_gauges()
+
+    async def _recheck_parked(self) -> None:
+        """Unpark a pod whose preemption a person ran again (`preemptctl retry`, from another
+        process): its workflow has a run that started after the pod was parked."""
+        for parked in self.parked():
+            handle = self._client.get_workflow_handle(workflow_id_for(parked.uid))
+            try:
+                description = await handle.describe(rpc_timeout=RPC_TIMEOUT)
+            except Exception as error:  # NOT_FOUND, or Temporal unavailable: look next time
+                log.debug("could not describe %s: %s", handle.id, error)
+                continue
+            if description.start_time > parked.since:
+                log.info("%s: its preemption was run again; no longer parked", parked.pod)
+                with self._lock:
+                    self._book.unpark(parked.uid)
+                    self._update_gauges()
 
     async def _signal_bound(self) -> None:
         with self._lock:

@@ -10,7 +10,8 @@ Scenarios:
   meanwhile the pod counts in preemptctl_backoff_pods;
 - a non-retryable end parks the pod: listed by parked() with its reason, counted in
   preemptctl_parked_pods, never started again while unchanged, started again once its
-  labels change, or when a person retries it;
+  labels change, or when a person retries it (in-process, or by running its workflow
+  again from the CLI, seen at the next resync);
 - a Failed critical pod gets one critical-admission preemption per admission failure,
   however often it is seen again afterwards;
 - a deleted pod is forgotten: the loop keeps no state for it.
@@ -22,7 +23,7 @@ import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -109,6 +110,7 @@ class FakeHandle:
 @dataclass
 class Description:
     close_time: datetime | None
+    start_time: datetime
 
 
 @dataclass
@@ -119,6 +121,7 @@ class FakeClient:
     start_errors: list[Exception] = field(default_factory=list)
     started: list[FakeHandle] = field(default_factory=list)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    runs: dict[str, datetime] = field(default_factory=dict)  # a person's runs, by start
 
     def get_workflow_handle(self, workflow_id: str) -> Any:
         client = self
@@ -127,6 +130,8 @@ class FakeClient:
             async def describe(self, **kwargs: Any) -> Description:
                 if client.describe_errors:
                     raise client.describe_errors.pop(0)
+                if workflow_id in client.runs:
+                    return Description(None, client.runs[workflow_id])
                 raise RPCError("not found", RPCStatusCode.NOT_FOUND, b"")
 
         return Handle()
@@ -309,3 +314,14 @@ async def test_lost_track_is_not_an_attempt_and_is_followed_again(harness: Harne
     assert counted == []
     harness.advance(1.0)
     await harness.client.next_start(2)
+
+
+async def test_run_started_by_a_person_unparks_the_pod(harness: Harness) -> None:
+    harness.view.event("ADDED", pending_pod())
+    harness.trigger.start()
+    first = await harness.client.next_start(1)
+    await harness.ended(first, PreemptionResult("failed", "RBAC denied", retryable=False))
+    harness.client.runs[first.id] = datetime.now(UTC)  # preemptctl retry, elsewhere
+    harness.advance(31)  # past the resync interval
+    await harness.client.next_start(2)
+    assert harness.trigger.parked() == []
