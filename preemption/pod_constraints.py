@@ -90,7 +90,7 @@ class _Spread:
         self.constraint = constraint
         self.self_match = self_match
         self.counts: dict[str, int] = {}
-        self.eligible: set[str] = set()
+        self.eligible: Mapping[str, str] = {}  # node name -> its domain
         self.min1 = self.min2 = _NO_DOMAIN
         self.min1_domain = ""
 
@@ -189,21 +189,22 @@ class PodConstraints:
         is looked up by its terms (`existing_groups`), not kept per pod."""
         labels = self.namespace_labels if self.namespace_labels is not None else _EMPTY
         node_infos = self.snapshot.node_infos
-        for terms, pods in self.snapshot.bound.anti_affinity_groups_for(self.pod.labels):
+        for terms, per_node in self.snapshot.bound.anti_affinity_groups_for(self.pod.labels):
             keys = [t.topology_key for t in terms if term_matches(t, self.pod, labels)]
             if not keys:
                 continue
             self.existing_keys.update(keys)
             self.existing_groups[terms] = keys
-            per_node: dict[str, int] = {}
-            for pod in pods.values():
-                per_node[pod.node_name] = per_node.get(pod.node_name, 0) + 1
+            counts = self.existing_counts
             for node_name, count in per_node.items():
                 info = node_infos.get(node_name)
                 if info is None or info.node is None:
                     continue
+                labels = info.node.labels
                 for key in keys:
-                    self._bump_pair(self.existing_counts, info.node, key, count)
+                    value = labels.get(key)
+                    if value is not None:
+                        counts[key, value] = counts.get((key, value), 0) + count
 
     def _term_candidates(self, term: AffinityTerm) -> Iterable[Pod]:
         """The bound pods a term may select, from the index (each still to be checked)."""
@@ -258,34 +259,31 @@ class PodConstraints:
         )
 
     def _count_spread(self) -> None:
-        """`calPreFilterState`: matching pods per domain over the nodes each constraint counts."""
+        """`calPreFilterState`: matching pods per domain over the nodes each constraint counts
+        (nodes with every constraint's topology key, passing its inclusion policies)."""
         if not self.spreads:
             return
-        keys = [s.constraint.topology_key for s in self.spreads]
+        domains = [self.snapshot.domains(s.constraint.topology_key) for s in self.spreads]
+        common = domains[0]
+        if len(domains) > 1:
+            common = {name: v for name, v in common.items() if all(name in d for d in domains)}
         pod = self.pod
-        filtering = [
-            spread
-            for spread in self.spreads
-            if (
-                spread.constraint.honor_node_affinity
+        for spread, by_node in zip(self.spreads, domains, strict=True):
+            constraint = spread.constraint
+            filtering = constraint.honor_node_taints or (
+                constraint.honor_node_affinity
                 and (pod.node_selector or pod.required_affinity is not None)
             )
-            or spread.constraint.honor_node_taints
-        ]
-        for info in self.snapshot.nodes():
-            node = info.node
-            assert node is not None
-            labels = node.labels
-            if len(keys) == 1:
-                if keys[0] not in labels:
-                    continue
-            elif not all(key in labels for key in keys):
-                continue
-            for spread in self.spreads:
-                if filtering and spread in filtering and not self._include(spread.constraint, node):
-                    continue
-                spread.eligible.add(node.name)
-                spread.counts.setdefault(labels[spread.constraint.topology_key], 0)
+            if not filtering and len(domains) == 1:
+                spread.eligible = by_node
+            else:
+                node_infos = self.snapshot.node_infos
+                spread.eligible = {
+                    name: by_node[name]
+                    for name in common
+                    if not filtering or self._include(constraint, node_infos[name].node)  # type: ignore[arg-type]
+                }
+            spread.counts = dict.fromkeys(spread.eligible.values(), 0)
         for index, spread in enumerate(self.spreads):
             selector = spread.constraint.selector
             if selector is None:
@@ -294,10 +292,9 @@ class PodConstraints:
                 if pod.terminating or not label_selector_matches(selector, pod.labels):
                     continue
                 self._effect(pod).spread.append(index)
-                if pod.node_name in spread.eligible:
-                    node = self._node_of(pod)
-                    assert node is not None
-                    spread.counts[node.labels[spread.constraint.topology_key]] += 1
+                domain = spread.eligible.get(pod.node_name)
+                if domain is not None:
+                    spread.counts[domain] += 1
             spread.settle()
 
     # -- AddPod / RemovePod -------------------------------------------------------------------
@@ -343,8 +340,8 @@ class PodConstraints:
             self._update_volumes(self.volumes, pod, sign)
         for index in effect.spread:
             spread = self.spreads[index]
-            if node.name in spread.eligible:
-                domain = node.labels[spread.constraint.topology_key]
+            domain = spread.eligible.get(node.name)
+            if domain is not None:
                 self._log(spread.counts, domain, keep_zero=True)
                 spread.counts[domain] += sign
 

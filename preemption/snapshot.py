@@ -179,6 +179,7 @@ class BoundPodIndex:
     __slots__ = (
         "anti_affinity",
         "anti_by_label",
+        "anti_per_node",
         "anti_unindexed",
         "by_label",
         "by_namespace",
@@ -193,6 +194,8 @@ class BoundPodIndex:
         self.by_namespace: dict[str, dict[str, Pod]] = {}
         self.by_label: dict[tuple[str, str, str], dict[str, Pod]] = {}
         self.anti_affinity: dict[tuple[AffinityTerm, ...], dict[str, Pod]] = {}
+        # How many pods of each anti-affinity group each node holds.
+        self.anti_per_node: dict[tuple[AffinityTerm, ...], dict[str, int]] = {}
         # Each anti-affinity group under the first matchLabels pair of each of its terms (a
         # pod lacking that label cannot match the term), or unindexed when a term has none.
         self.anti_by_label: dict[tuple[str, str], set[tuple[AffinityTerm, ...]]] = {}
@@ -223,6 +226,8 @@ class BoundPodIndex:
                     else:
                         self.anti_unindexed.add(terms)
             group[pod.uid] = pod
+            per_node = self.anti_per_node.setdefault(terms, {})
+            per_node[pod.node_name] = per_node.get(pod.node_name, 0) + 1
 
     def discard(self, pod: Pod) -> None:
         if pod.claims or pod.inline_csi:
@@ -234,9 +239,16 @@ class BoundPodIndex:
             for key, value in pod.labels.items():
                 _discard(self.by_label, (pod.namespace, key, value), pod.uid)
         terms = pod.pod_anti_affinity
-        if terms:
+        if terms and pod.uid in self.anti_affinity.get(terms, {}):
+            per_node = self.anti_per_node[terms]
+            left = per_node[pod.node_name] - 1
+            if left:
+                per_node[pod.node_name] = left
+            else:
+                del per_node[pod.node_name]
             _discard(self.anti_affinity, terms, pod.uid)
             if terms not in self.anti_affinity:
+                del self.anti_per_node[terms]
                 self.anti_unindexed.discard(terms)
                 for term in terms:
                     if term.selector is not None and term.selector.match_labels:
@@ -263,14 +275,15 @@ class BoundPodIndex:
 
     def anti_affinity_groups_for(
         self, labels: Mapping[str, str]
-    ) -> list[tuple[tuple[AffinityTerm, ...], dict[str, Pod]]]:
-        """The anti-affinity groups that may select a pod with these labels (check each)."""
+    ) -> list[tuple[tuple[AffinityTerm, ...], dict[str, int]]]:
+        """The anti-affinity groups that may select a pod with these labels (check each),
+        with how many of their pods each node holds."""
         found = set(self.anti_unindexed)
         for pair in labels.items():
             groups = self.anti_by_label.get(pair)
             if groups:
                 found.update(groups)
-        return [(terms, self.anti_affinity[terms]) for terms in found]
+        return [(terms, self.anti_per_node[terms]) for terms in found]
 
     def selectable(self, namespace: str, selector: LabelSelector) -> Iterable[Pod]:
         """The bound pods of `namespace` the selector may select (a superset: check each).
@@ -324,6 +337,7 @@ class ClusterSnapshot:
         self._uid_by_key: dict[str, str] = {}
         self._nominated: dict[str, dict[str, Pod]] = {}
         self._sorted_nodes: list[NodeInfo] | None = None
+        self._domains: dict[str, dict[str, str]] = {}
         self._sorted_pdbs: list[PodDisruptionBudget] | None = None
         self._pdbs_by_namespace: dict[str, list[int]] | None = None
         self._pdb_matches: dict[str, tuple[int, ...]] = {}
@@ -473,10 +487,26 @@ class ClusterSnapshot:
         if info is None:
             info = self.node_infos[node.name] = NodeInfo(node.name, node)
             self._sorted_nodes = None
+            self._domains.clear()
         else:
             if info.node is None:
                 self._sorted_nodes = None
+                self._domains.clear()
+            elif info.node.labels != node.labels:
+                self._domains.clear()
             info.node = node
+
+    def domains(self, key: str) -> dict[str, str]:
+        """Each node having the label `key`, with its value: the topology domains of that key
+        (kept until a node is added, removed or relabelled; status updates keep it)."""
+        found = self._domains.get(key)
+        if found is None:
+            found = self._domains[key] = {
+                info.name: info.node.labels[key]
+                for info in self.nodes()
+                if info.node is not None and key in info.node.labels
+            }
+        return found
 
     def remove_node(self, name: str) -> None:
         info = self.node_infos.get(name)
@@ -487,6 +517,7 @@ class ClusterSnapshot:
         else:
             del self.node_infos[name]
         self._sorted_nodes = None
+        self._domains.clear()
 
     def nodes(self) -> list[NodeInfo]:
         """Nodes that exist (have a Node object), in name order."""

@@ -9,7 +9,8 @@ Scenarios:
 - `reject_pod` drops what was known of the pod and makes its node UnschedulableAndUnresolvable,
   naming the pod, until that UID is upserted readably or removed; a rejected pod without a
   node blocks nothing;
-- the bound-pod index follows pods that are bound, moved, finished and removed.
+- the bound-pod index follows pods that are bound, moved, finished and removed, and counts
+  each anti-affinity group's pods per node.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.filters import Code
 from preemptctl.preemption.planner import plan
 from preemptctl.preemption.snapshot import ClusterSnapshot
-from tests.preemption.builders import listing, namespace, node, pdb, pod, snapshot
+from tests.preemption.builders import listing, namespace, node, pdb, pod, snapshot, term
 
 STORAGE = {
     "PersistentVolumeClaim": {"metadata": {"name": "data", "namespace": "default"}},
@@ -129,3 +130,20 @@ def test_the_bound_index_follows_binding_moving_finishing_and_removal() -> None:
     cluster.apply("Pod", pod("a", node="n2", labels={"app": "y"}))
     cluster.remove("Pod", "uid-default-a")
     assert index.by_label == {} and index.by_namespace == {}
+
+
+def test_anti_affinity_groups_count_their_pods_per_node() -> None:
+    rule = [term(match_labels={"app": "web"})]
+    cluster = snapshot(
+        node("n1"),
+        node("n2"),
+        pod("a", node="n1", pod_anti_affinity=rule),
+        pod("b", node="n1", pod_anti_affinity=rule),
+    )
+    [(_terms, per_node)] = cluster.bound.anti_affinity_groups_for({"app": "web"})
+    assert per_node == {"n1": 2}
+    cluster.apply("Pod", pod("b", node="n2", pod_anti_affinity=rule))
+    assert per_node == {"n1": 1, "n2": 1}
+    cluster.remove("Pod", "uid-default-a")
+    cluster.remove("Pod", "uid-default-b")
+    assert cluster.bound.anti_affinity_groups_for({"app": "web"}) == []
