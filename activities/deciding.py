@@ -24,7 +24,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -42,6 +42,7 @@ from preemptctl.preemption.claims import Claim, ClaimBook
 from preemptctl.preemption.decision import Decision, PodRef, Strategy, Verdict
 from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.default_preemption import PreemptionArgs
+from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.planner import plan
 from preemptctl.preemption.snapshot import ClusterSnapshot
 
@@ -73,8 +74,30 @@ class Decided:
     claims: list[str] = field(default_factory=list)  # "ns/name" of the claims respected
 
 
+class _Waiting:
+    """One queued request, and its answer once a batch has decided it."""
+
+    def __init__(self, request: DecisionRequest) -> None:
+        self.request = request
+        self.done = threading.Event()
+        self.answer: Decided | None = None
+        self.error: BaseException | None = None
+
+    def result(self) -> Decided:
+        if self.error is not None:
+            raise self.error
+        assert self.answer is not None
+        return self.answer
+
+
 class DecisionPath:
-    """Decisions for one worker process: one claim reader, one sequence of decisions."""
+    """Decisions for one worker process: one claim reader, one sequence of decisions.
+
+    Requests that arrive while a decision runs are queued, and the next holder of the lock
+    decides them all in one acquisition (as the scheduler's single loop takes one pod after
+    another): the claims are read and laid over the view once, and each decision's own claim
+    is laid over before the next is made, so the batch decides exactly as one-by-one
+    decisions would, for one lock, one claims read and one commit."""
 
     def __init__(
         self,
@@ -84,75 +107,136 @@ class DecisionPath:
         planner_args: PreemptionArgs | None = None,
         evictions_per_minute: int = 0,
         lock_wait_seconds: float = 10.0,
+        max_batch: int = 32,
     ) -> None:
         self._ledger = ledger
         self._identity = identity
         self._planner_args = planner_args
         self._evictions_per_minute = evictions_per_minute
         self._lock_wait_seconds = lock_wait_seconds
+        self._max_batch = max_batch
         self._claims = ClaimReader()
-        self._local = threading.Lock()  # one reader of the claim cache at a time
+        self._local = threading.Lock()  # one batch at a time in this process
+        self._queue: deque[_Waiting] = deque()
+        self._queue_lock = threading.Lock()
         self._decisions = 0
-        self.holds: deque[float] = deque(maxlen=10_000)
-        """Seconds each decision held the decision lock, newest last."""
+        self.holds: deque[tuple[float, int]] = deque(maxlen=10_000)
+        """(seconds the decision lock was held, decisions made in that hold), newest last."""
 
     def decide(self, request: DecisionRequest, read: SnapshotReader) -> Decided:
         """Decide for `request.preemptor` over the snapshot `read` yields, under the lock;
-        raises `LedgerError` when the ledger cannot be reached or the lock not taken."""
-        with self._lock() as db, read() as snapshot:
-            book = self._open_claims(db, snapshot, request.preemptor)
-            decision = self._plan(snapshot, book, request)
-            wait = self._budget(db, request, decision)
-            claims = [snapshot.pods[uid].key for uid in book.holders() if uid in snapshot.pods]
-            if wait:
-                message = (
-                    f"held back by the eviction budget ({self._evictions_per_minute}/min): "
-                    f"{len(decision.victims)} victim(s) fit in {wait:.0f}s; {decision.message}"
-                )
-                append_batch_on(db, [_throttled(request, decision, wait, message)])
-                return Decided(decision, wait, message, claims)
-            context = {"worker": self._identity, "sequence": self._decisions, "claims": claims}
-            self._write_ahead(db, request, decision, context)
-        return Decided(decision, 0.0, decision.message, claims)
-
-    @contextmanager
-    def _lock(self) -> Iterator[Connection]:
-        """2) The decision lock, timed from acquired to released (after the commit)."""
+        raises `LedgerError` when the ledger cannot be reached or the lock not taken, and
+        `PlannerInputError` for a preemptor the planner cannot read."""
+        waiting = _Waiting(request)
+        with self._queue_lock:
+            self._queue.append(waiting)
         if not self._local.acquire(timeout=self._lock_wait_seconds):
-            raise LedgerUnavailableError(
-                f"the decision lock was not free within {self._lock_wait_seconds:g}s; retry"
-            )
+            with self._queue_lock:
+                queued = waiting in self._queue
+                if queued:
+                    self._queue.remove(waiting)
+            if queued:
+                raise LedgerUnavailableError(
+                    f"the decision lock was not free within {self._lock_wait_seconds:g}s; retry"
+                )
+            waiting.done.wait()  # a batch has taken it: its answer is on the way
+            return waiting.result()
         try:
-            with decision_lock(self._ledger, lock_wait_seconds=self._lock_wait_seconds) as db:
-                acquired = time.perf_counter()
-                try:
-                    yield db
-                finally:
-                    self.holds.append(time.perf_counter() - acquired)
+            while not waiting.done.is_set():
+                with self._queue_lock:
+                    batch = [
+                        self._queue.popleft() for _ in range(min(self._max_batch, len(self._queue)))
+                    ]
+                if batch:
+                    self._decide_batch(batch, read)
+                else:  # taken by another batch that has not answered yet
+                    waiting.done.wait()
         finally:
             self._local.release()
+        return waiting.result()
 
-    def _open_claims(
-        self, db: Connection, snapshot: ClusterSnapshot, preemptor: PodRef
-    ) -> ClaimBook:
-        """3) Every other run's open claim; those the view already shows done set aside."""
+    def _decide_batch(self, batch: list[_Waiting], read: SnapshotReader) -> None:
+        try:
+            with self._lock(len(batch)) as db, read() as snapshot, ExitStack() as overlay:
+                claims = self._open_claims(db, snapshot)
+                # A preemptor deciding again (a retried run) must not meet its own claim:
+                # those are decided first, each without it, before the shared overlay.
+                claimed = [w for w in batch if w.request.preemptor.uid in claims]
+                for waiting in claimed:
+                    own = claims.without(waiting.request.preemptor.uid)
+                    with own.applied(snapshot, ""):
+                        self._decide_one(db, snapshot, waiting, own.holders())
+                overlay.enter_context(claims.applied(snapshot, ""))
+                respected = claims.holders()
+                for waiting in batch:
+                    if waiting in claimed:
+                        continue
+                    decided = self._decide_one(db, snapshot, waiting, respected)
+                    claim = _claim_of(waiting.request, decided)
+                    if claim is not None:  # the next decision respects this one
+                        overlay.enter_context(ClaimBook([claim]).applied(snapshot, ""))
+                        respected = [*respected, claim.preemptor_uid]
+        except BaseException as error:
+            for waiting in batch:
+                if not waiting.done.is_set():
+                    waiting.error = error
+                    waiting.done.set()
+            if not isinstance(error, Exception):
+                raise
+        else:
+            for waiting in batch:
+                waiting.done.set()
+
+    def _decide_one(
+        self, db: Connection, snapshot: ClusterSnapshot, waiting: _Waiting, respected: list[str]
+    ) -> Decided | None:
+        """Plan, budget and write ahead one request; its answer (or error) set on it."""
+        request = waiting.request
+        names = [snapshot.pods[uid].key for uid in respected if uid in snapshot.pods]
+        try:
+            decision = self._plan(snapshot, request)
+        except PlannerInputError as error:
+            waiting.error = error
+            return None
+        wait = self._budget(db, request, decision)
+        if wait:
+            message = (
+                f"held back by the eviction budget ({self._evictions_per_minute}/min): "
+                f"{len(decision.victims)} victim(s) fit in {wait:.0f}s; {decision.message}"
+            )
+            append_batch_on(db, [_throttled(request, decision, wait, message)])
+            waiting.answer = Decided(decision, wait, message, names)
+            return waiting.answer
+        context = {"worker": self._identity, "sequence": self._decisions, "claims": names}
+        self._write_ahead(db, request, decision, context)
+        waiting.answer = Decided(decision, 0.0, decision.message, names)
+        return waiting.answer
+
+    @contextmanager
+    def _lock(self, decisions: int) -> Iterator[Connection]:
+        """2) The decision lock, timed from acquired to released (after the commit)."""
+        with decision_lock(self._ledger, lock_wait_seconds=self._lock_wait_seconds) as db:
+            acquired = time.perf_counter()
+            try:
+                yield db
+            finally:
+                self.holds.append((time.perf_counter() - acquired, decisions))
+
+    def _open_claims(self, db: Connection, snapshot: ClusterSnapshot) -> ClaimBook:
+        """3) Every open claim; those the view already shows done set aside."""
         book = ClaimBook(
             Claim(claim.preemptor_uid, claim.node, claim.victim_uids)
             for claim in self._claims.read(db)
-            if claim.preemptor_uid != preemptor.uid
         )
         book.settled(snapshot)
         return book
 
-    def _plan(
-        self, snapshot: ClusterSnapshot, book: ClaimBook, request: DecisionRequest
-    ) -> Decision:
-        """4) The planner's decision, with the claims applied and the fresh preemptor.
-        Raises `PlannerInputError` for a preemptor the planner cannot read."""
+    def _plan(self, snapshot: ClusterSnapshot, request: DecisionRequest) -> Decision:
+        """4) The planner's decision over the snapshot (claims laid over it) with the
+        preemptor as the API server just returned it."""
         self._decisions += 1
-        preemptor = request.preemptor
-        with book.applied(snapshot, preemptor.uid), _planning_with(snapshot, request.preemptor_obj):
-            return plan(snapshot, preemptor.key, request.strategy, self._planner_args)
+        with _planning_with(snapshot, request.preemptor_obj):
+            return plan(snapshot, request.preemptor.key, request.strategy, self._planner_args)
 
     def _budget(self, db: Connection, request: DecisionRequest, decision: Decision) -> float:
         """5) Seconds the eviction budget holds this decision back; 0 when it may go on."""
@@ -207,6 +291,18 @@ def _planning_with(snapshot: ClusterSnapshot, obj: dict[str, Any]) -> Iterator[N
             snapshot.upsert_pod(previous)
         else:
             snapshot.remove_pod(fresh.uid)
+
+
+def _claim_of(request: DecisionRequest, decided: Decided | None) -> Claim | None:
+    """The claim a written decision makes (none for a throttled, final or dry-run one)."""
+    if decided is None or decided.retry_after_seconds or request.dry_run:
+        return None
+    decision = decided.decision
+    if decision.status is not Verdict.PREEMPT or decision.nominated_node is None:
+        return None
+    return Claim(
+        decision.preemptor.uid, decision.nominated_node, frozenset(v.uid for v in decision.victims)
+    )
 
 
 def _throttled(

@@ -548,7 +548,10 @@ def _status_of(presence: Presence, pod: dict[str, Any] | None) -> PreemptorStatu
 
 
 def _remember(result: VictimResult) -> None:
-    """Keep the cluster's answer in the attempt's heartbeat details, for a retry."""
+    """Keep the cluster's answer in the attempt's heartbeat details, for a retry (a local
+    activity has none: it is retried by its own worker)."""
+    if activity.info().is_local:
+        return
     activity.heartbeat(result.fate.value, result.message, result.replaced_by_uid or "")
 
 

@@ -122,6 +122,8 @@ async def activity_times(
             if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                 name = event.activity_task_scheduled_event_attributes.activity_type.name
                 scheduled[event.event_id] = (name, moment)
+            elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+                spent["(local activities)"].append(0.0)
             elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
                 attributes = event.activity_task_completed_event_attributes
                 name, began = scheduled[attributes.scheduled_event_id]
@@ -131,7 +133,7 @@ async def activity_times(
     return means, counts
 
 
-async def run(count: int, rate: float) -> None:
+async def run(count: int, rate: float, local: bool) -> None:
     database = f"preemptctl_bench_{secrets.token_hex(4)}"
     with psycopg.connect(ADMIN, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{database}"')
@@ -164,7 +166,9 @@ async def run(count: int, rate: float) -> None:
                     pod = snapshot.pod_by_key(preemptor.key)
                     assert pod is not None
                     preemptor = PodRef.of(pod)
-                request = PreemptionRequest(preemptor, scheduled_wait_seconds=0.2)
+                request = PreemptionRequest(
+                    preemptor, scheduled_wait_seconds=0.2, local_activities=local
+                )
                 started[preemptor.name] = time.time()
                 return await start_preemption(env.client, request, task_queue="bench")
 
@@ -190,7 +194,10 @@ async def run(count: int, rate: float) -> None:
         latencies.append(last - start)
     latencies.sort()
     span = max(deletes.values()) - min(started.values())
-    print(f"preemptions:            {count} offered at {rate:g}/s, 2 victims each")
+    print(
+        f"preemptions:            {count} offered at {rate:g}/s, 2 victims each"
+        + (", every step but the decision a local activity" if local else "")
+    )
     print(
         f"started:                all {count} in {all_started:.1f} s ({count / all_started:.1f}/s)"
     )
@@ -229,8 +236,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--preemptions", type=int, default=300)
     parser.add_argument("--rate", type=float, default=30.0)
+    parser.add_argument(
+        "--local-activities", action="store_true", help="every step but the decision local"
+    )
     args = parser.parse_args()
-    asyncio.run(run(args.preemptions, args.rate))
+    asyncio.run(run(args.preemptions, args.rate, args.local_activities))
 
 
 if __name__ == "__main__":

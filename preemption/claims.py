@@ -61,6 +61,10 @@ class ClaimBook:
         """The preemptor UIDs holding a claim (what a decision counts as done)."""
         return sorted(uid for uid in self._claims if uid != excluding)
 
+    def without(self, preemptor_uid: str) -> ClaimBook:
+        """The same claims but `preemptor_uid`'s own."""
+        return ClaimBook(c for uid, c in self._claims.items() if uid != preemptor_uid)
+
     def claim(self, claim: Claim) -> None:
         self._claims[claim.preemptor_uid] = claim
 

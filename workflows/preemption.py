@@ -467,8 +467,18 @@ class PreemptionWorkflow:
         attempt: timedelta = timedelta(0),
     ) -> ResultT:
         """One activity: attempts of `call_timeout_seconds` (at least `attempt`), retried
-        until `deadline`."""
+        until `deadline`. With `local_activities`, every step but the decision runs as a
+        local activity (see `PreemptionRequest.local_activities`)."""
         per_attempt = max(timedelta(seconds=self._request.call_timeout_seconds), attempt)
+        if self._request.local_activities and method is not PreemptionActivities.select_preemption:
+            return await workflow.execute_local_activity_method(
+                method,
+                argument,
+                summary=summary,
+                start_to_close_timeout=per_attempt,
+                schedule_to_close_timeout=deadline,
+                retry_policy=KUBE_RETRY,
+            )
         return await workflow.execute_activity_method(
             method,
             argument,

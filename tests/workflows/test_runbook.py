@@ -21,7 +21,8 @@ Scenarios:
   victim is never touched;
 - a preemptor the signal never reports is polled; bound: completed with its node;
 - a preemptor not bound in time completes with that reason; one that vanishes while waited
-  for completes with that reason.
+  for completes with that reason;
+- with local activities, the same runbook runs the same steps.
 """
 
 from __future__ import annotations
@@ -321,3 +322,11 @@ async def test_a_preemptor_gone_while_waited_for_completes_with_that_reason(run)
     script = Script(preemptor=[PreemptorStatus(PreemptorState.GONE)])
     result = await run(script)
     assert (result.outcome, result.message) == (End.COMPLETED, "the preemptor is gone")
+
+
+async def test_with_local_activities_the_runbook_is_the_same(run) -> None:
+    script = Script(deletes={"victim-1": VictimResult(Fate.REPLACED, "replaced")})
+    result = await run(script, bound_signal(NODE), local_activities=True)
+    assert result.outcome is End.COMPLETED
+    assert [v.fate for v in result.victims] == [Fate.DELETED, Fate.REPLACED, Fate.DELETED]
+    assert len(script.calls) == 3 + 2 * len(VICTIMS)
