@@ -3,7 +3,8 @@
 `preempt` runs upstream's fixed sequence (`Evaluator.Preempt`): filter the nodes, check the
 preemptor is eligible, find the nodes where preemption might help, dry-run preemption on a
 window of them, pick one, and list the lower-priority nominations to clear. Each step is a
-function named for its upstream counterpart.
+function named for its upstream counterpart; each returns what it found, and `preempt`
+alone assembles the rationale from those results.
 
 Deliberate differences, all for reproducibility: the dry-run window's offset is derived from
 the preemptor's UID instead of drawn at random, the dry run walks the window in order (so its
@@ -78,6 +79,28 @@ class Candidate:
     node: str
     victims: list[Pod]
     num_pdb_violations: int
+
+
+@dataclass(slots=True)
+class DryRun:
+    """What `dry_run_preemption` found: the candidates (non-violating first), the nodes it
+    rejected and why, each node it judged in order, and whether it stopped early."""
+
+    candidates: list[Candidate]
+    rejected: dict[str, Status]
+    evaluated: list[NodeVerdict]
+    stopped_early: bool
+
+
+@dataclass(slots=True)
+class FilterSummary:
+    """The filter pass for people: failures counted by reason, each reason's filter, the
+    nodes that fit and those preemption cannot help (by their first reason)."""
+
+    filtered: dict[str, int]
+    filters: dict[str, str]
+    fits: list[str]
+    unresolvable: dict[str, list[str]]
 
 
 @dataclass(slots=True)
@@ -166,7 +189,9 @@ def preempt(
             "guesses which pods to preempt",
         )
     statuses = filter_nodes(snapshot, preemptor, constraints)
-    _summarise_filters(rationale, statuses)
+    summary = summarise_filters(statuses)
+    rationale.filtered, rationale.filters = summary.filtered, summary.filters
+    rationale.fits, rationale.unresolvable = summary.fits, summary.unresolvable
     if rationale.fits:
         message = (
             f"fits without preemption on {len(rationale.fits)} node(s), first {rationale.fits[0]}"
@@ -200,14 +225,14 @@ def preempt(
 
     offset, wanted = offset_and_num_candidates(preemptor.uid, len(potential), args)
     rationale.offset, rationale.candidates_wanted = offset, wanted
-    candidates, rejected = dry_run_preemption(
-        snapshot, preemptor, potential, offset, wanted, rationale, args, constraints
-    )
+    dry_run = dry_run_preemption(snapshot, preemptor, potential, offset, wanted, args, constraints)
+    rationale.evaluated, rationale.stopped_early = dry_run.evaluated, dry_run.stopped_early
+    candidates, rejected = dry_run.candidates, dry_run.rejected
     if not candidates:
         return decide(Verdict.UNSCHEDULABLE, fit_error_message(len(nodes), statuses, rejected))
 
     # 3) (upstream: call extenders; this planner has none) 4) Find the best candidate.
-    best = select_candidate(candidates, rationale)
+    best, rationale.selection, rationale.deciding_criterion = select_candidate(candidates)
     # 5) What the preemption touches beside its victims: lower-priority nominations to clear.
     victims = tuple(PodRef.of(pod) for pod in best.victims)
     to_clear = tuple(
@@ -355,22 +380,23 @@ def filter_nodes(
     return statuses
 
 
-def _summarise_filters(rationale: Rationale, statuses: dict[str, Status]) -> None:
+def summarise_filters(statuses: dict[str, Status]) -> FilterSummary:
     """Count failures by reason; name the nodes that fit and those preemption cannot help."""
     filtered: Counter[str] = Counter()
+    filters: dict[str, str] = {}
     for status, count in Counter(statuses.values()).items():
         for reason in status.reasons:
             filtered[reason] += count
-    for status in set(statuses.values()):
-        for reason in status.reasons:
             if status.plugin:
-                rationale.filters.setdefault(reason, status.plugin)
+                filters.setdefault(reason, status.plugin)
+    fits: list[str] = []
+    unresolvable: dict[str, list[str]] = {}
     for name, status in statuses.items():
         if status.code is Code.SUCCESS:
-            rationale.fits.append(name)
+            fits.append(name)
         elif status.code is Code.UNRESOLVABLE:
-            rationale.unresolvable.setdefault(status.reasons[0], []).append(name)
-    rationale.filtered = dict(sorted(filtered.items()))
+            unresolvable.setdefault(status.reasons[0], []).append(name)
+    return FilterSummary(dict(sorted(filtered.items())), filters, fits, unresolvable)
 
 
 # -- step 1: eligibility --------------------------------------------------------------------------
@@ -448,10 +474,9 @@ def dry_run_preemption(
     potential: list[NodeInfo],
     offset: int,
     wanted: int,
-    rationale: Rationale,
     args: PreemptionArgs | None = None,
     constraints: PodConstraints | _Prefilter | None = PREFILTER,
-) -> tuple[list[Candidate], dict[str, Status]]:
+) -> DryRun:
     """`Evaluator.DryRunPreemption`: select victims on each node from the offset on.
 
     Candidates that violate no PDB come first. Like upstream, the walk stops once it has a
@@ -467,6 +492,8 @@ def dry_run_preemption(
     non_violating: list[Candidate] = []
     violating: list[Candidate] = []
     rejected: dict[str, Status] = {}
+    evaluated: list[NodeVerdict] = []
+    stopped_early = False
     size = len(potential)
     for step in range(size):
         info = potential[(offset + step) % size]
@@ -482,7 +509,7 @@ def dry_run_preemption(
         if status.ok and victims:
             kept = violating if num_violations else non_violating
             if len(kept) >= wanted:
-                rationale.evaluated.append(
+                evaluated.append(
                     NodeVerdict(
                         info.name,
                         False,
@@ -492,7 +519,7 @@ def dry_run_preemption(
                 )
                 continue
             kept.append(Candidate(info.name, victims, num_violations))
-            rationale.evaluated.append(
+            evaluated.append(
                 NodeVerdict(
                     info.name,
                     True,
@@ -501,7 +528,7 @@ def dry_run_preemption(
                 )
             )
             if non_violating and len(non_violating) + len(violating) >= wanted:
-                rationale.stopped_early = step + 1 < size
+                stopped_early = step + 1 < size
                 break
             continue
         if status.ok:
@@ -509,10 +536,10 @@ def dry_run_preemption(
                 Code.UNSCHEDULABLE, (f"{ERR_EXPECTED_VICTIM} {info.name}",), DEFAULT_PREEMPTION
             )
         rejected[info.name] = status
-        rationale.evaluated.append(
+        evaluated.append(
             NodeVerdict(info.name, False, reasons=status.reasons, filter=status.plugin)
         )
-    return non_violating + violating, rejected
+    return DryRun(non_violating + violating, rejected, evaluated, stopped_early)
 
 
 def select_victims_on_node(
@@ -838,15 +865,15 @@ def pick_one_node_for_preemption(
     return remaining[0], steps
 
 
-def select_candidate(candidates: Sequence[Candidate], rationale: Rationale) -> Candidate:
-    """`Evaluator.SelectCandidate`: the only candidate, or the one the criteria pick."""
+def select_candidate(
+    candidates: Sequence[Candidate],
+) -> tuple[Candidate, list[SelectionStep], str]:
+    """`Evaluator.SelectCandidate`: the only candidate, or the one the criteria pick; with
+    the criteria's steps and the one that decided."""
     if len(candidates) == 1:
-        rationale.deciding_criterion = "onlyCandidate"
-        return candidates[0]
+        return candidates[0], [], "onlyCandidate"
     best, steps = pick_one_node_for_preemption(candidates)
-    rationale.selection = steps
-    rationale.deciding_criterion = steps[-1].criterion
-    return best
+    return best, steps, steps[-1].criterion
 
 
 # -- step 5: what else the decision touches ----------------------------------------------------

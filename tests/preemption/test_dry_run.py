@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from preemptctl.preemption.decision import Rationale, Strategy
 from preemptctl.preemption.default_preemption import (
     ERR_NO_VICTIMS,
     Candidate,
+    DryRun,
     PreemptionArgs,
     calculate_num_candidates,
     dry_run_preemption,
@@ -72,14 +72,11 @@ def cluster(*layout: tuple[str, bool]) -> ClusterSnapshot:
 
 def dry_run(
     cluster: ClusterSnapshot, offset: int, wanted: int
-) -> tuple[list[Candidate], list[str], Rationale]:
+) -> tuple[list[Candidate], list[str], DryRun]:
     preemptor = cluster.pod_by_key("default/p")
     assert preemptor is not None
-    rationale = Rationale(Strategy.DEFAULT)
-    candidates, _ = dry_run_preemption(
-        cluster, preemptor, cluster.nodes(), offset, wanted, rationale
-    )
-    return candidates, [verdict.node for verdict in rationale.evaluated], rationale
+    found = dry_run_preemption(cluster, preemptor, cluster.nodes(), offset, wanted)
+    return found.candidates, [verdict.node for verdict in found.evaluated], found
 
 
 def names(candidates: list[Candidate]) -> list[str]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from preemptctl.preemption.decision import Rationale, Strategy, Verdict
+from preemptctl.preemption.decision import Verdict
 from preemptctl.preemption.default_preemption import dry_run_preemption, filter_node, filter_nodes
 from preemptctl.preemption.filters import Code, Status
 from preemptctl.preemption.pod_constraints import ERR_SPREAD, ERR_SPREAD_LABEL, SPREAD
@@ -210,10 +210,8 @@ def test_preemption_resolves_a_spread_failure_with_one_victim_per_zone1_node() -
         "node-x": Code.UNSCHEDULABLE,
     }
     potential = [info for info in cluster.nodes() if info.name != "node-x"]
-    candidates, _ = dry_run_preemption(
-        cluster, incoming, potential, 0, 2, Rationale(Strategy.DEFAULT)
-    )
-    assert {c.node: [v.name for v in c.victims] for c in candidates} == {
+    found = dry_run_preemption(cluster, incoming, potential, 0, 2)
+    assert {c.node: [v.name for v in c.victims] for c in found.candidates} == {
         "node-a": ["pod-a2"],
         "node-b": ["pod-b1"],
     }
