@@ -22,11 +22,15 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "plan",
         help="decide a preemption from a snapshot, without Temporal or a database",
-        description="Print the preemption decision for one pod as JSON "
-        "(kubectl get nodes,pods,pdb -A -o json makes a snapshot).",
+        description="Print the preemption decision for one pod as JSON (kubectl get "
+        "nodes,pods,pdb,pvc,pv,storageclass,csinodes,volumeattachments,namespaces -A -o json "
+        "makes a snapshot; docs/planner.md describes the contract).",
     )
     parser.add_argument(
-        "--snapshot", required=True, metavar="FILE", help="v1 List of nodes, pods, PDBs"
+        "--snapshot",
+        required=True,
+        metavar="FILE",
+        help="v1 List of nodes, pods, PDBs, and the namespaces and storage objects pods use",
     )
     parser.add_argument("--pod", required=True, metavar="NAMESPACE/NAME", help="the preemptor")
     parser.add_argument(
@@ -36,7 +40,10 @@ def register(subparsers: Any) -> None:
         help="default: kube-scheduler's DefaultPreemption; critical-admission: the kubelet's",
     )
     parser.add_argument(
-        "--explain", action="store_true", help="print a readable table of the rationale instead"
+        "--explain",
+        action="store_true",
+        help="print the rationale as tables instead: each filter's reasons, each node the dry "
+        "run judged and the filter that rejected it, the node choice",
     )
     parser.set_defaults(handler=run)
 
