@@ -2,8 +2,10 @@
 
 Clusters of 1–6 nodes with 0–8 pods each, mixed priorities and start times, a few PDBs,
 some taints and host ports, and a few pending pods nominated to nodes; half of them also
-with zones, pods carrying required anti-affinity (by hostname or zone), and a preemptor with
-anti-affinity, affinity or a DoNotSchedule spread constraint. For every decision:
+with zones, pods carrying required anti-affinity (by hostname or zone), CSI volumes (one
+claim ReadWriteOncePod, nodes with CSINode limits, some VolumeAttachments), and a preemptor
+with anti-affinity, affinity or a DoNotSchedule spread constraint and maybe a claim. For
+every decision:
 
 - every victim is bound to the chosen node and has strictly lower priority than the preemptor;
 - victims are listed most important first and PDB violations never outnumber them;
@@ -31,7 +33,20 @@ from preemptctl.preemption.decision import Decision, Verdict
 from preemptctl.preemption.default_preemption import filter_node
 from preemptctl.preemption.planner import plan
 from preemptctl.preemption.snapshot import ClusterSnapshot, importance_key
-from tests.preemption.builders import node, pdb, pod, snapshot, spread, taint, term
+from tests.preemption.builders import (
+    attachment,
+    claim,
+    csinode,
+    node,
+    pdb,
+    pod,
+    snapshot,
+    spread,
+    taint,
+    term,
+    volume,
+    with_claims,
+)
 
 Json = dict[str, Any]
 PREEMPTOR = "default/preemptor"
@@ -99,21 +114,29 @@ def clusters(draw: st.DrawFn, constrained: bool = False) -> list[Json]:
                 labels=labels,
             )
         )
+        if constrained:
+            items.append(csinode(name, draw(st.sampled_from([1, 2, None]))))
+            if draw(st.integers(0, 4)) == 0:
+                items.append(attachment(f"va-{name}", name, "pv-1"))
         for _ in range(draw(st.sampled_from([0, 2, 4, 6, 8]))):
             serial += 1
             app = draw(apps)
+            mounted = draw(claims_mounted) if constrained else None
             items.append(
-                pod(
-                    f"pod-{serial}",
-                    namespace=draw(st.sampled_from(["default", "default", "team"])),
-                    node=name,
-                    priority=draw(priorities),
-                    cpu=draw(cpus),
-                    memory=draw(memories),
-                    start=draw(starts),
-                    labels={"app": app} if app else {},
-                    host_ports=draw(ports),
-                    pod_anti_affinity=draw(anti_affinities()) if constrained else [],
+                mounting(
+                    mounted,
+                    pod(
+                        f"pod-{serial}",
+                        namespace=draw(st.sampled_from(["default", "default", "team"])),
+                        node=name,
+                        priority=draw(priorities),
+                        cpu=draw(cpus),
+                        memory=draw(memories),
+                        start=draw(starts),
+                        labels={"app": app} if app else {},
+                        host_ports=draw(ports),
+                        pod_anti_affinity=draw(anti_affinities()) if constrained else [],
+                    ),
                 )
             )
     for index in range(draw(st.integers(0, 4))):
@@ -135,18 +158,44 @@ def clusters(draw: st.DrawFn, constrained: bool = False) -> list[Json]:
                 memory=draw(memories),
             )
         )
+    if constrained:
+        items += STORAGE
     items.append(
-        pod(
-            "preemptor",
-            priority=draw(st.sampled_from([1, 10, 50, 50])),
-            cpu=draw(st.sampled_from(["500m", "1", "2", "2"])),
-            memory=draw(memories),
-            host_ports=draw(ports),
-            nominated=draw(st.one_of(st.none(), st.sampled_from(node_names))),
-            **(draw(preemptor_rules()) if constrained else {}),
+        mounting(
+            draw(claims_mounted) if constrained else None,
+            pod(
+                "preemptor",
+                priority=draw(st.sampled_from([1, 10, 50, 50])),
+                cpu=draw(st.sampled_from(["500m", "1", "2", "2"])),
+                memory=draw(memories),
+                host_ports=draw(ports),
+                nominated=draw(st.one_of(st.none(), st.sampled_from(node_names))),
+                **(draw(preemptor_rules()) if constrained else {}),
+            ),
         )
     )
     return items
+
+
+# Four CSI volumes, the first ReadWriteOncePod; pods of the default namespace may mount one.
+STORAGE = [
+    *(
+        claim(
+            f"vol-{i}",
+            volume=f"pv-{i}",
+            modes=("ReadWriteOncePod",) if i == 0 else ("ReadWriteOnce",),
+        )
+        for i in range(4)
+    ),
+    *(volume(f"pv-{i}", driver="csi.example.com") for i in range(4)),
+]
+claims_mounted = st.sampled_from([None, None, None, "vol-0", "vol-1", "vol-2", "vol-3"])
+
+
+def mounting(claim_name: str | None, made: Json) -> Json:
+    if claim_name is None or made["metadata"]["namespace"] != "default":
+        return made
+    return with_claims(made, claim_name)
 
 
 # Half plain clusters, half with zones, anti-affinity and a constrained preemptor.

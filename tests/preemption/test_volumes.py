@@ -33,109 +33,22 @@ from preemptctl.preemption.volumes import (
     ERR_UNBOUND_IMMEDIATE,
     ERR_ZONE_CONFLICT,
 )
-from tests.preemption.builders import decide, node, pod, snapshot, victim_names
+from tests.preemption.builders import (
+    attachment,
+    claim,
+    csinode,
+    decide,
+    node,
+    pod,
+    snapshot,
+    storage_class,
+    victim_names,
+    volume,
+    with_claims,
+)
 
 Json = dict[str, Any]
 ZONE = "topology.kubernetes.io/zone"
-
-
-def with_claims(made: Json, *claims: str) -> Json:
-    made["spec"]["volumes"] = [
-        {"name": f"v{i}", "persistentVolumeClaim": {"claimName": claim}}
-        for i, claim in enumerate(claims)
-    ]
-    return made
-
-
-def claim(
-    name: str,
-    *,
-    volume: str = "",
-    modes: tuple[str, ...] = ("ReadWriteOnce",),
-    storage_class: str | None = "fast",
-    terminating: bool = False,
-) -> Json:
-    metadata: Json = {"name": name, "namespace": "default"}
-    if terminating:
-        metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    spec: Json = {"accessModes": list(modes), "storageClassName": storage_class}
-    if volume:
-        spec["volumeName"] = volume
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata, "spec": spec}
-
-
-def volume(
-    name: str,
-    *,
-    zone: str | None = None,
-    beta_zone: str | None = None,
-    hosts: tuple[str, ...] = (),
-    driver: str = "",
-) -> Json:
-    labels: Json = {}
-    if zone:
-        labels[ZONE] = zone
-    if beta_zone:
-        labels["failure-domain.beta.kubernetes.io/zone"] = beta_zone
-    spec: Json = {"storageClassName": "fast", "claimRef": {"name": name}}
-    if hosts:
-        spec["nodeAffinity"] = {
-            "required": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchExpressions": [
-                            {
-                                "key": "kubernetes.io/hostname",
-                                "operator": "In",
-                                "values": list(hosts),
-                            }
-                        ]
-                    }
-                ]
-            }
-        }
-    if driver:
-        spec["csi"] = {"driver": driver, "volumeHandle": f"handle-{name}"}
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name, "labels": labels},
-        "spec": spec,
-    }
-
-
-def storage_class(name: str = "fast", *, wait: bool = True, topologies: bool = False) -> Json:
-    made: Json = {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": name},
-        "provisioner": "csi.example.com",
-        "volumeBindingMode": "WaitForFirstConsumer" if wait else "Immediate",
-    }
-    if topologies:
-        made["allowedTopologies"] = [{"matchLabelExpressions": [{"key": ZONE, "values": ["a"]}]}]
-    return made
-
-
-def csinode(name: str, limit: int | None, driver: str = "csi.example.com") -> Json:
-    entry: Json = {"name": driver, "nodeID": name}
-    if limit is not None:
-        entry["allocatable"] = {"count": limit}
-    return {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "CSINode",
-        "metadata": {"name": name},
-        "spec": {"drivers": [entry]},
-    }
-
-
-def attachment(name: str, node_name: str, pv: str, driver: str = "csi.example.com") -> Json:
-    return {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "VolumeAttachment",
-        "metadata": {"name": name},
-        "spec": {"attacher": driver, "nodeName": node_name, "source": {"persistentVolumeName": pv}},
-    }
 
 
 def statuses(*items: Json, preemptor: str = "p") -> dict[str, Status]:
