@@ -25,6 +25,13 @@ MODELED_REASON_PREFIXES = (
     "node(s) didn't match pod anti-affinity rules",  # InterPodAffinity
     "node(s) didn't satisfy existing pods anti-affinity rules",  # InterPodAffinity
     "node(s) didn't match pod topology spread constraints",  # PodTopologySpread
+    "node has pod using PersistentVolumeClaim with the same name",  # VolumeRestrictions (RWOP)
+    "node(s) exceed max volume count",  # NodeVolumeLimits
+    "node(s) had volume node affinity conflict",  # VolumeBinding
+    "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)",  # VolumeBinding
+    "pod has unbound immediate PersistentVolumeClaims",  # VolumeBinding
+    'persistentvolumeclaim "',  # VolumeBinding: not found, being deleted
+    "node(s) had no available volume zone",  # VolumeZone
     "node(s) had a pod the cluster view could not read",  # this controller's own
 )
 

@@ -111,12 +111,15 @@ def test_a_reason_from_an_unmodeled_filter_makes_the_pod_unsupported() -> None:
     )
     decision = decide(*CROWDED, unschedulable(preemptor(), message), preemptor="p")
     assert decision.status is Verdict.UNSUPPORTED
-    assert "node(s) had volume node affinity conflict" in decision.message
+    assert "node(s) didn't find available persistent volumes to bind" in decision.message
     assert decision.victims == ()
 
 
 def test_reasons_of_modeled_filters_change_nothing() -> None:
-    message = "0/1 nodes are available: 1 Insufficient cpu."
+    message = (
+        "0/1 nodes are available: 1 Insufficient cpu, 1 node(s) had volume node affinity "
+        "conflict, 1 node(s) didn't match pod topology spread constraints."
+    )
     decision = decide(*CROWDED, unschedulable(preemptor(), message), preemptor="p")
     assert decision.status is Verdict.PREEMPT
 
