@@ -107,7 +107,8 @@ def test_the_fit_error_message_is_read_into_reasons() -> None:
 
 def test_a_reason_from_an_unmodeled_filter_makes_the_pod_unsupported() -> None:
     message = (
-        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had volume node affinity conflict."
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't find available "
+        "persistent volumes to bind."
     )
     decision = decide(*CROWDED, unschedulable(preemptor(), message), preemptor="p")
     assert decision.status is Verdict.UNSUPPORTED
