@@ -365,6 +365,10 @@ class ProbeServer(ThreadingHTTPServer):
         finally:
             self._slots.release()
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up or timed out: one debug line, not a traceback on stderr."""
+        log.debug("probe request from %s failed", client_address, exc_info=True)
+
     def start(self) -> None:
         threading.Thread(target=self.serve_forever, name="probes", daemon=True).start()
 
