@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -315,6 +316,12 @@ class _Endpoints(BaseHTTPRequestHandler):
                 CONTENT_TYPE_LATEST,
                 200,
             )
+        elif self.path == "/parked":
+            body, kind, code = (
+                json.dumps(self.server.parked(), indent=2).encode() + b"\n",
+                "application/json",
+                200,
+            )
         elif self.path in ("/healthz", "/readyz"):
             check = self.server.health if self.path == "/healthz" else self.server.readiness
             try:
@@ -335,7 +342,8 @@ class _Endpoints(BaseHTTPRequestHandler):
 
 
 class ProbeServer(ThreadingHTTPServer):
-    """/metrics, /healthz and /readyz on `settings.http_bind_address`, one thread per
+    """/metrics, /healthz, /readyz and /parked (the pods parked after a non-retryable end,
+    as JSON, for a CLI or a person) on `settings.http_bind_address`, one thread per
     request up to `MAX_REQUEST_THREADS` (a connection beyond that is closed at once), each
     request bounded by `REQUEST_TIMEOUT`. `health` and `readiness` are replaced as the
     controller starts."""
@@ -347,6 +355,7 @@ class ProbeServer(ThreadingHTTPServer):
         self.metrics = metrics
         self.health: Check = lambda: (True, "ok")
         self.readiness: Check = lambda: (False, "starting")
+        self.parked: Callable[[], list[dict[str, Any]]] = list
         self._slots = threading.BoundedSemaphore(MAX_REQUEST_THREADS)
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -386,6 +395,19 @@ def open_probe_server(settings: Settings, metrics: Metrics) -> ProbeServer:
             f"cannot serve metrics on {address or '*'}:{settings.metrics_port}: "
             f"{error.strerror or error}"
         ) from None
+
+
+def parked_report(trigger: TriggerLoop) -> list[dict[str, Any]]:
+    """The parked pods as /parked serves them: pod, uid, reason, since (UTC RFC 3339)."""
+    return [
+        {
+            "pod": parked.pod,
+            "uid": parked.uid,
+            "reason": parked.reason,
+            "since": parked.since.isoformat(timespec="seconds"),
+        }
+        for parked in trigger.parked()
+    ]
 
 
 def describe_sync(view: ClusterView) -> str:
@@ -501,6 +523,8 @@ async def running_controller(
             trigger = TriggerLoop(view, client, settings, metrics, report=report)
             trigger.start(supervisor.spawn)
             controller.trigger = trigger
+            if probes is not None:
+                probes.parked = lambda: parked_report(trigger)
             log.info(
                 "worker ready: task queue %s, %s",
                 settings.task_queue,
@@ -519,3 +543,4 @@ async def running_controller(
         if probes is not None and owned is None:
             probes.health = lambda: (True, "ok")
             probes.readiness = lambda: (False, "stopping")
+            probes.parked = list

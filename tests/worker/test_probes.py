@@ -6,6 +6,7 @@ Scenarios:
   sync progress per kind (objects listed, seconds);
 - /metrics serves upstream's preemption metrics, counting a finished preemption by outcome
   and its victims;
+- /parked lists no pod while nothing is parked;
 - an unknown path is 404.
 """
 
@@ -72,6 +73,7 @@ async def test_probes_and_metrics(temporal, cluster, tmp_path: Path) -> None:
             assert ready.splitlines()[0] == "ready"
             assert "Pod: 14 listed, synced in" in ready
             assert (await fetch(port, "/nope"))[0] == 404
+            assert await fetch(port, "/parked") == (200, "[]\n")
             for _ in range(200):
                 if any(r["preemptor"] == "default/nginx-a" for r in controller.trigger.finished):
                     break

@@ -8,6 +8,7 @@ Scenarios:
 - too many crashes within the window: the supervisor gives up on that task and says so;
 - once stopping, an ending task is not restarted;
 - /healthz answers 503 naming the task the supervisor gave up on;
+- /parked lists the parked pods as JSON (pod, uid, reason, since);
 - an event loop that does not answer is seen from another thread within a bounded wait;
 - the probe server binds the configured address, and closes a connection beyond its
   thread cap at once instead of starting a thread for it;
@@ -18,6 +19,7 @@ Scenarios:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import threading
@@ -169,6 +171,14 @@ def test_healthz_fails_naming_the_task_given_up_on(probes: ProbeServer) -> None:
     assert get(probes, "/healthz") == (200, "ok\n")
     probes.health = lambda: (False, "gave up restarting: trigger-loop (boom)")
     assert get(probes, "/healthz") == (503, "gave up restarting: trigger-loop (boom)\n")
+
+
+def test_parked_pods_are_listed_as_json(probes: ProbeServer) -> None:
+    assert get(probes, "/parked") == (200, "[]\n")
+    parked = {"pod": "default/web", "uid": "u1", "reason": "RBAC", "since": "2026-01-01T00:00:00"}
+    probes.parked = lambda: [parked]
+    code, body = get(probes, "/parked")
+    assert (code, json.loads(body)) == (200, [parked])
 
 
 def test_blocked_event_loop_is_seen_from_another_thread() -> None:
