@@ -106,7 +106,8 @@ class DecisionPath:
         identity: str = "preemptctl",
         planner_args: PreemptionArgs | None = None,
         evictions_per_minute: int = 0,
-        lock_wait_seconds: float = 10.0,
+        lock_wait_seconds: float = 4.0,
+        queue_wait_seconds: float = 60.0,
         max_batch: int = 32,
     ) -> None:
         self._ledger = ledger
@@ -114,6 +115,7 @@ class DecisionPath:
         self._planner_args = planner_args
         self._evictions_per_minute = evictions_per_minute
         self._lock_wait_seconds = lock_wait_seconds
+        self._queue_wait_seconds = queue_wait_seconds
         self._max_batch = max_batch
         self._claims = ClaimReader()
         self._local = threading.Lock()  # one batch at a time in this process
@@ -123,23 +125,36 @@ class DecisionPath:
         self.holds: deque[tuple[float, int]] = deque(maxlen=10_000)
         """(seconds the decision lock was held, decisions made in that hold), newest last."""
 
-    def decide(self, request: DecisionRequest, read: SnapshotReader) -> Decided:
+    def decide(
+        self,
+        request: DecisionRequest,
+        read: SnapshotReader,
+        beat: Callable[[], object] = lambda: None,
+    ) -> Decided:
         """Decide for `request.preemptor` over the snapshot `read` yields, under the lock;
         raises `LedgerError` when the ledger cannot be reached or the lock not taken, and
-        `PlannerInputError` for a preemptor the planner cannot read."""
+        `PlannerInputError` for a preemptor the planner cannot read. `beat` is called about
+        every second while the request waits its turn (the activity heartbeats with it)."""
         waiting = _Waiting(request)
         with self._queue_lock:
             self._queue.append(waiting)
-        if not self._local.acquire(timeout=self._lock_wait_seconds):
+        deadline = time.monotonic() + self._queue_wait_seconds
+        while not self._local.acquire(timeout=1.0):
+            beat()
+            if waiting.done.is_set():  # a batch has decided it meanwhile
+                return waiting.result()
+            if time.monotonic() < deadline:
+                continue
             with self._queue_lock:
                 queued = waiting in self._queue
                 if queued:
                     self._queue.remove(waiting)
             if queued:
                 raise LedgerUnavailableError(
-                    f"the decision lock was not free within {self._lock_wait_seconds:g}s; retry"
+                    f"no turn to decide within {self._queue_wait_seconds:g}s; retry"
                 )
-            waiting.done.wait()  # a batch has taken it: its answer is on the way
+            while not waiting.done.wait(1.0):  # a batch has taken it: the answer is coming
+                beat()
             return waiting.result()
         try:
             while not waiting.done.is_set():
@@ -147,10 +162,9 @@ class DecisionPath:
                     batch = [
                         self._queue.popleft() for _ in range(min(self._max_batch, len(self._queue)))
                     ]
-                if batch:
-                    self._decide_batch(batch, read)
-                else:  # taken by another batch that has not answered yet
-                    waiting.done.wait()
+                if not batch:  # cannot happen: a batch answers everything it took
+                    raise RuntimeError(f"the decision for {request.preemptor.key} was lost")
+                self._decide_batch(batch, read)
         finally:
             self._local.release()
         return waiting.result()

@@ -138,7 +138,7 @@ class PreemptionActivities:
         view_ready_timeout: float = 30.0,
         planner_args: PreemptionArgs | None = None,
         evictions_per_minute: int = 0,
-        lock_wait_seconds: float = 10.0,
+        lock_wait_seconds: float = 4.0,
     ) -> None:
         self._kube = kube
         self._view = view
@@ -189,7 +189,9 @@ class PreemptionActivities:
         )
         try:
             with ledger_errors():
-                decided = self._decisions.decide(decision_request, self._view.read)
+                decided = self._decisions.decide(
+                    decision_request, self._view.read, beat=activity.heartbeat
+                )
         except PlannerInputError as error:
             raise ApplicationError(
                 f"cannot plan for {request.preemptor.key}: {error}", non_retryable=True

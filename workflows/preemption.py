@@ -75,9 +75,11 @@ KUBE_RETRY = RetryPolicy(
 KUBE_DEADLINE = timedelta(minutes=5)
 # The ledger: the preemption waits for it rather than lose an event.
 LEDGER_DEADLINE = timedelta(days=1)
-# A select attempt may wait for the decision lock (`ledger.claims.LOCK_WAIT_SECONDS`) before
-# it plans: its attempts are never shorter than this.
-SELECT_ATTEMPT = timedelta(seconds=20)
+# A select attempt may wait its turn to decide (queued behind other decisions) for up to a
+# minute, heartbeating every second while it waits: a worker that dies is noticed by the
+# missing heartbeat, not by the attempt's end, and the select moves to another worker.
+SELECT_ATTEMPT = timedelta(seconds=90)
+SELECT_HEARTBEAT = timedelta(seconds=8)
 
 
 def workflow_id_for(preemptor_uid: str) -> str:
@@ -470,7 +472,8 @@ class PreemptionWorkflow:
         until `deadline`. With `local_activities`, every step but the decision runs as a
         local activity (see `PreemptionRequest.local_activities`)."""
         per_attempt = max(timedelta(seconds=self._request.call_timeout_seconds), attempt)
-        if self._request.local_activities and method is not PreemptionActivities.select_preemption:
+        deciding = method == PreemptionActivities.select_preemption
+        if self._request.local_activities and not deciding:
             return await workflow.execute_local_activity_method(
                 method,
                 argument,
@@ -485,6 +488,7 @@ class PreemptionWorkflow:
             summary=summary,
             start_to_close_timeout=per_attempt,
             schedule_to_close_timeout=deadline,
+            heartbeat_timeout=SELECT_HEARTBEAT if deciding else None,
             retry_policy=KUBE_RETRY,
         )
 

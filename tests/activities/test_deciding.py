@@ -6,7 +6,8 @@ Scenarios:
   by the next, one write-ahead each;
 - a retried run (its preemptor already holds a claim) decides again without meeting its own
   claim, and chooses the victims its claim holds;
-- a preemptor the planner cannot read fails alone; the rest of its batch is decided.
+- a preemptor the planner cannot read fails alone; the rest of its batch is decided;
+- a request waiting its turn heartbeats (so a dead worker's select is noticed at once).
 """
 
 from __future__ import annotations
@@ -128,3 +129,18 @@ def test_an_unreadable_request_fails_alone(ledger: Engine) -> None:
     )
     assert isinstance(answers[1], PlannerInputError)
     assert all(isinstance(a, Decided) for a in (answers[0], answers[2]))
+
+
+def test_a_request_waiting_its_turn_heartbeats(ledger: Engine) -> None:
+    view, path = three_full_nodes(), DecisionPath(ledger)
+    beaten = threading.Event()
+    path._local.acquire()  # white box: another batch is deciding
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            future = pool.submit(path.decide, view.request("urgent-0"), view.read, beaten.set)
+            assert beaten.wait(timeout=10)
+            path._local.release()
+            assert future.result().decision.status is Verdict.PREEMPT
+    finally:
+        if path._local.locked():
+            path._local.release()
