@@ -9,26 +9,38 @@ Scenarios:
 - --no-worker starts the dev server, ledger and cluster but no worker, and stops on SIGTERM,
   having printed the task queue of its own that a `preemptctl worker` must use;
 - a taken --temporal-port or --ui-port is one line and exit 2, with no temp dir left behind;
+- a task queue another worker already polls is refused (a dev run's queue is its own), and
+  a fresh one is accepted;
 - an activity failure the activity classified (an ApplicationError) is logged as one line,
   not a traceback.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import signal
 import socket
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio import workflow
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from preemptctl.worker.dev_command import _ExpectedActivityFailures
+from preemptctl.worker.dev_command import _ExpectedActivityFailures, check_own_task_queue
+from preemptctl.worker.errors import UsageError
 from tests.support.emulator import as_list, node, pod
 
 PREEMPTCTL = str(Path(sys.executable).parent / "preemptctl")
@@ -177,6 +189,44 @@ def test_a_taken_port_is_one_line_and_leaves_nothing_behind(
         "server?); stop it, or pass 0 for a free port"
     )
     assert list(scratch.iterdir()) == []
+
+
+@workflow.defn(name="DevNeighbour")
+class _Neighbour:
+    @workflow.run
+    async def run(self) -> None:
+        return None
+
+
+async def _polled(client: Client, queue: str) -> bool:
+    described = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace="default",
+            task_queue=TaskQueue(name=queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return bool(described.pollers)
+
+
+async def test_a_task_queue_another_worker_polls_is_refused(temporal: WorkflowEnvironment) -> None:
+    queue = f"dev-neighbour-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        temporal.client,
+        task_queue=queue,
+        workflows=[_Neighbour],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        for _ in range(300):  # the first poll reaches the server within moments
+            if await _polled(temporal.client, queue):
+                break
+            await asyncio.sleep(0.05)
+        with pytest.raises(UsageError, match=f"task queue {queue} on .* already has a worker"):
+            await check_own_task_queue(temporal.client, "default", queue)
+
+
+async def test_a_fresh_task_queue_is_accepted(temporal: WorkflowEnvironment) -> None:
+    await check_own_task_queue(temporal.client, "default", f"dev-{uuid.uuid4().hex}")
 
 
 def _failed_activity_record(error: BaseException) -> logging.LogRecord:
