@@ -75,6 +75,9 @@ def _first_command(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; a failure is reported in one line with exit code 1 or 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:  # without importing every command's module first
+        print(f"preemptctl {version()}")
+        return 0
     parser = build_parser(_first_command(argv))
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler

@@ -26,10 +26,15 @@ PREEMPTCTL = str(Path(sys.executable).with_name("preemptctl"))
 
 
 def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main(["--version"])
-    assert exited.value.code == 0
+    assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"preemptctl {metadata.version('preemptctl')}\n"
+
+
+def test_version_is_also_listed_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    assert "--version" in capsys.readouterr().out
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
