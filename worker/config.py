@@ -83,7 +83,8 @@ class Settings:
     # How a preemption runs
     use_eviction: bool = False
     scheduled_wait_seconds: float = 300.0
-    call_timeout_seconds: float = 30.0
+    # One Kubernetes call attempt; a killed worker's call is retried elsewhere after this long.
+    call_timeout_seconds: float = 8.0
     search_attributes: bool = True
     # The process
     metrics_port: int = 9464

@@ -24,7 +24,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
-from temporalio.client import Client, TLSConfig
+from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from preemptctl.activities.preemption import PreemptionActivities
@@ -32,9 +32,9 @@ from preemptctl.kube.client import KubeClient, connect
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.engine import create_ledger_engine, display_url
 from preemptctl.ledger.errors import LedgerError, LedgerUnavailableError
-from preemptctl.migrations import current_revision, head_revision
+from preemptctl.migrations import current_revision, schema_problem
 from preemptctl.preemption.default_preemption import PreemptionArgs
-from preemptctl.worker.config import Settings
+from preemptctl.worker.config import ConfigError, Settings, temporal_tls
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.temporal_worker import build_worker
 from preemptctl.worker.trigger import Reporter, TriggerLoop
@@ -61,6 +61,10 @@ class LedgerUnreachableError(StartupError):
     """The ledger database does not answer (yet): worth waiting for, not a wrong setting."""
 
 
+class TemporalUnreachableError(StartupError):
+    """The Temporal frontend does not answer: a runtime failure (exit 1), not bad input."""
+
+
 def open_ledger(settings: Settings) -> Engine:
     url = settings.effective_database_url()
     try:
@@ -78,11 +82,11 @@ def open_ledger(settings: Settings) -> Engine:
         ) from None
     except SQLAlchemyError as error:
         raise StartupError(f"ledger {display_url(url)}: {type(error).__name__}") from None
-    if current != head_revision():
-        raise StartupError(
-            f"ledger {display_url(url)} is at schema revision {current or 'none'}, not "
-            f"{head_revision()}: run `preemptctl migrate` first"
-        )
+    # A release runs on its own head and the next revision (expand-only migrations), so a
+    # `kubectl rollout undo` after a migration keeps the old pods running.
+    problem = schema_problem(current)
+    if problem:
+        raise StartupError(f"ledger {display_url(url)} {problem}")
     return engine
 
 
@@ -112,14 +116,14 @@ async def wait_for_ledger(
         delay, attempt = min(delay * 2, maximum), attempt + 1
 
 
-def sdk_runtime(port: int) -> Runtime | None:
+def sdk_runtime(port: int, address: str = "0.0.0.0") -> Runtime | None:
     """A Temporal runtime exporting the SDK's own metrics on `port` (None: the default
     runtime, without them, for port 0)."""
     if not port:
         return None
     try:
         return Runtime(
-            telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"0.0.0.0:{port}"))
+            telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"{address}:{port}"))
         )
     except ValueError as error:
         raise StartupError(
@@ -128,13 +132,10 @@ def sdk_runtime(port: int) -> Runtime | None:
 
 
 async def connect_temporal(settings: Settings, runtime: Runtime | None = None) -> Client:
-    tls: bool | TLSConfig = settings.temporal_tls or bool(settings.temporal_api_key)
-    if settings.temporal_tls_cert:
-        with (
-            open(settings.temporal_tls_cert, "rb") as cert,
-            open(settings.temporal_tls_key, "rb") as key,
-        ):
-            tls = TLSConfig(client_cert=cert.read(), client_private_key=key.read())
+    try:
+        tls = temporal_tls(settings)
+    except ConfigError as error:
+        raise StartupError(str(error)) from None
     try:
         return await asyncio.wait_for(
             Client.connect(
@@ -148,7 +149,7 @@ async def connect_temporal(settings: Settings, runtime: Runtime | None = None) -
             timeout=15,
         )
     except (RuntimeError, TimeoutError) as error:
-        raise StartupError(
+        raise TemporalUnreachableError(
             f"cannot reach Temporal at {settings.temporal_address} "
             f"(namespace {settings.temporal_namespace}): {error or 'timed out'}"
         ) from None
@@ -467,6 +468,8 @@ async def running_controller(
     supervisor = Supervisor(metrics)
     loop = asyncio.get_running_loop()
     view = ClusterView(kube, on_rejected=lambda kind: metrics.rejected_objects.labels(kind).inc())
+    metrics.watch_view(view.reflector_stats)
+    metrics.watch_ledger(ledger)
     view.start(supervisor.spawn_thread)
     owned: ProbeServer | None = None
     if probes is None and serve_probes:

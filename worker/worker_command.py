@@ -16,11 +16,13 @@ import signal
 from typing import Any
 
 from preemptctl.worker.config import ConfigError, Settings, load_settings
-from preemptctl.worker.errors import UsageError
+from preemptctl.worker.errors import Unavailable, UsageError
 from preemptctl.worker.logs import configure_logging
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.runtime import (
+    LedgerUnreachableError,
     StartupError,
+    TemporalUnreachableError,
     connect_cluster,
     connect_temporal,
     open_probe_server,
@@ -106,7 +108,9 @@ async def serve(settings: Settings) -> None:
             return
         try:
             probes.readiness = lambda: (False, "starting: connecting to Temporal")
-            client = await connect_temporal(settings, sdk_runtime(settings.sdk_metrics_port))
+            client = await connect_temporal(
+                settings, sdk_runtime(settings.sdk_metrics_port, settings.http_bind_address)
+            )
 
             def report(event: str, fields: dict[str, Any]) -> None:
                 log.info(
@@ -132,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(settings.log_format)
     try:
         asyncio.run(serve(settings))
+    except (LedgerUnreachableError, TemporalUnreachableError) as error:
+        raise Unavailable(str(error)) from None
     except StartupError as error:
         raise UsageError(str(error)) from None
     return 0

@@ -13,6 +13,7 @@ Scenarios:
 from __future__ import annotations
 
 import asyncio
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -83,7 +84,9 @@ async def test_probes_and_metrics(temporal, cluster, tmp_path: Path) -> None:
     finally:
         ledger.dispose()
     assert code == 200
-    assert 'preemption_attempts_total{outcome="completed"}' in metrics
-    assert "preemption_victims_bucket" in metrics
-    assert 'preemption_duration_seconds_count{outcome="completed"}' in metrics
-    assert "preemption_evictions_throttled_total 0.0" in metrics
+    assert 'preemptctl_preemption_attempts_total{outcome="completed"}' in metrics
+    assert re.search(r"\nscheduler_preemption_attempts_total [1-9]", metrics)
+    assert "\nscheduler_preemption_victims_bucket" in metrics
+    assert 'preemptctl_preemption_duration_seconds_count{outcome="completed"}' in metrics
+    assert "\npreemptctl_preemption_evictions_throttled_total 0.0" in metrics
+    assert "\nprocess_resident_memory_bytes" in metrics
