@@ -185,26 +185,25 @@ class PodConstraints:
         """Existing pods whose required anti-affinity selects the preemptor (symmetry).
 
         Pods sharing their terms (a Deployment's replicas) are one group: each group is
-        matched against the preemptor once and counted per node; a pod's part in the dry run
-        is looked up by its terms (`existing_groups`), not kept per pod."""
+        matched against the preemptor once, its counts per topology pair come from the
+        index (`BoundPodIndex.anti_pairs`), and a pod's part in the dry run is looked up by
+        its terms (`existing_groups`), not kept per pod."""
         labels = self.namespace_labels if self.namespace_labels is not None else _EMPTY
-        node_infos = self.snapshot.node_infos
-        for terms, per_node in self.snapshot.bound.anti_affinity_groups_for(self.pod.labels):
+        bound = self.snapshot.bound
+        counts = self.existing_counts
+        for terms, _ in bound.anti_affinity_groups_for(self.pod.labels):
             keys = [t.topology_key for t in terms if term_matches(t, self.pod, labels)]
             if not keys:
                 continue
             self.existing_keys.update(keys)
             self.existing_groups[terms] = keys
-            counts = self.existing_counts
-            for node_name, count in per_node.items():
-                info = node_infos.get(node_name)
-                if info is None or info.node is None:
-                    continue
-                labels = info.node.labels
-                for key in keys:
-                    value = labels.get(key)
-                    if value is not None:
-                        counts[key, value] = counts.get((key, value), 0) + count
+            for key in keys:
+                pairs = bound.anti_pairs(terms, key, self.snapshot.domains(key))
+                if not counts:
+                    counts.update(pairs)
+                else:
+                    for pair, count in pairs.items():
+                        counts[pair] = counts.get(pair, 0) + count
 
     def _term_candidates(self, term: AffinityTerm) -> Iterable[Pod]:
         """The bound pods a term may select, from the index (each still to be checked)."""

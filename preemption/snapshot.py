@@ -177,6 +177,7 @@ class BoundPodIndex:
     precompute their state from the pods a selector can match, not from every pod."""
 
     __slots__ = (
+        "_anti_pairs",
         "anti_affinity",
         "anti_by_label",
         "anti_per_node",
@@ -196,6 +197,12 @@ class BoundPodIndex:
         self.anti_affinity: dict[tuple[AffinityTerm, ...], dict[str, Pod]] = {}
         # How many pods of each anti-affinity group each node holds.
         self.anti_per_node: dict[tuple[AffinityTerm, ...], dict[str, int]] = {}
+        # (terms, topology key) -> (the domains map used, the counts per topology pair),
+        # dropped when the group's pods change: see `anti_pairs`.
+        self._anti_pairs: dict[
+            tuple[tuple[AffinityTerm, ...], str],
+            tuple[Mapping[str, str], dict[tuple[str, str], int]],
+        ] = {}
         # Each anti-affinity group under the first matchLabels pair of each of its terms (a
         # pod lacking that label cannot match the term), or unindexed when a term has none.
         self.anti_by_label: dict[tuple[str, str], set[tuple[AffinityTerm, ...]]] = {}
@@ -228,6 +235,7 @@ class BoundPodIndex:
             group[pod.uid] = pod
             per_node = self.anti_per_node.setdefault(terms, {})
             per_node[pod.node_name] = per_node.get(pod.node_name, 0) + 1
+            self._anti_changed(terms)
 
     def discard(self, pod: Pod) -> None:
         if pod.claims or pod.inline_csi:
@@ -240,6 +248,7 @@ class BoundPodIndex:
                 _discard(self.by_label, (pod.namespace, key, value), pod.uid)
         terms = pod.pod_anti_affinity
         if terms and pod.uid in self.anti_affinity.get(terms, {}):
+            self._anti_changed(terms)
             per_node = self.anti_per_node[terms]
             left = per_node[pod.node_name] - 1
             if left:
@@ -272,6 +281,30 @@ class BoundPodIndex:
             for pod in pods:
                 self._add_labels(pod)
             self.labels_ready = True
+
+    def _anti_changed(self, terms: tuple[AffinityTerm, ...]) -> None:
+        if self._anti_pairs:
+            for term in terms:
+                self._anti_pairs.pop((terms, term.topology_key), None)
+
+    def anti_pairs(
+        self, terms: tuple[AffinityTerm, ...], key: str, domains: Mapping[str, str]
+    ) -> dict[tuple[str, str], int]:
+        """How many pods of the group each topology pair `(key, value)` holds, summed from
+        the group's per-node counts over `domains` (node -> value of `key`). Kept until the
+        group's pods or the domains change: most decisions find it ready."""
+        cached = self._anti_pairs.get((terms, key))
+        if cached is not None and cached[0] is domains:
+            return cached[1]
+        pairs: dict[tuple[str, str], int] = {}
+        for node_name, count in self.anti_per_node.get(terms, {}).items():
+            value = domains.get(node_name)
+            if value is not None:
+                pairs[key, value] = pairs.get((key, value), 0) + count
+        if len(self._anti_pairs) > 10_000:
+            self._anti_pairs.clear()
+        self._anti_pairs[terms, key] = (domains, pairs)
+        return pairs
 
     def anti_affinity_groups_for(
         self, labels: Mapping[str, str]

@@ -16,6 +16,7 @@ defaultpreemption/default_preemption_test.go):
   (upstream "pod with anti-affinity is preempted"); anti-affinity against a higher-priority
   pod leaves no candidate; an affinity mismatch is never preempted for; affinity met only by
   lower-priority pods on the node is lost when the dry run removes them (as upstream);
+- the counts kept between decisions follow pods that move or go and nodes relabelled;
 - nominated pods of higher priority count (their anti-affinity rejects the preemptor), and
   a node passes only if it passes both with and without them.
 """
@@ -25,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from preemptctl.preemption.decision import Verdict
-from preemptctl.preemption.default_preemption import filter_node
+from preemptctl.preemption.default_preemption import filter_node, filter_nodes
 from preemptctl.preemption.filters import Code, Status
 from preemptctl.preemption.pod_constraints import (
     ERR_AFFINITY_RULES,
@@ -363,3 +364,27 @@ def test_a_node_must_pass_also_without_the_nominated_pods() -> None:
         pod("p", priority=100, pod_affinity=[WANTS_DB]),
     )
     assert status_on("n1", *items) == AFFINITY_FAILS
+
+
+def test_decisions_follow_pods_and_labels_that_change_between_them() -> None:
+    # The index keeps counts between decisions; each change must show in the next one.
+    guard = [term(ZONE, match_labels={"app": "web"})]
+    cluster = snapshot(
+        zoned("n1", "a"),
+        zoned("n2", "b"),
+        pod("guard", node="n1", pod_anti_affinity=guard),
+        pod("p", labels={"app": "web"}),
+    )
+    incoming = cluster.pod_by_key("default/p")
+    assert incoming is not None
+
+    def fits() -> dict[str, bool]:
+        return {name: status.ok for name, status in filter_nodes(cluster, incoming).items()}
+
+    assert fits() == {"n1": False, "n2": True}
+    cluster.apply("Pod", pod("guard", node="n2", pod_anti_affinity=guard))
+    assert fits() == {"n1": True, "n2": False}
+    cluster.apply("Node", zoned("n1", "b"))
+    assert fits() == {"n1": False, "n2": False}
+    cluster.remove("Pod", "uid-default-guard")
+    assert fits() == {"n1": True, "n2": True}
