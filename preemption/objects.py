@@ -169,6 +169,16 @@ class AffinityTerm:
     namespaces: frozenset[str]
     namespace_selector: LabelSelector | None
     topology_key: str
+    # Terms key the anti-affinity index, looked up for every pod the dry run removes: the
+    # hash is computed once, not rehashed through the selectors each time.
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        fields = (self.selector, self.namespaces, self.namespace_selector, self.topology_key)
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @dataclass(frozen=True, slots=True)
