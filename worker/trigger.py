@@ -51,7 +51,12 @@ from preemptctl.preemption.objects import PREEMPT_NEVER, Pod
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.starter import start_preemption
-from preemptctl.workflows.preemption import PreemptionResult, PreemptionWorkflow, workflow_id_for
+from preemptctl.workflows.preemption import (
+    PreemptionResult,
+    PreemptionWorkflow,
+    result_of_failure,
+    workflow_id_for,
+)
 
 log = logging.getLogger(__name__)
 
@@ -548,18 +553,19 @@ class TriggerLoop:
     async def _follow(
         self, pod: Pod, handle: WorkflowHandle[PreemptionWorkflow, PreemptionResult], began: float
     ) -> None:
-        outcome, fields, retryable, lost = "failed", {}, True, False
+        fields: dict[str, Any] = {}
+        outcome, retryable, lost = "failed", True, False
         try:
-            result = await handle.result()
-            outcome, retryable = result.outcome, result.retryable
-            victims = [v.pod.key for v in result.victims if v.status != "spared"]
-            fields = {"node": result.node, "victims": victims, "message": result.message}
-            if result.victims:
-                self._metrics.victims.observe(len(result.victims))
-            if result.throttled:
-                self._metrics.throttled.inc(result.throttled)
+            outcome, retryable, fields = self._read(await handle.result())
         except WorkflowFailureError as error:
-            fields = {"message": str(error.cause or error)}
+            # A failed preemption (an RBAC denial among them) carries its result in the
+            # failure's details: read `retryable` there too, or a denial would back off and
+            # come round again instead of parking its pod.
+            carried = result_of_failure(error)
+            if carried is not None:
+                outcome, retryable, fields = self._read(carried)
+            else:
+                fields = {"message": str(error.cause or error)}
         except asyncio.CancelledError:
             raise
         except Exception as error:  # Temporal unavailable: the preemption itself goes on
@@ -582,6 +588,16 @@ class TriggerLoop:
         self._report("finished", record)
         if self._loop is not None:
             self._wake.set()
+
+    def _read(self, result: PreemptionResult) -> tuple[str, bool, dict[str, Any]]:
+        """Outcome, retryability and report fields of a finished preemption's result."""
+        victims = [v.pod.key for v in result.victims if v.status != "spared"]
+        if result.victims:
+            self._metrics.victims.observe(len(result.victims))
+        if result.throttled:
+            self._metrics.throttled.inc(result.throttled)
+        fields = {"node": result.node, "victims": victims, "message": result.message}
+        return result.outcome, result.retryable, fields
 
     def _ended(
         self, pod: Pod, outcome: str, retryable: bool, fields: dict[str, Any], *, lost: bool

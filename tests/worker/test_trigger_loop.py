@@ -12,6 +12,9 @@ Scenarios:
   preemptctl_parked_pods, never started again while unchanged, started again once its
   labels change, or when a person retries it (in-process, or by running its workflow
   again from the CLI, seen at the next resync);
+- a preemption that FAILED on an RBAC denial (the workflow fails, its result in the
+  failure's details) parks its pod as well, instead of backing off; a failure that carries
+  no result still backs off;
 - a Failed critical pod gets one critical-admission preemption per admission failure,
   however often it is seen again afterwards;
 - a deleted pod is forgotten: the loop keeps no state for it.
@@ -20,6 +23,8 @@ Scenarios:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,8 +32,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from preemptctl.ledger.vocabulary import End
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.trigger import TriggerLoop
@@ -183,6 +191,22 @@ class Harness:
             while len(self.trigger.finished) == before:
                 await asyncio.sleep(0)
 
+    async def failed(self, handle: FakeHandle, cause: Exception) -> None:
+        """Fail `handle`'s workflow with `cause`, as `handle.result()` raises it, and wait
+        until the loop has booked it."""
+        before = len(self.trigger.finished)
+        handle.outcome.set_exception(WorkflowFailureError(cause=cause))
+        async with asyncio.timeout(5):
+            while len(self.trigger.finished) == before:
+                await asyncio.sleep(0)
+
+
+def failure_carrying(result: PreemptionResult) -> ApplicationError:
+    """The failure a failed preemption ends with, its details as the client decodes them
+    (plain JSON values, not the dataclass)."""
+    details = json.loads(json.dumps(dataclasses.asdict(result)))
+    return ApplicationError(result.message, details, type="PreemptionFailed", non_retryable=True)
+
 
 @pytest.fixture
 async def harness() -> Any:
@@ -226,14 +250,14 @@ async def test_ended_preemption_is_retried_after_a_doubling_backoff(harness: Har
     harness.view.event("ADDED", pending_pod())
     harness.trigger.start()
     first = await harness.client.next_start(1)
-    await harness.ended(first, PreemptionResult("aborted", "preemptor vanished"))
+    await harness.ended(first, PreemptionResult(End.ABORTED, "preemptor vanished"))
     book, now = harness.trigger._book, harness.clock.now
     assert not book.due("uid-1", now + 9.9) and book.due("uid-1", now + 10)
     harness.trigger.resync()
     assert harness.gauge("preemptctl_backoff_pods") == 1
     harness.advance(10)
     second = await harness.client.next_start(2)
-    await harness.ended(second, PreemptionResult("no-candidate", "no node helps"))
+    await harness.ended(second, PreemptionResult(End.NO_CANDIDATE, "no node helps"))
     now = harness.clock.now
     assert not book.due("uid-1", now + 19.9) and book.due("uid-1", now + 20)
     assert harness.trigger.settled()
@@ -243,7 +267,7 @@ async def test_non_retryable_end_parks_the_pod_until_it_changes(harness: Harness
     harness.view.event("ADDED", pending_pod())
     harness.trigger.start()
     first = await harness.client.next_start(1)
-    denied = PreemptionResult("failed", "RBAC denied delete on pods", retryable=False)
+    denied = PreemptionResult(End.FAILED, "RBAC denied delete on pods", retryable=False)
     await harness.ended(first, denied)
     [parked] = harness.trigger.parked()
     assert (parked.pod, parked.reason) == ("default/web", "RBAC denied delete on pods")
@@ -256,11 +280,34 @@ async def test_non_retryable_end_parks_the_pod_until_it_changes(harness: Harness
     assert harness.trigger.parked() == []
 
 
+async def test_rbac_denial_that_fails_the_workflow_parks_the_pod(harness: Harness) -> None:
+    harness.view.event("ADDED", pending_pod())
+    harness.trigger.start()
+    first = await harness.client.next_start(1)
+    denied = PreemptionResult(End.FAILED, "RBAC denied delete on pods", retryable=False)
+    await harness.failed(first, failure_carrying(denied))
+    [parked] = harness.trigger.parked()
+    assert (parked.pod, parked.reason) == ("default/web", "RBAC denied delete on pods")
+    assert harness.gauge("preemptctl_parked_pods") == 1
+    harness.advance(10**6)
+    assert not harness.trigger._book.due("uid-1", harness.clock.now)
+
+
+async def test_failure_without_a_result_backs_off(harness: Harness) -> None:
+    harness.view.event("ADDED", pending_pod())
+    harness.trigger.start()
+    first = await harness.client.next_start(1)
+    await harness.failed(first, ApplicationError("workflow task failed", type="Panic"))
+    assert harness.trigger.parked() == []
+    book, now = harness.trigger._book, harness.clock.now
+    assert not book.due("uid-1", now + 9.9) and book.due("uid-1", now + 10)
+
+
 async def test_person_retry_unparks_the_pod(harness: Harness) -> None:
     harness.view.event("ADDED", pending_pod())
     harness.trigger.start()
     first = await harness.client.next_start(1)
-    await harness.ended(first, PreemptionResult("failed", "Unsupported: DRA", retryable=False))
+    await harness.ended(first, PreemptionResult(End.FAILED, "Unsupported: DRA", retryable=False))
     assert harness.trigger.retry("default/web")
     await harness.client.next_start(2)
     assert not harness.trigger.retry("default/nobody")
@@ -272,7 +319,7 @@ async def test_failed_critical_pod_gets_one_preemption_per_admission_failure(
     harness.view.event("ADDED", refused_critical_pod())
     harness.trigger.start()
     first = await harness.client.next_start(1)
-    await harness.ended(first, PreemptionResult("completed", "made room"))
+    await harness.ended(first, PreemptionResult(End.COMPLETED, "made room"))
     harness.advance(10**6)
     harness.view.event("MODIFIED", refused_critical_pod())
     harness.trigger.resync()
@@ -286,8 +333,8 @@ async def test_deleted_pod_is_forgotten(harness: Harness) -> None:
     harness.trigger.start()
     first = await harness.client.next_start(1)
     second = await harness.client.next_start(2)
-    await harness.ended(first, PreemptionResult("aborted", "x"))
-    await harness.ended(second, PreemptionResult("completed", "y"))
+    await harness.ended(first, PreemptionResult(End.ABORTED, "x"))
+    await harness.ended(second, PreemptionResult(End.COMPLETED, "y"))
     assert harness.trigger.tracked() == 2
     harness.view.event("DELETED", pending_pod())
     harness.view.event("DELETED", refused_critical_pod())
@@ -320,7 +367,7 @@ async def test_run_started_by_a_person_unparks_the_pod(harness: Harness) -> None
     harness.view.event("ADDED", pending_pod())
     harness.trigger.start()
     first = await harness.client.next_start(1)
-    await harness.ended(first, PreemptionResult("failed", "RBAC denied", retryable=False))
+    await harness.ended(first, PreemptionResult(End.FAILED, "RBAC denied", retryable=False))
     harness.client.runs[first.id] = datetime.now(UTC)  # preemptctl retry, elsewhere
     harness.advance(31)  # past the resync interval
     await harness.client.next_start(2)
