@@ -132,6 +132,7 @@ class VictimResult:
     message: str = ""
     replaced_by_uid: str | None = None
     stopped: str = ""
+    answer_lost: bool = False  # deleted by an earlier attempt whose answer never arrived
 
 
 @dataclass

@@ -10,7 +10,10 @@ Each activity that acts on the cluster appends the ledger event of what it did, 
 attempt, keyed by the run and the victim: a retry appends nothing twice. What the cluster
 answered is kept in the attempt's heartbeat details before the append, so an attempt retried
 after a failed append records the answer the first attempt got (a victim it deleted is
-"deleted", not "already gone").
+"deleted", not "already gone"). The heartbeat may never reach the server (a worker killed
+right after its DELETE), so a delete also records its intent (`victim_delete_sent`) before
+the call: a retry that finds it, and then the victim gone, records the victim deleted by
+this preemption (`answerLost`), with its `Preempted` event.
 
 The activities are synchronous (the Kubernetes client and the ledger's engine are), so the
 worker runs them on a thread pool. Decisions are serialized by the ledger's decision lock
@@ -58,7 +61,7 @@ from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.errors import LedgerError, LedgerNotMigratedError, LedgerUnavailableError
 from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.payloads import Ended, Scheduled, VictimStep, Write
+from preemptctl.ledger.payloads import DeleteSent, Ended, Scheduled, VictimStep, Write
 from preemptctl.ledger.vocabulary import Fate
 from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import Decision, PodRef, Strategy, Verdict
@@ -363,6 +366,7 @@ class PreemptionActivities:
             return VictimResult(
                 Fate.SPARED, "the preemption was stopped before deleting it", stopped=stopped
             )
+        sent_before = self._intend_delete(request)
         with self._failure_recorded(request):
             outcome = deletion.delete_victim(
                 self._kube,
@@ -371,8 +375,33 @@ class PreemptionActivities:
                 use_eviction=request.use_eviction,
             )
             result = self._victim_result(outcome, Fate.DELETED)
+        if result.fate is Fate.ALREADY_GONE and sent_before:
+            result = VictimResult(
+                Fate.DELETED,
+                "deleted by this preemption: an earlier attempt of this run sent the DELETE "
+                f"and its answer was lost; the retry found the victim gone ({outcome.message})",
+                answer_lost=True,
+            )
         _remember(result)
         return result
+
+    def _intend_delete(self, request: VictimInput) -> bool:
+        """Record, before the DELETE is sent, that this run is sending it; True when an
+        earlier attempt of this run had recorded it already (and so may have sent it).
+
+        The heartbeat alone cannot tell: a worker killed right after the call may never
+        have sent its heartbeat to the server, while this row was committed before the
+        call. The insert is idempotent, and whether it was new is the answer, in one
+        round trip."""
+        intent = self._event(
+            request.run,
+            EventKind.VICTIM_DELETE_SENT,
+            request.preemptor,
+            request.node,
+            DeleteSent(eviction=request.use_eviction).to_json(),
+            victim=request.victim,
+        )
+        return self._append([intent]) == 0
 
     @activity.defn(name="check_preemptor")
     def check_preemptor(self, request: PreemptorCheck) -> PreemptorStatus:
@@ -421,6 +450,7 @@ class PreemptionActivities:
             error=result.message if failed else None,
             terminating=result.message == TERMINATING,
             replaced_by_uid=result.replaced_by_uid,
+            answer_lost=result.answer_lost,
         ).to_json()
         self._append(
             [
@@ -554,16 +584,23 @@ def _remember(result: VictimResult) -> None:
     activity has none: it is retried by its own worker)."""
     if activity.info().is_local:
         return
-    activity.heartbeat(result.fate.value, result.message, result.replaced_by_uid or "")
+    activity.heartbeat(
+        result.fate.value, result.message, result.replaced_by_uid or "", result.answer_lost
+    )
 
 
 def _answered() -> VictimResult | None:
     """The answer an earlier attempt got from the cluster, if it heartbeat one."""
     details = activity.info().heartbeat_details
-    if len(details) != 3:
+    if len(details) not in (3, 4):  # 3: a worker from before `answer_lost`
         return None
-    fate, message, replaced_by = details
-    return VictimResult(Fate(str(fate)), str(message), replaced_by_uid=str(replaced_by) or None)
+    fate, message, replaced_by, *lost = details
+    return VictimResult(
+        Fate(str(fate)),
+        str(message),
+        replaced_by_uid=str(replaced_by) or None,
+        answer_lost=bool(lost and lost[0]),
+    )
 
 
 def _warn(kube: KubeClient, pod: PodRef, reason: str, note: str, reporting_instance: str) -> None:

@@ -34,6 +34,11 @@ class EventKind(StrEnum):
     VICTIM_ALREADY_GONE = "victim_already_gone"  # NotFound: someone else removed it
     VICTIM_REPLACED = "victim_replaced"  # same name, new UID {"replacedByUid"}
     VICTIM_FAILED = "victim_failed"  # the write failed for good {"error"}
+    # An intent, appended before a victim's DELETE (or eviction) is sent: a retry of the
+    # activity that finds it recorded knows an earlier attempt of this run sent the call,
+    # so a victim gone by then is one this preemption deleted (its answer was lost), not
+    # one someone else removed. Not a fate: the views leave it out. {"eviction"}
+    VICTIM_DELETE_SENT = "victim_delete_sent"
 
     # How the preemption ended.
     PREEMPTION_ABORTED = "preemption_aborted"  # preemptor gone or bound elsewhere {"reason"}

@@ -128,6 +128,11 @@ def fate_phrase(view: PreemptionView, victim: VictimView) -> str:
         delay = (victim.settled_at - view.decided_at).total_seconds()
         after = f" ({format_seconds(delay)} after the decision)"
     at = format_time(victim.settled_at)
+    if victim.fate is Fate.DELETED and victim.answer_lost:
+        return (
+            f"deleted at {at}{after}; the API server's answer was lost (worker killed or "
+            "connection dropped), and the retry found it gone"
+        )
     if victim.fate is Fate.DELETED:
         return f"deleted at {at}{after}"
     if victim.fate is Fate.ALREADY_GONE:

@@ -93,12 +93,15 @@ class VictimStep:
     """`victim_marked`, `victim_deleted`, `victim_already_gone`, `victim_replaced`,
     `victim_failed`: what the API server answered (`message`), or the `error` that failed
     the step for good; `terminating` when the victim was already on its way out;
-    `replaced_by_uid`, the UID of the pod that now has the victim's name."""
+    `replaced_by_uid`, the UID of the pod that now has the victim's name; `answer_lost`
+    (`victim_deleted` only) when this run's DELETE was sent by an earlier attempt whose
+    answer never arrived, and the retry found the victim gone."""
 
     message: str | None = None
     error: str | None = None
     terminating: bool = False
     replaced_by_uid: str | None = None
+    answer_lost: bool = False
 
     def to_json(self) -> dict[str, Any]:
         shown: dict[str, Any] = {}
@@ -110,6 +113,8 @@ class VictimStep:
             shown["terminating"] = True
         if self.replaced_by_uid:
             shown["replacedByUid"] = self.replaced_by_uid
+        if self.answer_lost:
+            shown["answerLost"] = True
         return shown
 
     @classmethod
@@ -119,7 +124,23 @@ class VictimStep:
             _text(data.get("error")),
             bool(data.get("terminating", False)),
             _text(data.get("replacedByUid")),
+            bool(data.get("answerLost", False)),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteSent:
+    """`victim_delete_sent`: the intent recorded before a victim's DELETE is sent; whether
+    it goes as an eviction (the Eviction API) or a plain DELETE."""
+
+    eviction: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"eviction": self.eviction}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DeleteSent:
+        return cls(bool(data.get("eviction", False)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +202,7 @@ class Retried:
         return cls(_text(data.get("newRunId")))
 
 
-Payload = Throttled | Write | VictimChosen | VictimStep | Ended | Scheduled | Retried
+Payload = Throttled | Write | VictimChosen | VictimStep | DeleteSent | Ended | Scheduled | Retried
 
 PAYLOAD_OF_KIND: dict[EventKind, type[Payload]] = {
     EventKind.THROTTLED: Throttled,
@@ -194,6 +215,7 @@ PAYLOAD_OF_KIND: dict[EventKind, type[Payload]] = {
     EventKind.VICTIM_ALREADY_GONE: VictimStep,
     EventKind.VICTIM_REPLACED: VictimStep,
     EventKind.VICTIM_FAILED: VictimStep,
+    EventKind.VICTIM_DELETE_SENT: DeleteSent,
     EventKind.PREEMPTION_ABORTED: Ended,
     EventKind.PREEMPTOR_SCHEDULED: Scheduled,
     EventKind.COMPLETED: Ended,

@@ -49,15 +49,23 @@ class VictimView:
     settled_at: datetime | None
     error: str | None = None
     replaced_by_uid: str | None = None
+    # Deleted by this preemption, though the API server's answer never reached it (a retry
+    # found the victim gone after an earlier attempt had sent the DELETE).
+    answer_lost: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The victim as `history --json` prints it (camelCase, like the planner's JSON)."""
-        return {
+        shown = {
             **self.victim.to_json(),
             "fate": str(self.fate),
             "settledAt": _iso(self.settled_at),
             "error": self.error,
         }
+        if self.replaced_by_uid:
+            shown["replacedByUid"] = self.replaced_by_uid
+        if self.answer_lost:
+            shown["answerLost"] = True
+        return shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +173,7 @@ def _fold_victims(
                 settled_at=settled[-1].occurred_at if settled else None,
                 error=step.error,
                 replaced_by_uid=step.replaced_by_uid if fate is Fate.REPLACED else None,
+                answer_lost=step.answer_lost and fate is Fate.DELETED,
             )
         )
     return tuple(views)

@@ -9,7 +9,13 @@ Scenarios:
 - select for a preemptor that is gone records the abort;
 - a dry run records the decision and its end (dry_run);
 - mark records `victim_marked`; mark of a replaced victim records the replacement's UID;
-- delete records `victim_deleted` and the `Preempted` event on the victim;
+- delete records its intent (`victim_delete_sent`) before the call, then `victim_deleted`
+  and the `Preempted` event on the victim;
+- a delete retried after an earlier attempt recorded its intent and lost the answer (the
+  worker killed, the connection dropped) finds the victim gone and records it deleted by
+  this preemption (`answerLost`), with its `Preempted` event, never `victim_already_gone`;
+- a victim already gone when the run's first attempt sends its DELETE is
+  `victim_already_gone`: someone else removed it;
 - delete for a preemptor bound to another node leaves the victim alone and aborts the run;
 - a delete retried after its first attempt got an answer records that answer, without
   asking the API server again;
@@ -24,6 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select
@@ -44,8 +51,12 @@ from preemptctl.emulator.resources import PODS
 from preemptctl.kube.client import connect
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.ledger.events import LedgerEvent
+from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.models import events as events_table
+from preemptctl.ledger.payloads import DeleteSent
 from preemptctl.ledger.vocabulary import Fate
+from preemptctl.ledger.writer import append
 from preemptctl.preemption.decision import PodRef, Verdict
 from tests.support.emulator import as_list, node, pod, running_emulator
 from tests.workflows.scenarios import one_full_node, spare_room
@@ -82,7 +93,7 @@ class Cluster:
             ).all()
         return [f"{kind}:{victim}" if victim else kind for kind, victim in rows]
 
-    def payloads(self, kind: str) -> list[dict[str, object]]:
+    def payloads(self, kind: str) -> list[dict[str, Any]]:
         with self.ledger.connect() as connection:
             rows = connection.execute(
                 select(events_table.c.payload).where(events_table.c.kind == kind)
@@ -207,8 +218,53 @@ def test_delete_records_the_deletion_and_the_preempted_event(cluster: Cluster) -
         cluster.activities.delete_victim, cluster.victim_step("default/victim-0")
     )
     assert result.fate is Fate.DELETED
-    assert cluster.kinds() == ["victim_deleted:victim-0"]
+    assert cluster.kinds() == ["victim_delete_sent:victim-0", "victim_deleted:victim-0"]
     assert len(cluster.emulator.requests.matching("create", "events")) == 1
+
+
+def first_attempt_lost_its_answer(cluster: Cluster, step: VictimInput) -> None:
+    """What a first attempt killed right after its DELETE leaves behind: its intent in the
+    ledger, the victim gone, no answer and no heartbeat."""
+    append(
+        cluster.ledger,
+        LedgerEvent(
+            RUN.preemption_id,
+            RUN.run_id,
+            EventKind.VICTIM_DELETE_SENT,
+            step.preemptor,
+            node=step.node,
+            victim=step.victim,
+            payload=DeleteSent().to_json(),
+        ),
+    )
+    cluster.emulator.store.delete(
+        PODS, step.victim.namespace, step.victim.name, grace_period=0, uid=step.victim.uid
+    )
+
+
+def test_a_delete_whose_answer_was_lost_is_recorded_as_this_preemptions(
+    cluster: Cluster,
+) -> None:
+    step = cluster.victim_step("default/victim-0")
+    first_attempt_lost_its_answer(cluster, step)
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=2)
+    result: VictimResult = env.run(cluster.activities.delete_victim, step)
+    assert (result.fate, result.answer_lost) == (Fate.DELETED, True)
+    assert cluster.kinds() == ["victim_delete_sent:victim-0", "victim_deleted:victim-0"]
+    assert cluster.payloads("victim_deleted")[0]["answerLost"] is True
+    assert len(cluster.emulator.requests.matching("create", "events")) == 1
+
+
+def test_a_victim_gone_before_this_run_sent_anything_is_already_gone(cluster: Cluster) -> None:
+    step = cluster.victim_step("default/victim-0")
+    cluster.emulator.store.delete(
+        PODS, step.victim.namespace, step.victim.name, grace_period=0, uid=step.victim.uid
+    )
+    result = ActivityEnvironment().run(cluster.activities.delete_victim, step)
+    assert result.fate is Fate.ALREADY_GONE
+    assert cluster.kinds() == ["victim_delete_sent:victim-0", "victim_already_gone:victim-0"]
+    assert cluster.emulator.requests.matching("create", "events") == []
 
 
 def test_delete_for_a_preemptor_bound_elsewhere_leaves_the_victim_alone(cluster: Cluster) -> None:
@@ -243,4 +299,4 @@ def test_a_delete_refused_for_good_records_the_victim_as_failed(cluster: Cluster
             cluster.activities.delete_victim, cluster.victim_step("default/victim-0")
         )
     assert refused.value.non_retryable
-    assert cluster.kinds() == ["victim_failed:victim-0"]
+    assert cluster.kinds() == ["victim_delete_sent:victim-0", "victim_failed:victim-0"]

@@ -100,13 +100,9 @@ def test_the_replacement_is_never_deleted(outcome: Outcome) -> None:
     assert outcome.replacement.new_uid not in outcome.deleted_uids
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect (issue 12, Replacement UIDs are lost): victim_replaced carries no observedUid",
-)
 def test_the_ledger_records_the_replacement_uid(outcome: Outcome) -> None:
     assert outcome.replacement is not None, "no victim was replaced"
-    assert [p.get("observedUid") for p in outcome.replaced_payloads] == [
+    assert [p.get("replacedByUid") for p in outcome.replaced_payloads] == [
         outcome.replacement.new_uid
     ]
 

@@ -31,11 +31,6 @@ from tests.support.temporal_server import PersistentTemporal
 
 # Which successful DELETEs kill every worker: the first, then every other one with scale.
 KILL_AT_DELETES = tuple(range(1, 2 * scale(), 2))
-LOST_ANSWER = (
-    "defect (issue 12, Lost answers are misattributed): a victim whose DELETE succeeded but "
-    "whose worker was killed before the answer arrived is recorded victim_already_gone on the "
-    "retry's 404, and its victim_deleted row is never written"
-)
 
 
 def kill_after_deletes(rig: Rig, at: tuple[int, ...]) -> threading.Event:
@@ -98,14 +93,6 @@ def test_workers_were_killed_after_a_delete(audit: Audit) -> None:
     assert audit.injected["worker kills"] >= len(KILL_AT_DELETES) * 2
 
 
-@pytest.mark.parametrize(
-    "invariant",
-    [
-        pytest.param(invariant, marks=pytest.mark.xfail(strict=True, reason=LOST_ANSWER))
-        if invariant == "no missing ledger event"
-        else invariant
-        for invariant in INVARIANTS
-    ],
-)
+@pytest.mark.parametrize("invariant", INVARIANTS)
 def test_invariant_holds_when_workers_are_killed(audit: Audit, invariant: str) -> None:
     audit.assert_holds(invariant)

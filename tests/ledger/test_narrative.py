@@ -97,6 +97,12 @@ def test_pdb_violations_are_part_of_the_explanation() -> None:
     [
         (EventKind.VICTIM_DELETED, {}, "deleted at 2026-11-21 12:00:03Z (3.0s after the decision)"),
         (
+            EventKind.VICTIM_DELETED,
+            {"answerLost": True},
+            "deleted at 2026-11-21 12:00:03Z (3.0s after the decision); the API server's "
+            "answer was lost (worker killed or connection dropped), and the retry found it gone",
+        ),
+        (
             EventKind.VICTIM_ALREADY_GONE,
             {},
             "already gone at 2026-11-21 12:00:03Z (3.0s after the decision): "
@@ -117,7 +123,7 @@ def test_pdb_violations_are_part_of_the_explanation() -> None:
     ],
 )
 def test_each_fate_reads_as_what_happened(
-    kind: EventKind, payload: dict[str, str], phrase: str
+    kind: EventKind, payload: dict[str, object], phrase: str
 ) -> None:
     story = [
         *decision_events("p", "r", API, four_candidate_decision(), T0),

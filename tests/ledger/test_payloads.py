@@ -15,6 +15,7 @@ import pytest
 from preemptctl.ledger.kinds import DECISION_KINDS, EventKind
 from preemptctl.ledger.payloads import (
     PAYLOAD_OF_KIND,
+    DeleteSent,
     Ended,
     Payload,
     Retried,
@@ -41,6 +42,8 @@ def test_every_kind_but_the_decisions_has_one_payload_type() -> None:
         VictimStep(message="gone", terminating=True),
         VictimStep(message="replaced", replaced_by_uid="u-new"),
         VictimStep(error="forbidden"),
+        VictimStep(message="gone on retry", answer_lost=True),
+        DeleteSent(eviction=True),
         Ended(reason="the preemptor is gone"),
         Ended(error="victim default/b could not be preempted"),
         Ended(preemptor_scheduled=True),

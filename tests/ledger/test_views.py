@@ -3,6 +3,8 @@
 Scenarios:
 - a completed preemption: node, victims deleted, scheduling delay, duration, outcome
 - each victim's fate follows its latest event
+- a delete's intent (`victim_delete_sent`) is not a fate; a deletion whose answer was lost
+  is a deletion, shown as such in the JSON
 - a preemption without a terminal event is in progress, its status read from the events
 - victims settled but preemptor not scheduled yet: waiting
 - a throttled preemption is held
@@ -68,6 +70,19 @@ def test_a_victims_fate_follows_its_latest_event() -> None:
     gone, replaced = fold_preemption(recorded(story)).victims
     assert (gone.fate, gone.settled_at) == (Fate.ALREADY_GONE, T0 + timedelta(seconds=2))
     assert (replaced.fate, replaced.replaced_by_uid) == (Fate.REPLACED, "new")
+
+
+def test_a_delete_intent_is_not_a_fate_and_a_lost_answer_is_still_a_deletion() -> None:
+    story = [
+        *_decided(),
+        event(P, EventKind.VICTIM_DELETE_SENT, T0, victim=BATCH_7, payload={"eviction": False}),
+        event(P, EventKind.VICTIM_DELETE_SENT, T0, victim=BATCH_8, payload={"eviction": False}),
+        event(P, EventKind.VICTIM_DELETED, T0, victim=BATCH_8, payload={"answerLost": True}),
+    ]
+    sent, deleted = fold_preemption(recorded(story)).victims
+    assert sent.fate is Fate.CHOSEN
+    assert (deleted.fate, deleted.answer_lost) == (Fate.DELETED, True)
+    assert deleted.to_json()["answerLost"] is True
 
 
 def test_victims_not_all_settled_means_preempting() -> None:
