@@ -51,6 +51,8 @@ def _intern(value: _T) -> _T:
 
 
 def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if type(value) is dict:  # JSON objects: skip the (slow) abstract-class check
+        return value
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -152,8 +154,25 @@ def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping
     if priority is None:
         priority = 0
     priority = _int32(priority, "spec.priority")
-    _check_strings(spec, _SPEC_STRINGS, "spec")
-    _check_strings(status, _STATUS_STRINGS, "status")
+    node_name = spec.get("nodeName") or ""
+    nominated = status.get("nominatedNodeName") or ""
+    if type(node_name) is not str or type(nominated) is not str:
+        _check_strings(spec, _SPEC_STRINGS, "spec")
+        _check_strings(status, _STATUS_STRINGS, "status")
+    policy = spec.get("preemptionPolicy") or PREEMPT_LOWER_PRIORITY
+    scheduler_name = spec.get("schedulerName") or "default-scheduler"
+    class_name = spec.get("priorityClassName") or ""
+    phase = status.get("phase") or "Pending"
+    reason = status.get("reason") or ""
+    if not (
+        type(policy) is str
+        and type(scheduler_name) is str
+        and type(class_name) is str
+        and type(phase) is str
+        and type(reason) is str
+    ):
+        _check_strings(spec, _SPEC_STRINGS, "spec")
+        _check_strings(status, _STATUS_STRINGS, "status")
     disrupted = unschedulable = False
     scheduler_message = ""
     for condition in status.get("conditions") or ():
@@ -169,10 +188,12 @@ def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping
             )
             if unschedulable:
                 scheduler_message = _string(condition.get("message"), "PodScheduled message")
-    source = _string(annotations.get("kubernetes.io/config.source"), "config.source annotation")
-    uid = _string(meta.get("uid"), "metadata.uid") or str(
-        uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{namespace}/{name}")
-    )
+    source = annotations.get("kubernetes.io/config.source") or ""
+    if type(source) is not str:
+        source = _string(source, "the config.source annotation")
+    uid = meta.get("uid") or str(uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{namespace}/{name}"))
+    if type(uid) is not str:
+        uid = _string(uid, "metadata.uid")
     labels = _labels(meta.get("labels"), "metadata.labels")
     node_selector = _labels(spec.get("nodeSelector"), "spec.nodeSelector")
     pod_affinity: tuple[AffinityTerm, ...] = ()
@@ -196,15 +217,15 @@ def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping
         uid=uid,
         priority=priority,
         requests=pod_requests(spec),
-        node_name=spec.get("nodeName") or "",
-        nominated_node_name=status.get("nominatedNodeName") or "",
+        node_name=node_name,
+        nominated_node_name=nominated,
         start_time=parse_time(status.get("startTime")),
         labels=labels,
         host_ports=_host_ports(spec),
-        preemption_policy=spec.get("preemptionPolicy") or PREEMPT_LOWER_PRIORITY,
-        scheduler_name=spec.get("schedulerName") or "default-scheduler",
-        phase=status.get("phase") or "Pending",
-        status_reason=status.get("reason") or "",
+        preemption_policy=policy,
+        scheduler_name=scheduler_name,
+        phase=phase,
+        status_reason=reason,
         terminating=meta.get("deletionTimestamp") is not None,
         disrupted_by_scheduler=disrupted,
         unschedulable=unschedulable,
@@ -214,7 +235,7 @@ def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping
         tolerations=_tolerations(spec.get("tolerations")),
         node_selector=_intern(tuple(sorted(node_selector.items()))),
         required_affinity=_required_affinity(spec),
-        priority_class_name=spec.get("priorityClassName") or "",
+        priority_class_name=class_name,
         resource_version=str(meta.get("resourceVersion") or ""),
         pod_affinity=pod_affinity,
         pod_anti_affinity=pod_anti_affinity,
@@ -243,8 +264,10 @@ def _volumes(
     inline: list[tuple[str, str]] = []
     for raw in spec.get("volumes") or ():
         volume = _mapping(raw, "a volume")
-        if len(volume) == 2 and "name" in volume and any(k in _FILTER_FREE_VOLUMES for k in volume):
-            continue  # the common case: a name and one source no filter looks at
+        if len(volume) == 2 and "name" in volume:
+            source, other = volume  # the common case: a name and one source
+            if (other if source == "name" else source) in _FILTER_FREE_VOLUMES:
+                continue
         name = _string(volume.get("name"), "volume name")
         for source in sorted(k for k in volume if k != "name"):
             if source == "persistentVolumeClaim":

@@ -598,7 +598,9 @@ class ClusterSnapshot:
             if info is None:
                 info = self.node_infos[pod.node_name] = NodeInfo(pod.node_name)
             info.add_pod(pod)
-            self.bound.add(pod)
+            bound = self.bound
+            if pod.claims or pod.inline_csi or pod.pod_anti_affinity or bound.labels_ready:
+                bound.add(pod)
         elif pod.nominated_node_name:
             self._nominated.setdefault(pod.nominated_node_name, {})[pod.uid] = pod
 
