@@ -163,6 +163,7 @@ class PreemptionActivities:
             self.nominate_preemptor,
             self.mark_victim,
             self.delete_victim,
+            self.unmark_victim,
             self.check_preemptor,
             self.record_end,
         ]
@@ -402,6 +403,34 @@ class PreemptionActivities:
             victim=request.victim,
         )
         return self._append([intent]) == 0
+
+    @activity.defn(name="unmark_victim")
+    def unmark_victim(self, request: VictimInput) -> str:
+        """Remove the DisruptionTarget condition this preemption set on a victim it did not
+        delete after all (the run aborted or failed), and record the removal: the pod is no
+        longer about to be disrupted. A removal refused for good is recorded, not raised:
+        the condition then lapses on its own (kube-controller-manager, after 2 minutes)."""
+        try:
+            with kube_errors():
+                outcome = conditions.remove_disruption_target(self._kube, request.victim)
+            step = VictimStep(message=outcome.message)
+        except ApplicationError as error:
+            if not error.non_retryable:
+                raise
+            step = VictimStep(error=error.message)
+        self._append(
+            [
+                self._event(
+                    request.run,
+                    EventKind.VICTIM_UNMARKED,
+                    request.preemptor,
+                    request.node,
+                    step.to_json(),
+                    victim=request.victim,
+                )
+            ]
+        )
+        return step.error or step.message or ""
 
     @activity.defn(name="check_preemptor")
     def check_preemptor(self, request: PreemptorCheck) -> PreemptorStatus:

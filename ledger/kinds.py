@@ -39,6 +39,10 @@ class EventKind(StrEnum):
     # so a victim gone by then is one this preemption deleted (its answer was lost), not
     # one someone else removed. Not a fate: the views leave it out. {"eviction"}
     VICTIM_DELETE_SENT = "victim_delete_sent"
+    # A spared or failed victim's DisruptionTarget condition removed when the run stopped
+    # short (kube-controller-manager would clear it after 2 minutes). Not a fate either.
+    # {"message"} or {"error"}
+    VICTIM_UNMARKED = "victim_unmarked"
 
     # How the preemption ended.
     PREEMPTION_ABORTED = "preemption_aborted"  # preemptor gone or bound elsewhere {"reason"}

@@ -140,11 +140,17 @@ def fate_phrase(view: PreemptionView, victim: VictimView) -> str:
     if victim.fate is Fate.REPLACED:
         newer = f" (uid {victim.replaced_by_uid})" if victim.replaced_by_uid else ""
         return f"replaced by a new pod of the same name{newer}, which was left alone{after}"
+    removed = "; its DisruptionTarget condition was removed" if victim.unmarked else ""
     if victim.fate is Fate.FAILED:
-        return f"could not be preempted at {at}: {victim.error or 'no error recorded'}"
+        return f"could not be preempted at {at}: {victim.error or 'no error recorded'}{removed}"
     if victim.fate is Fate.MARKED:
         return "marked with a DisruptionTarget condition, not deleted yet"
     if victim.fate is Fate.SPARED:
+        if victim.unmarked:
+            return (
+                f"spared: the preemption ended ({outcome_phrase(view)}) before deleting it; "
+                "its DisruptionTarget condition was removed"
+            )
         return f"spared: the preemption ended ({outcome_phrase(view)}) before touching it"
     return "chosen, not touched yet"
 

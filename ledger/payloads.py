@@ -91,8 +91,8 @@ class VictimChosen:
 @dataclass(frozen=True, slots=True)
 class VictimStep:
     """`victim_marked`, `victim_deleted`, `victim_already_gone`, `victim_replaced`,
-    `victim_failed`: what the API server answered (`message`), or the `error` that failed
-    the step for good; `terminating` when the victim was already on its way out;
+    `victim_failed`, `victim_unmarked`: what the API server answered (`message`), or the
+    `error` that failed the step for good; `terminating` when the victim was already on its way out;
     `replaced_by_uid`, the UID of the pod that now has the victim's name; `answer_lost`
     (`victim_deleted` only) when this run's DELETE was sent by an earlier attempt whose
     answer never arrived, and the retry found the victim gone."""
@@ -216,6 +216,7 @@ PAYLOAD_OF_KIND: dict[EventKind, type[Payload]] = {
     EventKind.VICTIM_REPLACED: VictimStep,
     EventKind.VICTIM_FAILED: VictimStep,
     EventKind.VICTIM_DELETE_SENT: DeleteSent,
+    EventKind.VICTIM_UNMARKED: VictimStep,
     EventKind.PREEMPTION_ABORTED: Ended,
     EventKind.PREEMPTOR_SCHEDULED: Scheduled,
     EventKind.COMPLETED: Ended,

@@ -52,6 +52,9 @@ class VictimView:
     # Deleted by this preemption, though the API server's answer never reached it (a retry
     # found the victim gone after an earlier attempt had sent the DELETE).
     answer_lost: bool = False
+    # The DisruptionTarget condition this preemption set was removed when the run stopped
+    # short of deleting the victim (`victim_unmarked`).
+    unmarked: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The victim as `history --json` prints it (camelCase, like the planner's JSON)."""
@@ -65,6 +68,8 @@ class VictimView:
             shown["replacedByUid"] = self.replaced_by_uid
         if self.answer_lost:
             shown["answerLost"] = True
+        if self.unmarked:
+            shown["unmarked"] = True
         return shown
 
 
@@ -148,6 +153,11 @@ def _fold_victims(
     preemption_id, preemptor = ordered[0].preemption_id, ordered[-1].preemptor
     chosen: dict[str, PodRef] = {ref.uid: ref for ref in _victims_of(decision)}
     touched: dict[str, list[RecordedEvent]] = {}
+    unmarked = {
+        e.victim.uid
+        for e in ordered
+        if e.kind is EventKind.VICTIM_UNMARKED and e.victim is not None and "error" not in e.payload
+    }
     for recorded in ordered:
         if recorded.kind in VICTIM_KINDS and recorded.victim is not None:
             touched.setdefault(recorded.victim.uid, []).append(recorded)
@@ -158,8 +168,8 @@ def _fold_victims(
         history = touched.get(uid, [])
         last = history[-1] if history else None
         fate = FATE_OF_KIND[last.kind] if last is not None else Fate.CHOSEN
-        if fate is Fate.CHOSEN and finished:
-            fate = Fate.SPARED
+        if fate in (Fate.CHOSEN, Fate.MARKED) and finished:
+            fate = Fate.SPARED  # the run ended without deleting it
         settled = [e for e in history if FATE_OF_KIND[e.kind].settled]
         step = VictimStep.from_json(last.payload if last is not None else {})
         views.append(
@@ -174,6 +184,7 @@ def _fold_victims(
                 error=step.error,
                 replaced_by_uid=step.replaced_by_uid if fate is Fate.REPLACED else None,
                 answer_lost=step.answer_lost and fate is Fate.DELETED,
+                unmarked=uid in unmarked,
             )
         )
     return tuple(views)

@@ -14,7 +14,9 @@ The runbook, as the code below follows it:
    state before it is touched (upstream's `lastVictimsPendingPreemption`) and only touched if
    every other victim is out of the way. Each delete first re-checks the preemptor: gone,
    replaced or bound elsewhere stops the preemption (aborted) with no pod evicted for
-   nothing. A write that fails for good fails the preemption.
+   nothing. A write that fails for good fails the preemption. A victim marked but then not
+   deleted (the run aborted or failed) has its DisruptionTarget condition removed at once
+   (`unmark_victim`), before the end is recorded.
 4. Wait for the bind: the trigger loop's `preemptor_bound` signal, or a rare poll
    (`check_preemptor`), until the deadline. Then record the end (`record_end`).
 
@@ -80,6 +82,10 @@ LEDGER_DEADLINE = timedelta(days=1)
 # missing heartbeat, not by the attempt's end, and the select moves to another worker.
 SELECT_ATTEMPT = timedelta(seconds=90)
 SELECT_HEARTBEAT = timedelta(seconds=8)
+# Removing a spared victim's DisruptionTarget: kube-controller-manager clears it after two
+# minutes anyway, so the run does not wait longer than that for the API server.
+UNMARK_DEADLINE = timedelta(minutes=1)
+UNMARK_PATCH = "unmark-spared-victims"  # runs recorded before the step replay without it
 
 
 def workflow_id_for(preemptor_uid: str) -> str:
@@ -182,6 +188,7 @@ class PreemptionWorkflow:
         self._throttled = 0
         self._stopped = ""  # why a delete left its victim alone: the preemptor moved on
         self._failures: list[tuple[VictimProgress, bool]] = []  # (victim, retrying can help)
+        self._marked: list[VictimProgress] = []  # victims given the DisruptionTarget condition
 
     @workflow.query(name="state")
     def state(self) -> PreemptionState:
@@ -286,6 +293,7 @@ class PreemptionWorkflow:
         self._stop_if_any_victim_failed_or_the_preemption_stopped(last)
         self._state.pending_last_victim = last.pod
         await self._preempt_victim(last, selection, node, is_last=True)
+        self._state.pending_last_victim = None  # settled: no longer pending
         self._stop_if_any_victim_failed_or_the_preemption_stopped(None)
 
     async def _preempt_victim(
@@ -307,6 +315,7 @@ class PreemptionWorkflow:
         )
         if marked is None or marked.fate is not Fate.MARKED:
             return
+        self._marked.append(victim)
         if self._state.outcome is not None or self._stopped:
             victim.fate, victim.message = Fate.SPARED, "the preemption stopped before deleting it"
             return
@@ -401,6 +410,7 @@ class PreemptionWorkflow:
     # -- bookkeeping ------------------------------------------------------------------------
 
     async def _finish(self, stop: _Stop) -> PreemptionResult:
+        await self._unmark_spared_victims()
         if not stop.recorded:
             ending = Ending.FAILED if stop.end is End.FAILED else Ending.ABORTED
             await self._record_end(ending, stop.message, failed_victim=stop.failed_victim)
@@ -411,10 +421,37 @@ class PreemptionWorkflow:
             )
         return result
 
+    async def _unmark_spared_victims(self) -> None:
+        """A victim marked but not deleted (spared when the run stopped, or failed) loses
+        its DisruptionTarget condition now rather than in two minutes: it is no longer
+        about to be disrupted. A removal that fails is logged; the condition then lapses."""
+        left = [v for v in self._marked if v.fate in (Fate.MARKED, Fate.SPARED, Fate.FAILED)]
+        node = self._state.node
+        if not left or node is None or not workflow.patched(UNMARK_PATCH):
+            return
+
+        async def unmark(victim: VictimProgress) -> None:
+            pod = victim.pod
+            if victim.fate is Fate.MARKED:
+                victim.fate, victim.message = Fate.SPARED, "the preemption stopped before it"
+            try:
+                await self._call(
+                    PreemptionActivities.unmark_victim,
+                    VictimInput(self._run(), pod, self._preemptor, node),
+                    f"remove DisruptionTarget from {pod.key} (uid {pod.uid})",
+                    UNMARK_DEADLINE,
+                )
+            except ActivityError as error:
+                workflow.logger.warning(
+                    "could not remove DisruptionTarget from %s: %s", pod.key, _cause(error)
+                )
+
+        await asyncio.gather(*(unmark(v) for v in left))
+
     def _result(self, end: End, message: str, *, retryable: bool = True) -> PreemptionResult:
         state = self._state
         state.phase, state.outcome, state.message = Phase.FINISHED, end, message
-        state.preempting = False
+        state.preempting, state.pending_last_victim = False, None
         self._upsert(
             [
                 sa.PREEMPTION_PHASE.value_set(Phase.FINISHED.value),

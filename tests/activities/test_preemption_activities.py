@@ -19,7 +19,9 @@ Scenarios:
 - delete for a preemptor bound to another node leaves the victim alone and aborts the run;
 - a delete retried after its first attempt got an answer records that answer, without
   asking the API server again;
-- a delete refused for good (RBAC) records the victim as failed and is not retried.
+- a delete refused for good (RBAC) records the victim as failed and is not retried;
+- unmark removes the DisruptionTarget condition mark set and records `victim_unmarked`;
+  a removal RBAC refuses is recorded with its error, not raised.
 """
 
 from __future__ import annotations
@@ -300,3 +302,28 @@ def test_a_delete_refused_for_good_records_the_victim_as_failed(cluster: Cluster
         )
     assert refused.value.non_retryable
     assert cluster.kinds() == ["victim_delete_sent:victim-0", "victim_failed:victim-0"]
+
+
+def disruption_target_of(cluster: Cluster, key: str) -> list[dict[str, Any]]:
+    obj = cluster.emulator.pod(key)
+    assert obj is not None
+    conditions = obj.get("status", {}).get("conditions") or []
+    return [c for c in conditions if c.get("type") == "DisruptionTarget"]
+
+
+def test_unmark_removes_the_condition_and_records_it(cluster: Cluster) -> None:
+    step = cluster.victim_step("default/victim-0")
+    ActivityEnvironment().run(cluster.activities.mark_victim, step)
+    assert disruption_target_of(cluster, "default/victim-0")
+    ActivityEnvironment().run(cluster.activities.unmark_victim, step)
+    assert disruption_target_of(cluster, "default/victim-0") == []
+    assert cluster.kinds() == ["victim_marked:victim-0", "victim_unmarked:victim-0"]
+
+
+def test_an_unmark_refused_for_good_is_recorded_not_raised(cluster: Cluster) -> None:
+    step = cluster.victim_step("default/victim-0")
+    ActivityEnvironment().run(cluster.activities.mark_victim, step)
+    cluster.emulator.faults.deny("patch", "pods/status")
+    message = ActivityEnvironment().run(cluster.activities.unmark_victim, step)
+    assert "forbidden" in message.lower()
+    assert "error" in cluster.payloads("victim_unmarked")[0]

@@ -11,6 +11,8 @@ Scenarios:
 - a failed run followed by a retry is in progress again, and lists both runs
 - a retried preemption that completes is completed, not failed
 - an aborted preemption spares the victims it never touched
+- an aborted preemption spares a victim it marked but did not delete, and says when its
+  DisruptionTarget condition was removed
 - a dry run spares every victim
 - no candidate: finished with that outcome and no node
 - a pod only an earlier run chose, and nobody touched, is not a victim
@@ -140,6 +142,20 @@ def test_an_aborted_preemption_spares_untouched_victims() -> None:
     view = fold_preemption(recorded(story))
     assert (view.outcome, view.abort_reason) == (End.ABORTED, "preemptor gone")
     assert [v.fate for v in view.victims] == [Fate.DELETED, Fate.SPARED]
+
+
+def test_a_marked_victim_of_an_aborted_preemption_is_spared_and_unmarked() -> None:
+    story = [
+        *_decided(),
+        event(P, EventKind.VICTIM_MARKED, T0, victim=BATCH_7),
+        event(P, EventKind.VICTIM_MARKED, T0, victim=BATCH_8),
+        event(P, EventKind.VICTIM_UNMARKED, T0, victim=BATCH_7, payload={"message": "removed"}),
+        event(P, EventKind.PREEMPTION_ABORTED, T0, payload={"reason": "the preemptor is gone"}),
+    ]
+    first, second = fold_preemption(recorded(story)).victims
+    assert (first.fate, first.unmarked) == (Fate.SPARED, True)
+    assert (second.fate, second.unmarked) == (Fate.SPARED, False)
+    assert first.to_json()["unmarked"] is True
 
 
 def test_a_dry_run_spares_every_victim() -> None:

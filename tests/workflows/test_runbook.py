@@ -19,6 +19,9 @@ Scenarios:
   victim is never touched, the failure is recorded with the victim, retrying cannot help;
 - the preemptor gone or bound elsewhere at a delete: the preemption is aborted and the last
   victim is never touched;
+- a victim marked but not deleted (failed, or spared when the run stopped) loses its
+  DisruptionTarget condition before the end is recorded; a completed run unmarks nothing;
+- once the last victim is deleted, the `state` query no longer shows it pending;
 - a preemptor the signal never reports is polled; bound: completed with its node;
 - a preemptor not bound in time completes with that reason; one that vanishes while waited
   for completes with that reason;
@@ -28,8 +31,9 @@ Scenarios:
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from temporalio import activity
@@ -57,6 +61,7 @@ from preemptctl.preemption.decision import PodRef, Verdict
 from preemptctl.worker.temporal_worker import workflow_runner
 from preemptctl.workflows.preemption import (
     PreemptionResult,
+    PreemptionState,
     PreemptionWorkflow,
     result_of_failure,
 )
@@ -78,6 +83,8 @@ def decided(verdict: Verdict = Verdict.PREEMPT, victims: list[PodRef] | None = N
 
 
 Answer = VictimResult | Exception
+Run = Callable[..., Awaitable[PreemptionResult]]
+Handle = WorkflowHandle[PreemptionWorkflow, PreemptionResult]
 
 
 @dataclass
@@ -114,6 +121,11 @@ class Script:
             self.calls.append(f"delete:{request.victim.name}")
             return answer(self.deletes.get(request.victim.name, VictimResult(Fate.DELETED)))
 
+        @activity.defn(name="unmark_victim")
+        async def unmark(request: VictimInput) -> str:
+            self.calls.append(f"unmark:{request.victim.name}")
+            return "DisruptionTarget removed"
+
         @activity.defn(name="check_preemptor")
         async def check(request: PreemptorCheck) -> PreemptorStatus:
             self.calls.append("check")
@@ -125,11 +137,11 @@ class Script:
             self.ends.append(request)
             return 1
 
-        return [select, nominate, mark, delete, check, record_end]
+        return [select, nominate, mark, delete, unmark, check, record_end]
 
     def touched(self) -> list[str]:
         """The calls that act on the cluster's victims."""
-        return [c for c in self.calls if c.startswith(("mark:", "delete:"))]
+        return [c for c in self.calls if c.startswith(("mark:", "delete:", "unmark:"))]
 
 
 def answer(given: Answer) -> VictimResult:
@@ -149,9 +161,9 @@ def rbac_denied() -> ApplicationError:
 @pytest.fixture
 async def run(
     time_skipping: WorkflowEnvironment,
-) -> AsyncIterator[Callable[..., object]]:
+) -> AsyncIterator[Run]:
     async def preempt(
-        script: Script, on_start: Callable[[WorkflowHandle], object] | None = None, **options
+        script: Script, on_start: Callable[[Handle], object] | None = None, **options: Any
     ) -> PreemptionResult:
         options.setdefault("search_attributes", False)  # the test server cannot register them
         task_queue = f"runbook-{uuid.uuid4()}"
@@ -175,14 +187,14 @@ async def run(
     yield preempt
 
 
-def bound_signal(node: str) -> Callable[[WorkflowHandle], object]:
-    async def send(handle: WorkflowHandle) -> None:
+def bound_signal(node: str) -> Callable[[Handle], object]:
+    async def send(handle: Handle) -> None:
         await handle.signal(PreemptionWorkflow.preemptor_bound, node)
 
     return send
 
 
-async def test_a_throttled_decision_sleeps_then_decides_afresh(run) -> None:
+async def test_a_throttled_decision_sleeps_then_decides_afresh(run: Run) -> None:
     held = decided()
     held.retry_after_seconds = 40.0
     script = Script(selections=[held, decided()])
@@ -200,7 +212,7 @@ async def test_a_throttled_decision_sleeps_then_decides_afresh(run) -> None:
     ],
 )
 async def test_a_final_verdict_ends_at_once_recorded_by_the_select_activity(
-    run, verdict: Verdict, end: End
+    run: Run, verdict: Verdict, end: End
 ) -> None:
     script = Script(selections=[decided(verdict)])
     result = await run(script)
@@ -208,14 +220,14 @@ async def test_a_final_verdict_ends_at_once_recorded_by_the_select_activity(
     assert script.calls == ["select"]
 
 
-async def test_unsupported_never_touches_a_pod_and_retrying_cannot_help(run) -> None:
+async def test_unsupported_never_touches_a_pod_and_retrying_cannot_help(run: Run) -> None:
     script = Script(selections=[decided(Verdict.UNSUPPORTED)])
     result = await run(script)
     assert (result.outcome, result.retryable) == (End.UNSUPPORTED, False)
     assert script.calls == ["select"]
 
 
-async def test_a_dry_run_decides_and_touches_nothing(run) -> None:
+async def test_a_dry_run_decides_and_touches_nothing(run: Run) -> None:
     script = Script()
     result = await run(script, dry_run=True)
     assert result.outcome is End.DRY_RUN
@@ -223,14 +235,14 @@ async def test_a_dry_run_decides_and_touches_nothing(run) -> None:
     assert script.calls == ["select"]
 
 
-async def test_a_preemptor_gone_before_the_decision_aborts_it(run) -> None:
+async def test_a_preemptor_gone_before_the_decision_aborts_it(run: Run) -> None:
     script = Script(selections=[Selection(PREEMPTOR, "the preemptor is gone")])
     result = await run(script)
     assert (result.outcome, result.message) == (End.ABORTED, "the preemptor is gone")
     assert script.calls == ["select"]
 
 
-async def test_a_preemption_runs_three_plus_two_activities_per_victim(run) -> None:
+async def test_a_preemption_runs_three_plus_two_activities_per_victim(run: Run) -> None:
     script = Script()
     result = await run(script, bound_signal(NODE))
     assert result.outcome is End.COMPLETED
@@ -252,7 +264,7 @@ async def test_a_preemption_runs_three_plus_two_activities_per_victim(run) -> No
     ids=["gone", "terminating", "replaced"],
 )
 async def test_a_victim_settled_when_marked_is_never_deleted(
-    run, marked: VictimResult, fate: Fate
+    run: Run, marked: VictimResult, fate: Fate
 ) -> None:
     script = Script(marks={"victim-0": marked})
     result = await run(script, bound_signal(NODE))
@@ -262,14 +274,14 @@ async def test_a_victim_settled_when_marked_is_never_deleted(
     assert "delete:victim-2" in script.calls
 
 
-async def test_a_victim_replaced_at_its_delete_ends_replaced(run) -> None:
+async def test_a_victim_replaced_at_its_delete_ends_replaced(run: Run) -> None:
     script = Script(deletes={"victim-1": VictimResult(Fate.REPLACED, "replaced")})
     result = await run(script, bound_signal(NODE))
     assert result.outcome is End.COMPLETED
     assert [v.fate for v in result.victims] == [Fate.DELETED, Fate.REPLACED, Fate.DELETED]
 
 
-async def test_a_delete_refused_for_good_fails_and_spares_the_last_victim(run) -> None:
+async def test_a_delete_refused_for_good_fails_and_spares_the_last_victim(run: Run) -> None:
     script = Script(deletes={"victim-0": rbac_denied()})
     with pytest.raises(WorkflowFailureError) as failure:
         await run(script)
@@ -282,12 +294,52 @@ async def test_a_delete_refused_for_good_fails_and_spares_the_last_victim(run) -
     assert [(e.ending, e.failed_victim) for e in script.ends] == [(Ending.FAILED, VICTIMS[0])]
 
 
+async def test_a_failed_victim_loses_its_disruption_target_before_the_end_is_recorded(
+    run: Run,
+) -> None:
+    script = Script(deletes={"victim-0": rbac_denied()})
+    with pytest.raises(WorkflowFailureError):
+        await run(script)
+    assert [c for c in script.calls if c.startswith("unmark:")] == ["unmark:victim-0"]
+    assert script.calls.index("unmark:victim-0") < script.calls.index("end:failed")
+
+
+async def test_a_victim_spared_after_its_mark_loses_its_disruption_target(run: Run) -> None:
+    stopped = VictimResult(Fate.SPARED, "stopped", stopped="the preemptor is gone")
+    script = Script(deletes={"victim-0": stopped})
+    await run(script)
+    # victim-1 was deleted alongside; victim-2, the last, was never marked.
+    assert [c for c in script.calls if c.startswith("unmark:")] == ["unmark:victim-0"]
+
+
+async def test_a_completed_preemption_unmarks_nothing(run: Run) -> None:
+    script = Script()
+    await run(script, bound_signal(NODE))
+    assert not [c for c in script.calls if c.startswith("unmark:")]
+
+
+async def test_the_state_shows_no_pending_last_victim_once_it_is_deleted(run: Run) -> None:
+    seen: list[PreemptionState] = []
+
+    async def bound_then_look(handle: Handle) -> None:
+        await handle.signal(PreemptionWorkflow.preemptor_bound, NODE)
+        await handle.result()
+        seen.append(await handle.query(PreemptionWorkflow.state))
+
+    script = Script()
+    await run(script, bound_then_look)
+    assert seen[0].victims[-1].fate is Fate.DELETED
+    assert seen[0].pending_last_victim is None
+
+
 @pytest.mark.parametrize(
     "reason",
     ["the preemptor is gone", "the preemptor was bound to node-9, not node-1"],
     ids=["gone", "bound-elsewhere"],
 )
-async def test_a_preemptor_that_moved_on_aborts_before_the_last_victim(run, reason: str) -> None:
+async def test_a_preemptor_that_moved_on_aborts_before_the_last_victim(
+    run: Run, reason: str
+) -> None:
     stopped = VictimResult(Fate.SPARED, "the preemption was stopped", stopped=reason)
     script = Script(deletes={"victim-0": stopped})
     result = await run(script)
@@ -297,7 +349,7 @@ async def test_a_preemptor_that_moved_on_aborts_before_the_last_victim(run, reas
     assert script.ends == []  # the delete activity recorded the abort itself
 
 
-async def test_without_a_signal_the_preemptor_is_polled_until_bound(run) -> None:
+async def test_without_a_signal_the_preemptor_is_polled_until_bound(run: Run) -> None:
     script = Script(
         preemptor=[
             PreemptorStatus(PreemptorState.PENDING),
@@ -309,7 +361,7 @@ async def test_without_a_signal_the_preemptor_is_polled_until_bound(run) -> None
     assert script.calls.count("check") == 2
 
 
-async def test_a_preemptor_not_bound_in_time_completes_with_that_reason(run) -> None:
+async def test_a_preemptor_not_bound_in_time_completes_with_that_reason(run: Run) -> None:
     script = Script()
     result = await run(script, scheduled_wait_seconds=300.0, scheduled_poll_seconds=30.0)
     assert result.outcome is End.COMPLETED
@@ -318,13 +370,13 @@ async def test_a_preemptor_not_bound_in_time_completes_with_that_reason(run) -> 
     assert script.ends[0].scheduled_node is None
 
 
-async def test_a_preemptor_gone_while_waited_for_completes_with_that_reason(run) -> None:
+async def test_a_preemptor_gone_while_waited_for_completes_with_that_reason(run: Run) -> None:
     script = Script(preemptor=[PreemptorStatus(PreemptorState.GONE)])
     result = await run(script)
     assert (result.outcome, result.message) == (End.COMPLETED, "the preemptor is gone")
 
 
-async def test_with_local_activities_the_runbook_is_the_same(run) -> None:
+async def test_with_local_activities_the_runbook_is_the_same(run: Run) -> None:
     script = Script(deletes={"victim-1": VictimResult(Fate.REPLACED, "replaced")})
     result = await run(script, bound_signal(NODE), local_activities=True)
     assert result.outcome is End.COMPLETED
