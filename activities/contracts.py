@@ -168,3 +168,4 @@ class EndInput:
     scheduled_node: str | None = None  # the preemptor was bound there
     seconds_to_schedule: float | None = None
     failed_victim: PodRef | None = None  # a victim whose write failed for good
+    retryable: bool = True  # a failure retrying cannot cure (RBAC): the preemptor's event says

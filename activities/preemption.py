@@ -207,6 +207,15 @@ class PreemptionActivities:
             selection.message = decided.message
         elif decision.status is Verdict.UNSUPPORTED:
             self._tell_the_preemptor(request.preemptor, "PreemptionUnsupported", decision.message)
+        elif decision.status is Verdict.PREEMPT and not request.dry_run:
+            victims = ", ".join(v.key for v in decision.victims)
+            self._tell_the_preemptor(
+                request.preemptor,
+                "Preempting",
+                f"{len(decision.victims)} pod(s) on {decision.nominated_node}: {victims}",
+                normal=True,
+                run=request.run,
+            )
         return selection
 
     def _preemptor_fresh(self, request: SelectInput) -> FreshPreemptor | Selection:
@@ -245,11 +254,29 @@ class PreemptionActivities:
         scheduler = str(lookup.pod["spec"].get("schedulerName") or "default-scheduler")
         return FreshPreemptor(lookup.pod, scheduler)
 
-    def _tell_the_preemptor(self, preemptor: PodRef, reason: str, note: str) -> None:
-        """A Warning event on the preemptor, so `kubectl describe` says why nothing happens.
-        Best effort: the ledger already has the decision."""
+    def _tell_the_preemptor(
+        self,
+        preemptor: PodRef,
+        reason: str,
+        note: str,
+        *,
+        normal: bool = False,
+        run: RunRef | None = None,
+    ) -> None:
+        """An event on the preemptor, so `kubectl describe` tells what is done for it and why
+        nothing happens (a Warning unless `normal`). One per `run` when given (each run
+        tells its own story), else one per pod and reason. Best effort: the ledger already
+        has it all."""
         try:
-            _warn(self._kube, preemptor, reason, note, self._identity)
+            _pod_event(
+                self._kube,
+                preemptor,
+                reason,
+                note,
+                self._identity,
+                kind="Normal" if normal else "Warning",
+                key=run.run_id if run is not None else "",
+            )
         except KubeCallError as error:
             logger.warning("could not record %s on %s: %s", reason, preemptor.key, error)
 
@@ -535,6 +562,12 @@ class PreemptionActivities:
             )
         if request.ending is Ending.FAILED:
             ended = Ended(error=request.message)
+            self._tell_the_preemptor(
+                request.preemptor,
+                "PreemptionFailed",
+                _failure_note(request.message, retryable=request.retryable),
+                run=run,
+            )
         elif request.ending is Ending.ABORTED:
             ended = Ended(reason=request.message)
         else:
@@ -632,9 +665,29 @@ def _answered() -> VictimResult | None:
     )
 
 
-def _warn(kube: KubeClient, pod: PodRef, reason: str, note: str, reporting_instance: str) -> None:
-    """Record a Warning event about `pod` (events.k8s.io/v1); one per pod and reason."""
-    digest = hashlib.sha256(f"{pod.uid}/{reason}".encode()).hexdigest()[:16]
+def _failure_note(message: str, *, retryable: bool) -> str:
+    """A failed preemption's event note: its cause, then what to do about it."""
+    if retryable:
+        return f"{message}. Nothing to do yet: the preemption is tried again after a backoff."
+    return (
+        f"{message}. Retrying cannot help until this is fixed (grant the permission named, "
+        "or correct the request); the pod is tried again once it changes."
+    )
+
+
+def _pod_event(
+    kube: KubeClient,
+    pod: PodRef,
+    reason: str,
+    note: str,
+    reporting_instance: str,
+    *,
+    kind: str = "Warning",
+    key: str = "",
+) -> None:
+    """Record an event about `pod` (events.k8s.io/v1): one per pod, reason and `key`, so a
+    retried activity finds its event already there instead of recording it twice."""
+    digest = hashlib.sha256(f"{pod.uid}/{reason}/{key}".encode()).hexdigest()[:16]
     body = {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
@@ -644,7 +697,7 @@ def _warn(kube: KubeClient, pod: PodRef, reason: str, note: str, reporting_insta
         "reportingInstance": reporting_instance,
         "action": "Preempting",
         "reason": reason,
-        "type": "Warning",
+        "type": kind,
         "note": note[:1024],
         "regarding": {
             "apiVersion": "v1",

@@ -413,7 +413,9 @@ class PreemptionWorkflow:
         await self._unmark_spared_victims()
         if not stop.recorded:
             ending = Ending.FAILED if stop.end is End.FAILED else Ending.ABORTED
-            await self._record_end(ending, stop.message, failed_victim=stop.failed_victim)
+            await self._record_end(
+                ending, stop.message, failed_victim=stop.failed_victim, retryable=stop.retryable
+            )
         result = self._result(stop.end, stop.message, retryable=stop.retryable)
         if stop.end is End.FAILED:
             raise ApplicationError(
@@ -475,6 +477,7 @@ class PreemptionWorkflow:
         scheduled_node: str | None = None,
         seconds_to_schedule: float | None = None,
         failed_victim: PodRef | None = None,
+        retryable: bool = True,
     ) -> None:
         await self._call(
             PreemptionActivities.record_end,
@@ -487,6 +490,7 @@ class PreemptionWorkflow:
                 scheduled_node=scheduled_node,
                 seconds_to_schedule=seconds_to_schedule,
                 failed_victim=failed_victim,
+                retryable=retryable,
             ),
             f"ledger: {ending.value}",
             LEDGER_DEADLINE,

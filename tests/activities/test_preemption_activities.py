@@ -5,6 +5,9 @@ Scenarios:
 - select writes the decision ahead with one `victim_chosen` per victim, and its context
   names the claims it respected;
 - a second preemptor's decision never takes a victim an open claim holds;
+- a decision to preempt tells the preemptor (`Preempting`: how many pods, on which node,
+  which); a dry run tells it nothing;
+- a failed run tells the preemptor (`PreemptionFailed`, Warning) its cause and what to do;
 - select for a preemptor that fits records the decision and its end (completed) at once;
 - select for a preemptor that is gone records the abort;
 - a dry run records the decision and its end (dry_run);
@@ -41,6 +44,8 @@ from temporalio.testing import ActivityEnvironment
 
 from preemptctl import migrations
 from preemptctl.activities.contracts import (
+    Ending,
+    EndInput,
     RunRef,
     SelectInput,
     Selection,
@@ -327,3 +332,34 @@ def test_an_unmark_refused_for_good_is_recorded_not_raised(cluster: Cluster) -> 
     message = ActivityEnvironment().run(cluster.activities.unmark_victim, step)
     assert "forbidden" in message.lower()
     assert "error" in cluster.payloads("victim_unmarked")[0]
+
+
+def events_on(cluster: Cluster, pod: str, reason: str) -> list[dict[str, Any]]:
+    """The events.k8s.io events recorded about `pod` with `reason`."""
+    return [
+        r.body
+        for r in cluster.emulator.requests.matching("create", "events")
+        if r.body["regarding"]["name"] == pod and r.body["reason"] == reason
+    ]
+
+
+def test_a_decision_to_preempt_tells_the_preemptor(cluster: Cluster) -> None:
+    cluster.select("default/urgent")
+    [told] = events_on(cluster, "urgent", "Preempting")
+    assert told["type"] == "Normal"
+    assert told["note"] == "2 pod(s) on node-1: default/victim-0, default/victim-1"
+
+
+def test_a_dry_run_tells_the_preemptor_nothing(cluster: Cluster) -> None:
+    cluster.select("default/urgent", dry_run=True)
+    assert events_on(cluster, "urgent", "Preempting") == []
+
+
+def test_a_failed_run_tells_the_preemptor_its_cause_and_what_to_do(cluster: Cluster) -> None:
+    cause = "victim default/victim-0 could not be preempted: forbidden"
+    end = EndInput(RUN, cluster.ref("default/urgent"), Ending.FAILED, "node-1", cause)
+    end.retryable = False
+    ActivityEnvironment().run(cluster.activities.record_end, end)
+    [told] = events_on(cluster, "urgent", "PreemptionFailed")
+    assert told["type"] == "Warning"
+    assert told["note"].startswith(cause + ". Retrying cannot help until this is fixed")
