@@ -32,7 +32,7 @@ async def start_preemption(
     return await client.start_workflow(
         PreemptionWorkflow.run,
         request,
-        id=workflow_id_for(pod.uid),
+        id=workflow_id_for(pod.namespace, pod.name, pod.uid),
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         search_attributes=attributes,

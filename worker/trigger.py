@@ -450,7 +450,8 @@ class TriggerLoop:
         """Unpark a pod whose preemption a person ran again (`preemptctl retry`, from another
         process): its workflow has a run that started after the pod was parked."""
         for parked in self.parked():
-            handle = self._client.get_workflow_handle(workflow_id_for(parked.uid))
+            namespace, _, name = parked.pod.partition("/")
+            handle = self._client.get_workflow_handle(workflow_id_for(namespace, name, parked.uid))
             try:
                 description = await handle.describe(rpc_timeout=RPC_TIMEOUT)
             except Exception as error:  # NOT_FOUND, or Temporal unavailable: look next time
@@ -539,7 +540,7 @@ class TriggerLoop:
 
     async def _seconds_since_last_preemption_ended(self, pod: Pod) -> float | None:
         """How long ago this pod's latest preemption closed; None if it runs or never ran."""
-        handle = self._client.get_workflow_handle(workflow_id_for(pod.uid))
+        handle = self._client.get_workflow_handle(workflow_id_for(pod.namespace, pod.name, pod.uid))
         try:
             description = await handle.describe(rpc_timeout=RPC_TIMEOUT)
         except RPCError as error:

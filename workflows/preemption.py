@@ -88,9 +88,12 @@ UNMARK_DEADLINE = timedelta(minutes=1)
 UNMARK_PATCH = "unmark-spared-victims"  # runs recorded before the step replay without it
 
 
-def workflow_id_for(preemptor_uid: str) -> str:
-    """One preemption per pod at a time: the ID is derived from the preemptor's UID."""
-    return f"preemption-{preemptor_uid}"
+def workflow_id_for(namespace: str, name: str, uid: str) -> str:
+    """`preemption-<namespace>-<name>-<uid>`: one preemption per pod at a time, since the
+    UID is in it (a pod recreated under the same name is another preemption), and the UI's
+    list and its filters name the pod (`WorkflowId STARTS_WITH "preemption-default-web-"`).
+    Namespaces and names are DNS labels or subdomains, so the ID needs no escaping."""
+    return f"preemption-{namespace}-{name}-{uid}"
 
 
 class Phase(StrEnum):

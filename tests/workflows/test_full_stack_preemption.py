@@ -52,7 +52,9 @@ async def test_online_offline_example_preempts_batch_pods_and_binds_nginx(client
     assert result.preemptor_node == "node-1"
     assert sorted(stack.deletes()) == ["batch-1a", "batch-1b"]
     assert (emulator.pod("default/report-x") or {})["status"].get("nominatedNodeName") is None
-    kinds = stack.ledger_kinds(workflow_id_for(stack.preemptor("default/nginx-a").uid))
+    kinds = stack.ledger_kinds(
+        workflow_id_for("default", "nginx-a", stack.preemptor("default/nginx-a").uid)
+    )
     assert kinds[0] == "decision_made"
     assert set(kinds) >= {
         "victim_chosen:batch-1a",

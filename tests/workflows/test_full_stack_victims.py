@@ -21,6 +21,7 @@ import pytest
 from temporalio.client import WorkflowFailureError
 
 from preemptctl.emulator.resources import PODS
+from preemptctl.workflows.preemption import workflow_id_for
 from tests.support.emulator import pod
 from tests.workflows.harness import Stack, bind_when_room, keep_history, running_stack
 from tests.workflows.scenarios import one_full_node
@@ -65,7 +66,8 @@ async def test_server_errors_and_dropped_connections_on_delete_are_retried(
         emulator.faults.fail("delete", "pods", 500, times=1, name="victim-0")
         emulator.faults.drop("delete", "pods", times=1, name="victim-1")
         result = await preempt_and_bind(stack)
-        kinds = stack.ledger_kinds(f"preemption-{stack.preemptor('default/urgent').uid}")
+        preemptor = stack.preemptor("default/urgent")
+        kinds = stack.ledger_kinds(workflow_id_for("default", "urgent", preemptor.uid))
     assert result.outcome == "completed"
     assert len(emulator.requests.matching("delete", "pods", "victim-0")) >= 2
     assert successful_deletes(stack, "victim-0") == 1
