@@ -354,13 +354,15 @@ class SimulatedKubelet:
 
 
 def awaiting_start(store: Store) -> dict[str, Obj]:
-    """Pods bound to an existing node, still Pending and not terminating, by uid."""
+    """Pods bound to an existing node, still Pending and not terminating, by uid. A pod
+    whose nodeName is not a string (a hostile object) is bound nowhere a kubelet could start it."""
     with store.transaction():
         nodes = {node["metadata"]["name"] for node in store.objects(NODES)}
         return {
             pod["metadata"]["uid"]: pod
             for pod in store.objects(PODS)
-            if (pod.get("spec") or {}).get("nodeName") in nodes
+            if isinstance(node := (pod.get("spec") or {}).get("nodeName"), str)
+            and node in nodes
             and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
             and not pod["metadata"].get("deletionTimestamp")
         }

@@ -131,6 +131,9 @@ class ClusterView(Sink):
         with self._lock:
             self._synced.add(kind.name)
             if len(self._synced) == len(self._kinds):
+                # Build the label index now, not under the decision lock of the first
+                # decision that needs it (about 0.5 s at 150,000 pods).
+                self._snapshot.pod_index()
                 self.ready.set()
 
     # -- reading ----------------------------------------------------------------------------

@@ -18,7 +18,8 @@ The kubelet:
 - a terminating pod is finished after its grace period, capped at max_grace_seconds;
 - without a cap, the pod's own grace period holds;
 - a pod a scenario loads already terminating is finished the same way;
-- a bound pending pod becomes Running, with a startTime, after the start delay.
+- a bound pending pod becomes Running, with a startTime, after the start delay;
+- a pod whose nodeName is not a string (a hostile object) is started nowhere.
 The cluster (emulator, scheduler and kubelet running):
 - on the online-offline scenario with no controller, nginx-a ends Unschedulable (so a
   controller would act) and report-x stays pending, nominated to node-1;
@@ -33,8 +34,14 @@ from typing import Any
 
 from preemptctl.emulator import Emulator
 from preemptctl.emulator.patch import MERGE_PATCH
-from preemptctl.emulator.resources import PODS
-from preemptctl.emulator.simulation import SimulatedCluster, SimulatedKubelet, SimulatedScheduler
+from preemptctl.emulator.resources import NODES, PODS
+from preemptctl.emulator.simulation import (
+    SimulatedCluster,
+    SimulatedKubelet,
+    SimulatedScheduler,
+    awaiting_start,
+)
+from preemptctl.emulator.store import Store
 from preemptctl.worker.scenarios import ONLINE_OFFLINE
 from tests.support.emulator import as_list, node, pod
 
@@ -397,3 +404,16 @@ def test_nginx_a_is_bound_to_node_1_once_the_victims_are_gone() -> None:
     )
     assert set(gone) == {"batch-1a", "batch-1b"}
     assert bound > max(gone.values())
+
+
+def test_a_pod_whose_node_name_is_not_a_string_is_started_nowhere() -> None:
+    store = Store()
+    store.create(NODES, "", node("node-1", cpu="4"))
+    store.create(PODS, "default", pod("good", cpu="1", node_name="node-1", phase="Pending"))
+    store.inject(
+        PODS,
+        {"metadata": {"name": "hostile", "uid": "u-hostile"}, "spec": {"nodeName": ["node-1"]}},
+        "hostile",
+    )
+    waiting = awaiting_start(store)
+    assert [p["metadata"]["name"] for p in waiting.values()] == ["good"]
