@@ -53,6 +53,10 @@ class PreemptionRequest:
     # The custom search attributes (workflows.search_attributes) are registered on the
     # namespace; false for a namespace where they cannot be (the UI then filters by ID only).
     search_attributes: bool = True
+    # Who started this run, for the `retried` event a run after the first appends:
+    # "trigger" (the worker's trigger loop) or "person" (`preemptctl retry`), and why.
+    started_by: str = "trigger"
+    retry_reason: str = ""
 
 
 @dataclass
@@ -71,6 +75,8 @@ class SelectInput:
     strategy: Strategy = Strategy.DEFAULT
     dry_run: bool = False
     throttled: int = 0  # how many times the eviction budget held this run back already
+    started_by: str = "trigger"  # PreemptionRequest.started_by
+    retry_reason: str = ""  # PreemptionRequest.retry_reason
 
 
 @dataclass

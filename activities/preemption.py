@@ -61,7 +61,8 @@ from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.errors import LedgerError, LedgerNotMigratedError, LedgerUnavailableError
 from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.payloads import DeleteSent, Ended, Scheduled, VictimStep, Write
+from preemptctl.ledger.payloads import DeleteSent, Ended, Retried, Scheduled, VictimStep, Write
+from preemptctl.ledger.queries import earlier_run
 from preemptctl.ledger.vocabulary import Fate
 from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import Decision, PodRef, Strategy, Verdict
@@ -178,6 +179,8 @@ class PreemptionActivities:
         What this run's ledger needs at this point is appended here: the decision (and its
         end when it is final: fits, ineligible, no candidate, unsupported, dry run), or
         `throttled`, or `preemption_aborted` when the preemptor no longer needs room."""
+        if not request.throttled:
+            self._record_retried(request)
         fresh = self._preemptor_fresh(request)
         if isinstance(fresh, Selection):
             return fresh
@@ -253,6 +256,24 @@ class PreemptionActivities:
         assert lookup.pod is not None
         scheduler = str(lookup.pod["spec"].get("schedulerName") or "default-scheduler")
         return FreshPreemptor(lookup.pod, scheduler)
+
+    def _record_retried(self, request: SelectInput) -> None:
+        """A run after the first appends `retried` (who, why, after which run) before
+        anything else of its own, so the ledger tells each attempt apart and in order."""
+        run = request.run
+        with ledger_errors():
+            earlier = earlier_run(self._ledger, run.preemption_id, run.run_id)
+        if earlier is None:
+            return
+        ended = earlier.outcome.value if earlier.outcome is not None else None
+        reason = request.retry_reason or (
+            f"{request.preemptor.key} still needed room after run {earlier.run_id} "
+            f"ended {ended or 'without recording an end'}"
+        )
+        payload = Retried(run.run_id, earlier.run_id, ended, request.started_by, reason)
+        self._append(
+            [self._event(run, EventKind.RETRIED, request.preemptor, None, payload.to_json())]
+        )
 
     def _tell_the_preemptor(
         self,

@@ -190,16 +190,35 @@ class Scheduled:
 
 @dataclass(frozen=True, slots=True)
 class Retried:
-    """`retried`: a new run of the preemption takes over."""
+    """`retried`: a new run of the preemption takes over, appended by that run before its
+    decision: `by` whom it was started ("trigger", or "person" from the CLI), `reason`,
+    and after which run (`previous_run_id`, which ended `previous_outcome`, or None when
+    it never recorded an end: a run terminated from outside)."""
 
     new_run_id: str | None = None
+    previous_run_id: str | None = None
+    previous_outcome: str | None = None
+    by: str | None = None
+    reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"newRunId": self.new_run_id}
+        return {
+            "newRunId": self.new_run_id,
+            "previousRunId": self.previous_run_id,
+            "previousOutcome": self.previous_outcome,
+            "by": self.by,
+            "reason": self.reason,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Retried:
-        return cls(_text(data.get("newRunId")))
+        return cls(
+            _text(data.get("newRunId")),
+            _text(data.get("previousRunId")),
+            _text(data.get("previousOutcome")),
+            _text(data.get("by")),
+            _text(data.get("reason")),
+        )
 
 
 Payload = Throttled | Write | VictimChosen | VictimStep | DeleteSent | Ended | Scheduled | Retried

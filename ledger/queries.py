@@ -20,7 +20,7 @@ from preemptctl.ledger.events import RecordedEvent
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.models import events
 from preemptctl.ledger.views import PreemptionView, VictimView, fold_preemptions
-from preemptctl.ledger.vocabulary import End, kinds_ending_in
+from preemptctl.ledger.vocabulary import END_OF_KIND, End, kinds_ending_in
 from preemptctl.preemption.decision import PodRef
 
 SEED_PAGE = 1000
@@ -71,6 +71,38 @@ def recorded_event(row: Any) -> RecordedEvent:
         payload=row.payload,
         idempotency_key=row.idempotency_key,
     )
+
+
+@dataclass(frozen=True)
+class EarlierRun:
+    """The latest run of a preemption before a given one, and how it ended (None: it
+    recorded no end, e.g. it was terminated from outside)."""
+
+    run_id: str
+    outcome: End | None
+
+
+def earlier_run(engine: Engine, preemption_id: str, run_id: str) -> EarlierRun | None:
+    """The run of `preemption_id` that recorded events last, other than `run_id`; None when
+    `run_id` is its first. Two indexed reads (the preemption's index), whatever its size."""
+    others = and_(events.c.preemption_id == preemption_id, events.c.run_id != run_id)
+    with translated_errors(engine), engine.connect() as connection:
+        latest = connection.execute(
+            select(events.c.run_id).where(others).order_by(events.c.id.desc()).limit(1)
+        ).scalar_one_or_none()
+        if latest is None:
+            return None
+        ended = connection.execute(
+            select(events.c.kind)
+            .where(
+                events.c.preemption_id == preemption_id,
+                events.c.run_id == latest,
+                events.c.kind.in_([kind.value for kind in END_OF_KIND]),
+            )
+            .order_by(events.c.id.desc())
+            .limit(1)
+        ).scalar_one_or_none()
+    return EarlierRun(str(latest), END_OF_KIND[EventKind(ended)] if ended else None)
 
 
 def events_of(connection: Connection, preemption_ids: Sequence[str]) -> list[RecordedEvent]:

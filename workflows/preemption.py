@@ -246,6 +246,8 @@ class PreemptionWorkflow:
                     Strategy(self._request.strategy),
                     self._request.dry_run,
                     throttled=self._throttled,
+                    started_by=self._request.started_by,
+                    retry_reason=self._request.retry_reason,
                 ),
                 f"select victims for {self._preemptor.key}",
                 KUBE_DEADLINE,

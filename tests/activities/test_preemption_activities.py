@@ -11,6 +11,8 @@ Scenarios:
 - select for a preemptor that fits records the decision and its end (completed) at once;
 - select for a preemptor that is gone records the abort;
 - a dry run records the decision and its end (dry_run);
+- a second run of a preemption appends `retried` before its decision: by whom, why, after
+  which run and how that run ended; a first run appends none;
 - mark records `victim_marked`; mark of a replaced victim records the replacement's UID;
 - delete records its intent (`victim_delete_sent`) before the call, then `victim_deleted`
   and the `Preempted` event on the victim;
@@ -107,8 +109,10 @@ class Cluster:
             ).all()
         return [row.payload for row in rows]
 
-    def select(self, key: str, run: RunRef | None = None, dry_run: bool = False) -> Selection:
-        request = SelectInput(run or RUN, self.ref(key), dry_run=dry_run)
+    def select(
+        self, key: str, run: RunRef | None = None, dry_run: bool = False, **more: Any
+    ) -> Selection:
+        request = SelectInput(run or RUN, self.ref(key), dry_run=dry_run, **more)
         result: Selection = ActivityEnvironment().run(self.activities.select_preemption, request)
         return result
 
@@ -363,3 +367,32 @@ def test_a_failed_run_tells_the_preemptor_its_cause_and_what_to_do(cluster: Clus
     [told] = events_on(cluster, "urgent", "PreemptionFailed")
     assert told["type"] == "Warning"
     assert told["note"].startswith(cause + ". Retrying cannot help until this is fixed")
+
+
+def test_a_second_run_records_that_it_retries_the_first(cluster: Cluster) -> None:
+    cluster.select("default/urgent", dry_run=True)
+    assert "retried" not in cluster.kinds()
+    second = RunRef("p-1", "run-2", RUN.occurred_at)
+    cluster.select("default/urgent", second, started_by="person", retry_reason="RBAC fixed")
+    kinds = cluster.kinds()
+    assert kinds.index("retried") == kinds.index("dry_run") + 1
+    assert kinds.index("retried") < len(kinds) - 1 - kinds[::-1].index("decision_made")
+    assert cluster.payloads("retried") == [
+        {
+            "newRunId": "run-2",
+            "previousRunId": "run-1",
+            "previousOutcome": "dry-run",
+            "by": "person",
+            "reason": "RBAC fixed",
+        }
+    ]
+
+
+def test_the_triggers_retry_says_why_by_itself(cluster: Cluster) -> None:
+    cluster.select("default/urgent")
+    cluster.select("default/urgent", RunRef("p-1", "run-2", RUN.occurred_at))
+    [retried] = cluster.payloads("retried")
+    assert (retried["by"], retried["previousOutcome"]) == ("trigger", None)
+    assert retried["reason"] == (
+        "default/urgent still needed room after run run-1 ended without recording an end"
+    )

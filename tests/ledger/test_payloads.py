@@ -49,6 +49,7 @@ def test_every_kind_but_the_decisions_has_one_payload_type() -> None:
         Ended(preemptor_scheduled=True),
         Scheduled(1.25),
         Retried("run-2"),
+        Retried("run-2", "run-1", "failed", "person", "RBAC fixed"),
     ],
     ids=repr,
 )
