@@ -3,7 +3,7 @@
 Scenarios:
 - the worker process is SIGKILLed after the first victim's deletion; a new worker finishes
   the preemption: every victim deleted exactly once, no duplicate ledger event, nothing left
-  preempting;
+  preempting and no last victim shown pending;
 - the ledger database is down when the preemption starts: nothing in the cluster is touched
   while the select activity fails and is retried (write-ahead: no decision recorded, no
   write), and once the database is back the preemption completes with a complete ledger.
@@ -115,7 +115,8 @@ async def test_worker_killed_after_first_deletion_is_finished_by_another(
     assert successful_deletes(stack, "victim-1") == 1
     duplicates = [kind for kind, count in Counter(kinds).items() if count > 1]
     assert duplicates == []
-    assert state.preempting is False and state.pending_last_victim is not None
+    # Finished: nothing preempting, and no last victim shown pending once it is deleted.
+    assert state.preempting is False and state.pending_last_victim is None
     assert kinds[-1] == "completed"
 
 

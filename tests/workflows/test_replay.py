@@ -5,9 +5,11 @@ preemptor vanished, a replaced victim) are kept under tests/histories/ and repla
 today's workflow code: a change that would break a running preemption fails here. An
 intended change goes behind `workflow.patched`; then re-record with
 `PREEMPT_RECORD_HISTORIES=1 .venv/bin/pytest tests/workflows/test_full_stack_*.py` and keep
-the old files too. (They were last re-recorded, with no patch kept, when each Kubernetes
+the old files too. (They were re-recorded, with no patch kept, when each Kubernetes
 activity began appending its own ledger event: no history recorded before the first release
-needs the older shape.)
+needs the older shape.) The `-v1` files are the runs from before the `unmark-spared-victims`
+patch (an aborted or failed run removes its spared victims' DisruptionTarget); the others
+were recorded after it, so both branches of the patch replay.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ HISTORIES = sorted((Path(__file__).resolve().parents[1] / "histories").glob("*.j
 def test_the_recorded_histories_are_there() -> None:
     names = {path.stem for path in HISTORIES}
     assert {"online-offline-completed", "dry-run", "rbac-denied-failed"} <= names
+    assert {"rbac-denied-failed-v1", "preemptor-vanished-aborted-v1"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
