@@ -72,7 +72,9 @@ ResultT = TypeVar("ResultT")
 KUBE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
+    # An API server's transient errors (5xx, dropped connections) pass in seconds; a longer
+    # wait only delays the preemptor. A 429's Retry-After still sets its own delay.
+    maximum_interval=timedelta(seconds=5),
 )
 KUBE_DEADLINE = timedelta(minutes=5)
 # The ledger: the preemption waits for it rather than lose an event.
@@ -85,7 +87,6 @@ SELECT_HEARTBEAT = timedelta(seconds=8)
 # Removing a spared victim's DisruptionTarget: kube-controller-manager clears it after two
 # minutes anyway, so the run does not wait longer than that for the API server.
 UNMARK_DEADLINE = timedelta(minutes=1)
-UNMARK_PATCH = "unmark-spared-victims"  # runs recorded before the step replay without it
 
 
 def workflow_id_for(namespace: str, name: str, uid: str) -> str:
@@ -434,7 +435,7 @@ class PreemptionWorkflow:
         about to be disrupted. A removal that fails is logged; the condition then lapses."""
         left = [v for v in self._marked if v.fate in (Fate.MARKED, Fate.SPARED, Fate.FAILED)]
         node = self._state.node
-        if not left or node is None or not workflow.patched(UNMARK_PATCH):
+        if not left or node is None:
             return
 
         async def unmark(victim: VictimProgress) -> None:

@@ -132,7 +132,9 @@ async def test_two_workers_give_one_preemption_per_pod(temporal, cluster, tmp_pa
         await asyncio.sleep(1.0)  # long enough for a second preemption to start, if any would
         uid = cluster.emulator.pod("default/nginx-a")["metadata"]["uid"]
         # The scenario's UIDs are fixed, so earlier tests on this server ran the same ID.
-        query = f'WorkflowId = "{workflow_id_for(uid)}" AND StartTime > "{began}"'
+        query = (
+            f'WorkflowId = "{workflow_id_for("default", "nginx-a", uid)}" AND StartTime > "{began}"'
+        )
         runs = [execution async for execution in temporal.client.list_workflows(query)]
         await wait_until_closed(temporal.client, f'StartTime > "{began}"')
     finally:

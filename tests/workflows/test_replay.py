@@ -7,9 +7,8 @@ intended change goes behind `workflow.patched`; then re-record with
 `PREEMPT_RECORD_HISTORIES=1 .venv/bin/pytest tests/workflows/test_full_stack_*.py` and keep
 the old files too. (They were re-recorded, with no patch kept, when each Kubernetes
 activity began appending its own ledger event: no history recorded before the first release
-needs the older shape.) The `-v1` files are the runs from before the `unmark-spared-victims`
-patch (an aborted or failed run removes its spared victims' DisruptionTarget); the others
-were recorded after it, so both branches of the patch replay.
+needs the older shape; likewise when aborted and failed runs began removing their spared
+victims' DisruptionTarget.)
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ HISTORIES = sorted((Path(__file__).resolve().parents[1] / "histories").glob("*.j
 def test_the_recorded_histories_are_there() -> None:
     names = {path.stem for path in HISTORIES}
     assert {"online-offline-completed", "dry-run", "rbac-denied-failed"} <= names
-    assert {"rbac-denied-failed-v1", "preemptor-vanished-aborted-v1"} <= names
+    assert {"preemptor-vanished-aborted", "victim-replaced"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
