@@ -2,8 +2,8 @@
 
 Export a preemption's history from the Temporal UI (Download) or with
 `temporal workflow show --workflow-id preemption-<namespace>-<name>-<uid> --output json`
-into a file, then replay it: a clean replay means this version of the worker can resume and finish that
-preemption; a non-determinism error names the first step where the code and the history
+into a file, then replay it: a clean replay means this version of the worker can resume and
+finish that preemption; a non-determinism error names the first step where the code and the history
 disagree. (To re-run a failed preemption, reset it in the UI or with
 `temporal workflow reset --workflow-id ... --type LastWorkflowTask`; a pod that is still
 unschedulable also gets a fresh preemption from the trigger loop.)
