@@ -11,10 +11,12 @@ A claim has no expiry: it ends with its run's terminal event (a run that waits a
 its preemptor to be bound still holds its victims and capacity), and a run whose preemptor
 the API server reports gone ends itself (aborted), which ends its claim.
 
-The lock is a Postgres advisory lock held for the deciding transaction, taken with a lock
-timeout, and the deciding transaction runs under a statement timeout: a decision never waits
-forever, whoever holds the lock. On the embedded SQLite ledger (one machine by nature) it is
-an advisory file lock beside the database file.
+The lock is the one row of `decision_lock`, locked (`FOR UPDATE`) for the deciding
+transaction. Locking a row needs the UPDATE privilege, which only the ledger's writers hold,
+so a reader (or anyone with a login but no write rights) cannot hold decisions up, as it could
+an advisory lock. It is taken with a lock timeout, and the deciding transaction runs under a
+statement timeout: a decision never waits forever, whoever holds the lock. On the embedded
+SQLite ledger (one machine by nature) it is an advisory file lock beside the database file.
 """
 
 from __future__ import annotations
@@ -31,11 +33,10 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, exists, func, select, text
 
 from preemptctl.ledger.engine import sqlite_path, translated_errors
+from preemptctl.ledger.errors import LedgerNotMigratedError
 from preemptctl.ledger.kinds import TERMINAL_KINDS, EventKind
 from preemptctl.ledger.models import events
 
-# Any constant shared by all workers; "preempt" in ASCII.
-DECISION_LOCK_KEY = 0x70726565_6D7074
 _thread_lock = threading.Lock()
 
 
@@ -51,11 +52,11 @@ class Claim:
     decided_at: datetime
 
 
-_TAKE_THE_LOCK = text(
+_SET_TIMEOUTS = text(
     "SELECT set_config('lock_timeout', :lock_wait, true),"
-    " set_config('statement_timeout', :statement, true),"
-    " pg_advisory_xact_lock(:key)"
+    " set_config('statement_timeout', :statement, true)"
 )
+_TAKE_THE_LOCK = text("SELECT id FROM decision_lock WHERE id = 1 FOR UPDATE")
 LOCK_WAIT_SECONDS = 10.0
 """How long a decision waits for the lock before its activity gives up (and is retried)."""
 DECISION_SECONDS = 10.0
@@ -78,15 +79,18 @@ def decision_lock(
         database = sqlite_path(engine.url)
         if database is None:
             with engine.begin() as connection:
-                # One round trip: the timeouts (for this transaction only), then the lock.
+                # The timeouts first (for this transaction only), so the lock honours them.
                 connection.execute(
-                    _TAKE_THE_LOCK,
+                    _SET_TIMEOUTS,
                     {
                         "lock_wait": f"{int(lock_wait_seconds * 1000)}ms",
                         "statement": f"{int(statement_seconds * 1000)}ms",
-                        "key": DECISION_LOCK_KEY,
                     },
                 )
+                if connection.execute(_TAKE_THE_LOCK).first() is None:
+                    raise LedgerNotMigratedError(
+                        "the ledger has no decision_lock row: run `preemptctl migrate`"
+                    )
                 yield connection
             return
         lock_path = Path(f"{database}.decisions.lock")

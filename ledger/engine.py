@@ -26,7 +26,12 @@ from sqlalchemy.exc import (
     OperationalError,
 )
 
-from preemptctl.ledger.errors import LedgerError, LedgerNotMigratedError, LedgerUnavailableError
+from preemptctl.ledger.errors import (
+    LedgerError,
+    LedgerNotMigratedError,
+    LedgerPermissionError,
+    LedgerUnavailableError,
+)
 from preemptctl.ledger.models import EVENTS_TABLE
 
 DATABASE_URL_ENV = "PREEMPT_DATABASE_URL"
@@ -221,11 +226,19 @@ def _sqlstate(error: DBAPIError) -> str:
     return str(getattr(error.orig, "sqlstate", None) or "")
 
 
+INSUFFICIENT_PRIVILEGE = "42501"
+
+
 def _translated(engine: Engine, error: DBAPIError) -> Exception:
     """The `LedgerError` for a driver error that is not about the data, or the error itself."""
     where = display_url(engine.url)
     if _is_missing_table(error):
         return LedgerNotMigratedError(_not_migrated(engine))
+    if _sqlstate(error) == INSUFFICIENT_PRIVILEGE:
+        return LedgerPermissionError(
+            f"the ledger database {where} refused role {engine.url.username or '(default)'}: "
+            f"{_first_line(error)} (see docs/ledger.md, least-privilege roles)"
+        )
     if isinstance(error, OperationalError) or (
         isinstance(error, InterfaceError) and error.connection_invalidated
     ):

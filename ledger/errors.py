@@ -16,3 +16,7 @@ class LedgerUnavailableError(LedgerError):
 
 class LedgerNotMigratedError(LedgerError):
     """The database has no ledger schema, or an older one; `preemptctl migrate` fixes it."""
+
+
+class LedgerPermissionError(LedgerError):
+    """The database role lacks a privilege the command needs: fix the grants, not a retry."""

@@ -14,12 +14,14 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    CheckConstraint,
     DateTime,
     Dialect,
     Identity,
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -109,6 +111,17 @@ class PreemptionEvent(Base):
         Index("ix_preemption_events_kind", "kind", "occurred_at"),
         Index("ix_preemption_events_preemption", "preemption_id", "id"),
     )
+
+
+class DecisionLock(Base):
+    """One row; the deciding transaction locks it (`FOR UPDATE`), which needs the UPDATE
+    privilege that only the ledger's writers hold (see `ledger.claims.decision_lock`)."""
+
+    __tablename__ = "decision_lock"
+
+    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+
+    __table_args__ = (CheckConstraint("id = 1", name="one_row"),)
 
 
 events: Table = Base.metadata.tables[EVENTS_TABLE]

@@ -8,6 +8,8 @@ Scenarios:
 - the reader role can read and is refused appends
 - the migrator, once its membership is revoked, cannot DISABLE TRIGGER nor become the owner
 - a migrator that is not a member of the owner cannot migrate
+- only the worker may take the decision lock: the reader and the migrator are refused, so
+  no read-only login can hold decisions up
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
 
 from preemptctl import migrations
+from preemptctl.ledger.claims import decision_lock
 from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.ledger.errors import LedgerError
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.queries import HistoryQuery, history
 from preemptctl.ledger.writer import append
@@ -202,5 +206,13 @@ def test_the_worker_appends_and_reads_but_never_changes(
 def test_the_reader_reads_and_cannot_append(migrated: dict[str, Engine]) -> None:
     append(migrated["worker"], event("p-1", EventKind.NOMINATED, T0))
     assert len(history(migrated["reader"], HistoryQuery())) == 1
-    with pytest.raises(DBAPIError, match="permission denied"):
+    with pytest.raises(LedgerError, match="permission denied"):
         append(migrated["reader"], event("p-1", EventKind.COMPLETED, T0))
+
+
+def test_only_the_worker_can_take_the_decision_lock(migrated: dict[str, Engine]) -> None:
+    with decision_lock(migrated["worker"]) as connection:
+        assert connection.exec_driver_sql("SELECT 1").scalar() == 1
+    for role in ("reader", "migrator"):
+        with pytest.raises(LedgerError, match="permission denied"), decision_lock(migrated[role]):
+            pass
