@@ -188,9 +188,7 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
         server = temporal_cli()
         from preemptctl.emulator import SimulatedCluster
     except (FileNotFoundError, ImportError) as error:
-        raise UsageError(
-            f"needs the dev extra ({DEV_EXTRA_HINT}): {error}"
-        ) from None
+        raise UsageError(f"needs the dev extra ({DEV_EXTRA_HINT}): {error}") from None
     _quiet_expected_failures()
     with ExitStack() as resources:
         cluster: SimulatedCluster | None = None
