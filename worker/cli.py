@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "config": "preemptctl.worker.config_command",
     "worker": "preemptctl.worker.worker_command",
     "replay": "preemptctl.worker.replay_command",
+    "retry": "preemptctl.worker.retry_command",
     "completion": "preemptctl.worker.completion_command",
 }
 

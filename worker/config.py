@@ -61,6 +61,8 @@ class Settings:
     temporal_tls_cert: str = ""  # client certificate (mTLS), a file path
     temporal_tls_key: str = ""
     temporal_api_key: str = ""  # Temporal Cloud API key (implies TLS)
+    # The Temporal Web UI's address, for the links the CLI prints (empty: print a CLI command).
+    temporal_ui_url: str = ""
     temporal_tls_ca: str = ""  # the server's CA certificate, a file path (else the system's)
     temporal_tls_server_name: str = ""  # the name the server's certificate is checked against
     # The ledger: empty means PREEMPT_DATABASE_URL's default, an embedded SQLite file.
