@@ -32,11 +32,11 @@ from preemptctl.kube.client import KubeClient, connect
 from preemptctl.kube.outcomes import KubeCallError
 from preemptctl.kube.pods import Presence, get_pod
 from preemptctl.preemption.decision import PodRef
-from preemptctl.worker.config import ConfigError, Settings, load_settings, temporal_tls
+from preemptctl.worker.config import ConfigError, Settings, load_settings
 from preemptctl.worker.errors import Unavailable, UsageError
+from preemptctl.worker.runtime import StartupError, TemporalUnreachableError, connect_temporal
 from preemptctl.workflows.preemption import PreemptionWorkflow, workflow_id_for
 
-CONNECT_TIMEOUT_SECONDS = 15.0
 WORKFLOW_ID = re.compile(r"^preemption-[a-z0-9.-]+$")
 
 
@@ -143,24 +143,13 @@ async def retry(settings: Settings, target: str, reason: str, *, dry_run: bool) 
 
 
 async def _connect(settings: Settings) -> Client:
+    """Temporal, connected as the worker connects; unreachable is exit 1, bad TLS input 2."""
     try:
-        tls = temporal_tls(settings)
-    except ConfigError as error:
+        return await connect_temporal(settings)
+    except TemporalUnreachableError as error:
+        raise Unavailable(str(error)) from None
+    except StartupError as error:
         raise UsageError(str(error)) from None
-    try:
-        return await asyncio.wait_for(
-            Client.connect(
-                settings.temporal_address,
-                namespace=settings.temporal_namespace,
-                tls=tls,
-                api_key=settings.temporal_api_key or None,
-                identity=settings.identity,
-            ),
-            timeout=CONNECT_TIMEOUT_SECONDS,
-        )
-    except (RuntimeError, TimeoutError) as error:
-        why = str(error).strip().splitlines()[0] if str(error).strip() else "timed out"
-        raise Unavailable(f"cannot reach Temporal at {settings.temporal_address}: {why}") from None
 
 
 def _workflow_id_of(settings: Settings, target: str) -> str:
