@@ -11,7 +11,8 @@ this controller takes preemption over, and never shows a number that means somet
 - `scheduler_preemption_evaluation_duration_seconds` and
   `scheduler_preemption_execution_duration_seconds` (`{preemptor, result}`, buckets
   `ExponentialBuckets(0.001, 2, 16)`: 1 ms to ~32.8 s) are kube-scheduler 1.36's: choosing
-  the victims, then preempting them. Observed by whoever times those steps.
+  the victims, then preempting them: the workflow times both (`PreemptionResult`), and
+  the trigger loop observes them, labelled `preemptor="DefaultPreemption"` and the end.
 - Everything upstream has no metric for is `preemptctl_*`: attempts by outcome, the whole
   preemption's duration (it includes waiting for the victims to terminate and the preemptor
   to be bound, which upstream does not measure), the eviction budget, the trigger loop's

@@ -217,7 +217,7 @@ class RetryBook:
 
 
 @dataclass
-class Candidate:
+class PendingPod:
     pod: Pod
     reason: str
     strategy: Strategy
@@ -259,7 +259,7 @@ class TriggerLoop:
         self._tick = tick
         self._resync_every = resync_every
         self._lock = threading.Lock()
-        self._candidates: dict[str, Candidate] = {}
+        self._pending: dict[str, PendingPod] = {}
         self._bound: dict[str, str] = {}
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._handles: dict[str, WorkflowHandle[PreemptionWorkflow, PreemptionResult]] = {}
@@ -292,9 +292,9 @@ class TriggerLoop:
 
     @property
     def idle(self) -> bool:
-        """Nothing in flight and no candidate that could be started now or soon."""
+        """Nothing in flight and no pending pod that could be started now or soon."""
         with self._lock:
-            return not self._in_flight and not self._candidates
+            return not self._in_flight and not self._pending
 
     @property
     def in_flight(self) -> int:
@@ -309,7 +309,7 @@ class TriggerLoop:
         """Nothing in flight, and every pod that still needs room has had its preemption:
         what is left is waiting for a backoff re-check, not for this loop."""
         with self._lock:
-            return not self._in_flight and all(self._book.tried(uid) for uid in self._candidates)
+            return not self._in_flight and all(self._book.tried(uid) for uid in self._pending)
 
     def tracked(self) -> int:
         """Pods the loop keeps any state for (bounded by the pods that exist)."""
@@ -329,7 +329,7 @@ class TriggerLoop:
         with self._lock:
             uids = [
                 uid
-                for uid, c in self._candidates.items()
+                for uid, c in self._pending.items()
                 if pod in (uid, c.pod.key) and uid in self._book
             ]
             for uid in uids:
@@ -347,7 +347,7 @@ class TriggerLoop:
         with self._view.read() as snapshot:
             pods = list(snapshot.pods.values())
         with self._lock:
-            self._candidates = {}
+            self._pending = {}
             for pod in pods:
                 self._consider(pod)
             present = {pod.uid for pod in pods}
@@ -368,7 +368,7 @@ class TriggerLoop:
         ):
             found = None  # this admission failure had its preemption
         if found is None:
-            self._candidates.pop(pod.uid, None)
+            self._pending.pop(pod.uid, None)
             if pod.uid not in self._in_flight:
                 self._book.forget(pod.uid)
             return
@@ -376,18 +376,18 @@ class TriggerLoop:
         if parked is not None and parked.signature != pod_signature(pod):
             log.info("%s changed; no longer parked (%s)", pod.key, parked.reason)
             self._book.unpark(pod.uid)
-        self._candidates[pod.uid] = Candidate(pod, *found)
+        self._pending[pod.uid] = PendingPod(pod, *found)
 
     def _forget(self, uid: str) -> None:
-        self._candidates.pop(uid, None)
+        self._pending.pop(uid, None)
         self._admissions_served.pop(uid, None)
         if uid not in self._in_flight:
             self._book.forget(uid)
 
     def _on_watch_event(self, event_type: str, kind: str, obj: dict[str, Any]) -> None:
-        """From the view's watch thread: keep the candidates current, and tell a preemption
+        """From the view's watch thread: keep the pending pods current, and tell a preemption
         its preemptor was bound the moment the watch shows it. An object the planner cannot
-        read is the view's to report; here it is just not a candidate."""
+        read is the view's to report; here it is just not a pending pod."""
         if kind != "Pod":
             return
         try:
@@ -396,7 +396,7 @@ class TriggerLoop:
             uid = (obj.get("metadata") or {}).get("uid") if isinstance(obj, dict) else None
             if isinstance(uid, str):
                 with self._lock:
-                    self._candidates.pop(uid, None)
+                    self._pending.pop(uid, None)
             return
         with self._lock:
             if event_type == "DELETED":
@@ -415,12 +415,12 @@ class TriggerLoop:
 
     def _update_gauges(self) -> None:
         """Under the lock."""
-        self._metrics.pending_pods.set(len(self._candidates))
+        self._metrics.pending_pods.set(len(self._pending))
         self._metrics.parked_pods.set(len(self._book.all_parked()))
         self._metrics.backoff_pods.set(
             sum(
                 1
-                for uid in self._candidates
+                for uid in self._pending
                 if uid not in self._in_flight
                 and self._book.parked(uid) is None
                 and not self._book.due(uid, self._clock())
@@ -482,22 +482,22 @@ class TriggerLoop:
             due = sorted(
                 (
                     c
-                    for uid, c in self._candidates.items()
+                    for uid, c in self._pending.items()
                     if uid not in self._in_flight and self._book.due(uid, now)
                 ),
                 key=lambda c: (-c.pod.priority, c.pod.namespace, c.pod.name),
             )
-        for candidate in due:
+        for pending in due:
             if len(self._in_flight) >= self._settings.max_in_flight:
                 return
-            await self._start(candidate, now)
+            await self._start(pending, now)
 
-    async def _start(self, candidate: Candidate, now: float) -> None:
-        pod, settings = candidate.pod, self._settings
+    async def _start(self, pending: PendingPod, now: float) -> None:
+        pod, settings = pending.pod, self._settings
         request = PreemptionRequest(
             PodRef.of(pod),
-            reason=candidate.reason,
-            strategy=candidate.strategy.value,
+            reason=pending.reason,
+            strategy=pending.strategy.value,
             dry_run=settings.dry_run,
             use_eviction=settings.use_eviction,
             scheduled_wait_seconds=settings.scheduled_wait_seconds,
@@ -530,9 +530,9 @@ class TriggerLoop:
             return
         with self._lock:
             self._book.started(pod.uid)
-            if candidate.strategy is Strategy.CRITICAL_ADMISSION:
+            if pending.strategy is Strategy.CRITICAL_ADMISSION:
                 self._admissions_served[pod.uid] = pod.status_reason
-                self._candidates.pop(pod.uid, None)
+                self._pending.pop(pod.uid, None)
         self._handles[pod.uid] = handle
         self._report("started", {"workflowId": handle.id, "preemptor": pod.key})
         self._in_flight[pod.uid] = asyncio.create_task(self._follow(pod, handle, self._clock()))
@@ -597,6 +597,16 @@ class TriggerLoop:
             self._metrics.victims.observe(len(result.victims))
         if result.throttled:
             self._metrics.throttled.inc(result.throttled)
+        # Labelled as upstream labels them: the preemption plugin, and how it went.
+        plugin = "DefaultPreemption"
+        if result.evaluation_seconds is not None:
+            self._metrics.evaluation_duration.labels(plugin, result.outcome).observe(
+                result.evaluation_seconds
+            )
+        if result.execution_seconds is not None:
+            self._metrics.execution_duration.labels(plugin, result.outcome).observe(
+                result.execution_seconds
+            )
         fields = {"node": result.node, "victims": victims, "message": result.message}
         return result.outcome, result.retryable, fields
 
@@ -616,7 +626,7 @@ class TriggerLoop:
             elif retryable:
                 self._book.ended(pod.uid, self._clock())
             else:
-                current = self._candidates.get(pod.uid)
+                current = self._pending.get(pod.uid)
                 reason = str(fields.get("message") or outcome)
                 self._book.park(
                     Parked(

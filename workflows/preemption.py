@@ -145,6 +145,10 @@ class PreemptionResult:
     # False when retrying cannot help until something changes (an RBAC denial, a preemptor
     # the planner refuses as Unsupported): the trigger parks the pod instead of backing off.
     retryable: bool = True
+    # From the start to the decision (upstream's preemption evaluation), and from the
+    # decision to the last victim handled (its execution); None for a step not reached.
+    evaluation_seconds: float | None = None
+    execution_seconds: float | None = None
 
 
 def result_of_failure(error: WorkflowFailureError) -> PreemptionResult | None:
@@ -193,6 +197,9 @@ class PreemptionWorkflow:
         self._stopped = ""  # why a delete left its victim alone: the preemptor moved on
         self._failures: list[tuple[VictimProgress, bool]] = []  # (victim, retrying can help)
         self._marked: list[VictimProgress] = []  # victims given the DisruptionTarget condition
+        # Upstream's two preemption timings: choosing the victims, then preempting them.
+        self._evaluation_seconds: float | None = None
+        self._execution_seconds: float | None = None
 
     @workflow.query(name="state")
     def state(self) -> PreemptionState:
@@ -213,7 +220,10 @@ class PreemptionWorkflow:
     # -- the runbook ------------------------------------------------------------------------
 
     async def _preempt(self) -> PreemptionResult:
+        started = workflow.now()
         selection = await self._select()
+        decided = workflow.now()
+        self._evaluation_seconds = (decided - started).total_seconds()
         verdict = selection.verdict
         if verdict is None:
             raise _Stop(End.ABORTED, selection.message, recorded=True)
@@ -231,6 +241,7 @@ class PreemptionWorkflow:
 
         self._enter(Phase.PREEMPTING)
         await self._preempt_victims(selection, selection.node)
+        self._execution_seconds = (workflow.now() - decided).total_seconds()
 
         self._enter(Phase.WAITING)
         return await self._wait_for_the_bind(selection.node)
@@ -473,6 +484,8 @@ class PreemptionWorkflow:
             list(state.victims),
             throttled=self._throttled,
             retryable=retryable,
+            evaluation_seconds=self._evaluation_seconds,
+            execution_seconds=self._execution_seconds,
         )
 
     async def _record_end(

@@ -90,3 +90,10 @@ async def test_probes_and_metrics(temporal, cluster, tmp_path: Path) -> None:
     assert 'preemptctl_preemption_duration_seconds_count{outcome="completed"}' in metrics
     assert "\npreemptctl_preemption_evictions_throttled_total 0.0" in metrics
     assert "\nprocess_resident_memory_bytes" in metrics
+    # Upstream's two step timings, observed from the finished preemption's result.
+    evaluated = (
+        'scheduler_preemption_evaluation_duration_seconds_count{preemptor="DefaultPreemption"'
+    )
+    assert evaluated in metrics
+    executed = 'scheduler_preemption_execution_duration_seconds_count{preemptor="DefaultPreemption"'
+    assert executed in metrics
