@@ -12,18 +12,17 @@ than skips, because a skipped ledger test proves nothing.
 
 from __future__ import annotations
 
-import contextlib
 import getpass
 import os
 import secrets
-import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
 from psycopg import sql
 from sqlalchemy.engine import URL, make_url
+
+from tests.support.tcp_proxy import TcpProxy
 
 ADMIN_URL_ENV = "PREEMPT_TEST_POSTGRES_URL"
 DEFAULT_HOST = "127.0.0.1"
@@ -88,11 +87,11 @@ def fresh_database(prefix: str = "preemptctl_test") -> Iterator[str]:
             )
 
 
-class OutageProxy:
+class OutageProxy(TcpProxy):
     """A TCP proxy in front of Postgres that a test can cut and restore: a database outage.
 
-    Cutting closes the listener and every open connection, as a crashed server or a network
-    partition would; clients see refused connections and broken sockets, not a polite
+    Cutting closes the listener and resets every open connection, as a crashed server or a
+    network partition would; clients see refused connections and broken sockets, not a polite
     shutdown. Restoring listens again on the same port.
 
         with OutageProxy(url) as proxy:
@@ -101,70 +100,6 @@ class OutageProxy:
     """
 
     def __init__(self, url: str) -> None:
-        self._target = make_url(url)
-        self._listener: socket.socket | None = None
-        self._open: set[socket.socket] = set()
-        self._lock = threading.Lock()
-        probe = socket.create_server(("127.0.0.1", 0))
-        self.port = probe.getsockname()[1]
-        probe.close()
-        self.url = self._target.set(host="127.0.0.1", port=self.port).render_as_string(
-            hide_password=False
-        )
-
-    def __enter__(self) -> OutageProxy:
-        self.restore()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.cut()
-
-    def restore(self) -> None:
-        listener = socket.create_server(("127.0.0.1", self.port), reuse_port=False)
-        with self._lock:
-            self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def cut(self) -> None:
-        with self._lock:
-            listener, self._listener = self._listener, None
-            doomed, self._open = self._open, set()
-        if listener is not None:
-            listener.close()
-        for sock in doomed:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(
-                    (self._target.host or DEFAULT_HOST, self._target.port or DEFAULT_PORT)
-                )
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                if self._listener is not listener:
-                    client.close()
-                    upstream.close()
-                    return
-                self._open.update((client, upstream))
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (source, sink):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+        target = make_url(url)
+        super().__init__(target.host or DEFAULT_HOST, target.port or DEFAULT_PORT)
+        self.url = self.rewrite(url)
