@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from preemptctl.kube.classify import ApiStatus, Call, api_status, classify_status
 from preemptctl.kube.client import APPLY_PATCH, STRATEGIC_MERGE_PATCH, KubeClient
 from preemptctl.kube.outcomes import PodRef, Verdict, WriteOutcome
-from preemptctl.kube.pods import Presence, get_pod, pod_path
+from preemptctl.kube.pods import get_pod, pod_path, settled_by_absence
 
 DISRUPTION_TARGET = "DisruptionTarget"
 FIELD_MANAGER = "preemptctl"
@@ -54,14 +54,9 @@ def add_disruption_target(kube: KubeClient, victim: PodRef, scheduler_name: str)
         "message": preemption_message(scheduler_name),
     }
     lookup = get_pod(kube, victim)
-    if lookup.presence is Presence.GONE:
-        return WriteOutcome(Verdict.ALREADY_GONE, victim.key, "victim is already gone")
-    if lookup.presence is Presence.REPLACED:
-        return WriteOutcome(
-            Verdict.REPLACED,
-            victim.key,
-            "victim was replaced by a pod with another UID; left alone",
-        )
+    settled = settled_by_absence(lookup, victim, "victim")
+    if settled is not None:
+        return settled
     conditions = lookup.status.get("conditions") or []
     if any(_identical(condition, wanted) for condition in conditions):
         return WriteOutcome(Verdict.UNCHANGED, victim.key, "DisruptionTarget already set")
@@ -78,14 +73,9 @@ def remove_disruption_target(kube: KubeClient, victim: PodRef) -> WriteOutcome:
     """Clear the `DisruptionTarget` this controller set on `victim` (a victim the preemption
     spared, or left behind when it failed); one set for another reason is left alone."""
     lookup = get_pod(kube, victim)
-    if lookup.presence is Presence.GONE:
-        return WriteOutcome(Verdict.ALREADY_GONE, victim.key, "victim is already gone")
-    if lookup.presence is Presence.REPLACED:
-        return WriteOutcome(
-            Verdict.REPLACED,
-            victim.key,
-            "victim was replaced by a pod with another UID; left alone",
-        )
+    settled = settled_by_absence(lookup, victim, "victim")
+    if settled is not None:
+        return settled
     ours = [
         condition
         for condition in lookup.status.get("conditions") or []
@@ -148,13 +138,7 @@ def _refused(kube: KubeClient, victim: PodRef, status: ApiStatus, call: Call) ->
     if status.code == 404:
         return WriteOutcome(Verdict.ALREADY_GONE, victim.key, "victim is already gone")
     if status.code == 409:
-        lookup = get_pod(kube, victim)
-        if lookup.presence is Presence.GONE:
-            return WriteOutcome(Verdict.ALREADY_GONE, victim.key, "victim is already gone")
-        if lookup.presence is Presence.REPLACED:
-            return WriteOutcome(
-                Verdict.REPLACED,
-                victim.key,
-                "victim was replaced by a pod with another UID; left alone",
-            )
+        settled = settled_by_absence(get_pod(kube, victim), victim, "victim")
+        if settled is not None:
+            return settled
     raise classify_status(status, call) from None

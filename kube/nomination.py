@@ -18,17 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from preemptctl.kube.classify import Call, api_status, classify_status
 from preemptctl.kube.client import MERGE_PATCH, KubeClient
 from preemptctl.kube.outcomes import PodRef, Verdict, WriteOutcome
-from preemptctl.kube.pods import PodLookup, Presence, get_pod, pod_path
-
-
-def _settled(lookup: PodLookup, ref: PodRef) -> WriteOutcome | None:
-    if lookup.presence is Presence.GONE:
-        return WriteOutcome(Verdict.ALREADY_GONE, ref.key, "pod is gone")
-    if lookup.presence is Presence.REPLACED:
-        return WriteOutcome(
-            Verdict.REPLACED, ref.key, "pod was replaced by one with another UID; left alone"
-        )
-    return None
+from preemptctl.kube.pods import PodLookup, get_pod, pod_path, settled_by_absence
 
 
 def _patch_nomination(kube: KubeClient, ref: PodRef, lookup: PodLookup, node: str | None) -> None:
@@ -53,7 +43,7 @@ def nominate(kube: KubeClient, preemptor: PodRef, node: str, *, overwrite: bool)
     """Nominate `preemptor` to `node`. A different nomination already there is kept unless
     `overwrite`; either way `previous` names it."""
     lookup = get_pod(kube, preemptor)
-    settled = _settled(lookup, preemptor)
+    settled = settled_by_absence(lookup, preemptor)
     if settled is not None:
         return settled
     current = lookup.status.get("nominatedNodeName") or None
@@ -77,7 +67,7 @@ def clear_nomination(kube: KubeClient, pod: PodRef, node: str) -> WriteOutcome:
     """Clear `pod`'s nomination to `node` (upstream's `ClearNominatedNodeName` for the
     lower-priority pods nominated to the node a preemption takes)."""
     lookup = get_pod(kube, pod)
-    settled = _settled(lookup, pod)
+    settled = settled_by_absence(lookup, pod)
     if settled is not None:
         return settled
     current = lookup.status.get("nominatedNodeName") or None

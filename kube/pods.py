@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from preemptctl.kube.classify import Call, api_status, classify_status
 from preemptctl.kube.client import KubeClient
-from preemptctl.kube.outcomes import PodRef
+from preemptctl.kube.outcomes import PodRef, Verdict, WriteOutcome
 
 
 def pod_path(namespace: str, name: str, subresource: str = "") -> str:
@@ -60,3 +60,15 @@ def get_pod(kube: KubeClient, ref: PodRef) -> PodLookup:
     if ref.uid and pod["metadata"].get("uid") != ref.uid:
         return PodLookup(Presence.REPLACED, pod)
     return PodLookup(Presence.FOUND, pod)
+
+
+def settled_by_absence(lookup: PodLookup, ref: PodRef, noun: str = "pod") -> WriteOutcome | None:
+    """A write to `ref` needs no call when the pod is gone (done, as far as a preemption
+    cares) or its name belongs to a new pod (never touched); None when it is still there."""
+    if lookup.presence is Presence.GONE:
+        return WriteOutcome(Verdict.ALREADY_GONE, ref.key, f"{noun} is already gone")
+    if lookup.presence is Presence.REPLACED:
+        return WriteOutcome(
+            Verdict.REPLACED, ref.key, f"{noun} was replaced by a pod with another UID; left alone"
+        )
+    return None
