@@ -55,7 +55,8 @@ def test_a_line_is_json_with_utc_milliseconds_level_logger_and_message(
     assert line["message"] == "preemption started"
     time = str(line["time"])
     assert time.endswith("Z") and len(time.split(".")[1]) == 4  # 3 digits and the Z
-    assert datetime.fromisoformat(time.replace("Z", "+00:00")).utcoffset().total_seconds() == 0  # type: ignore[union-attr]
+    offset = datetime.fromisoformat(time.replace("Z", "+00:00")).utcoffset()
+    assert offset is not None and offset.total_seconds() == 0
 
 
 def test_rfc3339_is_utc_with_milliseconds() -> None:

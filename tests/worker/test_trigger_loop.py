@@ -211,6 +211,8 @@ def failure_carrying(result: PreemptionResult) -> ApplicationError:
 @pytest.fixture
 async def harness() -> Any:
     view, client, clock, metrics = FakeView(), FakeClient(), Clock(), Metrics()
+    # Stand-ins for the cluster view and the Temporal client: the loop uses only their
+    # reading and starting methods, which FakeView and FakeClient implement.
     trigger = TriggerLoop(view, client, SETTINGS, metrics, clock=clock, tick=0.005)  # type: ignore[arg-type]
     made = Harness(view, client, clock, metrics, trigger)
     yield made

@@ -163,7 +163,9 @@ async def run(
     time_skipping: WorkflowEnvironment,
 ) -> AsyncIterator[Run]:
     async def preempt(
-        script: Script, on_start: Callable[[Handle], object] | None = None, **options: Any
+        script: Script,
+        on_start: Callable[[Handle], Awaitable[None]] | None = None,
+        **options: Any,
     ) -> PreemptionResult:
         options.setdefault("search_attributes", False)  # the test server cannot register them
         task_queue = f"runbook-{uuid.uuid4()}"
@@ -181,7 +183,7 @@ async def run(
                 task_queue=task_queue,
             )
             if on_start is not None:
-                await on_start(handle)  # type: ignore[misc]
+                await on_start(handle)
             return await handle.result()
 
     yield preempt
