@@ -91,8 +91,9 @@ def run(args: argparse.Namespace) -> int:
 
 async def retry(settings: Settings, target: str, reason: str, *, dry_run: bool) -> dict[str, Any]:
     """Check there is something to retry, then (unless `dry_run`) start the new run."""
+    kube = _cluster(settings)
     try:
-        workflow_id = await asyncio.to_thread(_workflow_id_of, settings, target)
+        workflow_id = await asyncio.to_thread(_workflow_id_of, kube, target)
     except KubeCallError as error:
         raise Unavailable(f"cannot read pod {target}: {error}") from None
     client = await _connect(settings)
@@ -111,7 +112,7 @@ async def retry(settings: Settings, target: str, reason: str, *, dry_run: bool) 
         )
     previous = await _request_of(client, handle, description.run_id or "")
     pod = previous.preemptor
-    _refuse_if_done(settings, pod.namespace, pod.name, pod.uid)
+    _refuse_if_done(kube, pod.namespace, pod.name, pod.uid)
     request = dataclasses.replace(
         previous,
         started_by="person",
@@ -152,7 +153,7 @@ async def _connect(settings: Settings) -> Client:
         raise UsageError(str(error)) from None
 
 
-def _workflow_id_of(settings: Settings, target: str) -> str:
+def _workflow_id_of(kube: KubeClient, target: str) -> str:
     """The preemption ID named, or that of the pod named `NS/NAME` as it is now (its UID is
     in the ID: a pod recreated under the same name is another preemption)."""
     if WORKFLOW_ID.match(target) and "/" not in target:
@@ -160,15 +161,15 @@ def _workflow_id_of(settings: Settings, target: str) -> str:
     namespace, _, name = target.partition("/")
     if not namespace or not name or "/" in name:
         raise UsageError(f"expected NAMESPACE/NAME or a preemption ID, not {target!r}")
-    pod = _current_pod(settings, namespace, name)
+    pod = _current_pod(kube, namespace, name)
     if pod is None:
         raise UsageError(f"{target} is gone: nothing to retry")
     return workflow_id_for(namespace, name, str(pod["metadata"]["uid"]))
 
 
-def _current_pod(settings: Settings, namespace: str, name: str) -> dict[str, Any] | None:
+def _current_pod(kube: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
     """The pod under that name now, whatever its UID (None when there is none)."""
-    lookup = get_pod(_cluster(settings), PodRef(namespace, name, uid=""))
+    lookup = get_pod(kube, PodRef(namespace, name, uid=""))
     return lookup.pod
 
 
@@ -193,10 +194,10 @@ async def _request_of(
     raise UsageError(f"{handle.id}: its history has no start event to retry from")
 
 
-def _refuse_if_done(settings: Settings, namespace: str, name: str, uid: str) -> None:
+def _refuse_if_done(kube: KubeClient, namespace: str, name: str, uid: str) -> None:
     """Refuse when the preemptor no longer needs room: gone, replaced, or bound."""
     try:
-        lookup = get_pod(_cluster(settings), PodRef(namespace, name, uid))
+        lookup = get_pod(kube, PodRef(namespace, name, uid))
     except KubeCallError as error:
         raise Unavailable(f"cannot read pod {namespace}/{name}: {error}") from None
     key = f"{namespace}/{name}"
