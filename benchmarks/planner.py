@@ -109,11 +109,28 @@ def view_heap_bytes(document: dict[str, object]) -> int:
         for item in orjson.loads(page)["items"]:
             snapshot.apply(item["kind"], item)
     del pages
+    snapshot.warm()  # as the cluster view does once synced
     gc.collect()
     used = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     del snapshot
     return used
+
+
+WARMED = (
+    "(the label index, each node's pods by importance and their PDB matches: what the "
+    "cluster view computes once synced and keeps current after, off the decision path)"
+)
+
+
+def warm_cpu_ms(snapshot: ClusterSnapshot) -> float:
+    """Warm the snapshot and freeze the heap, as the cluster view does once synced."""
+    start = time.process_time()
+    snapshot.warm()
+    spent = (time.process_time() - start) * 1000
+    gc.collect()
+    gc.freeze()
+    return spent
 
 
 def best_of(runs: int, command: list[str]) -> float:
@@ -158,13 +175,22 @@ def main() -> None:
     print(f"build view:                 {build_s:.2f} s   (target ≤ 3 s)")
     print(
         f"view memory:                {view_bytes / 2**20:.0f} MiB "
-        "(Python heap of a view built page by page, as the watch builds it; target ≤ 1024 MiB)"
+        "(Python heap of a view built page by page, as the watch builds it, and warmed; "
+        "target ≤ 1024 MiB)"
     )
+    print(f"warm the view:              {warm_cpu_ms(snapshot):.0f} ms cpu   {WARMED}")
 
     wall, cpu, candidates = decision_latencies(
         snapshot, args.decisions, lambda i: preemptor(name=f"urgent-{i}")
     )
     report_latencies("plain", wall, cpu, candidates, "50 / 150 ms; issue 9 keeps ~18.6 ms")
+    # The same, each preemptor with a request of its own: no node's dry run is reused from
+    # an earlier decision (what a burst of one workload's replicas reuses).
+    wall, cpu, candidates = decision_latencies(
+        snapshot, args.decisions, lambda i: preemptor(name=f"urgent-{i}", cpu=f"{6000 + i}m")
+    )
+    report_latencies("plain, a new request each", wall, cpu, candidates, "50 / 150 ms")
+    gc.unfreeze()
     del snapshot
     release_free_memory()
 
@@ -176,14 +202,10 @@ def main() -> None:
         f"anti-affinity or spread; parse and build {time.perf_counter() - start:.2f} s"
     )
     release_free_memory()
-    start = time.process_time()
-    snapshot.pod_index()
-    print(
-        f"label index of bound pods: {(time.process_time() - start) * 1000:.0f} ms cpu "
-        "(built once, by the first decision that needs it; kept current after)"
-    )
+    print(f"warm the view:              {warm_cpu_ms(snapshot):.0f} ms cpu   {WARMED}")
     wall, cpu, candidates = decision_latencies(snapshot, args.decisions, constrained_preemptor)
     report_latencies("constrained", wall, cpu, candidates, "30 / 100 ms")
+    gc.unfreeze()
     del snapshot
     release_free_memory()
 

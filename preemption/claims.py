@@ -94,7 +94,7 @@ class ClaimBook:
                 if uid == deciding_for:
                     continue
                 for victim_uid in claim.victim_uids:
-                    victim = snapshot.remove_pod(victim_uid)
+                    victim = snapshot.remove_pod(victim_uid, returning=True)
                     if victim is not None:
                         saved.append(victim)
                 preemptor = snapshot.pods.get(uid)

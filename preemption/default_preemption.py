@@ -18,6 +18,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from preemptctl.preemption.decision import (
     Decision,
@@ -336,9 +337,10 @@ def filter_nodes(
     """The scheduling cycle's `Diagnosis.NodeToStatus`: each node's filter status.
 
     Most nodes need only the resource check (no taints, no nominations, a pod without
-    selectors or host ports); they take a direct path to `fits_request`, then to the
-    PreFilter state's answer when the pod has spread or pod-affinity rules to judge. A node
-    with a pod the cluster view could not read is unresolvable: its load is unknown.
+    selectors, host ports or extended resources); it is made inline (the loop runs over
+    every node of the cluster), then the PreFilter state answers when the pod has spread or
+    pod-affinity rules to judge. A node with a pod the cluster view could not read is
+    unresolvable: its load is unknown.
     """
     if isinstance(constraints, _Prefilter):
         constraints = PodConstraints.prefilter(snapshot, preemptor)
@@ -354,20 +356,50 @@ def filter_nodes(
         or preemptor.host_ports
         or want.scalars
     )
-    for info in snapshot.nodes():
-        node = info.node
-        assert node is not None
-        if plain_pod and not (
-            node.unschedulable or node.taints or snapshot.has_nominations(info.name)
-        ):
-            status = fits_request(
-                want, node, info.milli_cpu, info.memory, info.ephemeral_storage, {}, len(info.pods)
-            )
-            if status is SUCCESS and constraints is not None:
-                status = constraints.filter(node)
-            statuses[info.name] = status
-        else:
+    if not plain_pod:
+        for info in snapshot.nodes():
             statuses[info.name] = filter_node(snapshot, preemptor, info, constraints)
+    else:
+        want_cpu, want_memory, want_ephemeral = want.milli_cpu, want.memory, want.ephemeral_storage
+        nominated = snapshot.nominated_node_names()
+        # A failed resource check's status depends only on which checks failed and whether
+        # the request exceeds the node's allocatable: one per combination, from fits_request.
+        failures: dict[int, Status] = {}
+        for info in snapshot.nodes():
+            node = info.node
+            assert node is not None
+            if node.unschedulable or node.taints or info.name in nominated:
+                statuses[info.name] = filter_node(snapshot, preemptor, info, constraints)
+                continue
+            allocatable = node.allocatable
+            failed = 0
+            if len(info.pods) >= node.allowed_pods:
+                failed = 1
+            if want_cpu > 0 and want_cpu > allocatable.milli_cpu - info.milli_cpu:
+                failed |= 2 | (32 if want_cpu > allocatable.milli_cpu else 0)
+            if want_memory > 0 and want_memory > allocatable.memory - info.memory:
+                failed |= 4 | (32 if want_memory > allocatable.memory else 0)
+            if want_ephemeral > 0 and want_ephemeral > (
+                allocatable.ephemeral_storage - info.ephemeral_storage
+            ):
+                failed |= 8 | (32 if want_ephemeral > allocatable.ephemeral_storage else 0)
+            if failed:
+                status = failures.get(failed)
+                if status is None:
+                    status = failures[failed] = fits_request(
+                        want,
+                        node,
+                        info.milli_cpu,
+                        info.memory,
+                        info.ephemeral_storage,
+                        {},
+                        len(info.pods),
+                    )
+            elif constraints is not None:
+                status = constraints.filter(node)
+            else:
+                status = SUCCESS
+            statuses[info.name] = status
     if snapshot.rejected:
         for name in statuses:
             unreadable = snapshot.unreadable_pods(name)
@@ -382,20 +414,32 @@ def filter_nodes(
 
 def summarise_filters(statuses: dict[str, Status]) -> FilterSummary:
     """Count failures by reason; name the nodes that fit and those preemption cannot help."""
+    # Thousands of nodes share a handful of (interned) statuses: count them by identity,
+    # and walk the nodes by name only when some status names them in the summary.
+    values = statuses.values()
+    counts = Counter(map(id, values))
+    distinct = dict(zip(map(id, values), values, strict=True))
     filtered: Counter[str] = Counter()
     filters: dict[str, str] = {}
-    for status, count in Counter(statuses.values()).items():
+    named: set[int] = set()
+    for key, count in counts.items():
+        status = distinct[key]
         for reason in status.reasons:
             filtered[reason] += count
             if status.plugin:
                 filters.setdefault(reason, status.plugin)
+        if status.code is not Code.UNSCHEDULABLE:
+            named.add(key)
     fits: list[str] = []
     unresolvable: dict[str, list[str]] = {}
-    for name, status in statuses.items():
-        if status.code is Code.SUCCESS:
-            fits.append(name)
-        elif status.code is Code.UNRESOLVABLE:
-            unresolvable.setdefault(status.reasons[0], []).append(name)
+    if named:
+        for name, status in statuses.items():
+            if id(status) not in named:
+                continue
+            if status.code is Code.SUCCESS:
+                fits.append(name)
+            elif status.code is Code.UNRESOLVABLE:
+                unresolvable.setdefault(status.reasons[0], []).append(name)
     return FilterSummary(dict(sorted(filtered.items())), filters, fits, unresolvable)
 
 
@@ -450,7 +494,8 @@ def nodes_where_preemption_might_help(
     snapshot: ClusterSnapshot, statuses: dict[str, Status]
 ) -> list[NodeInfo]:
     """`NodesForStatusCode(Unschedulable)`: nodes whose failure removing pods could cure."""
-    return [info for info in snapshot.nodes() if statuses[info.name].code is Code.UNSCHEDULABLE]
+    unschedulable = Code.UNSCHEDULABLE
+    return [info for info in snapshot.nodes() if statuses[info.name].code is unschedulable]
 
 
 def calculate_num_candidates(num_nodes: int, args: PreemptionArgs) -> int:
@@ -523,7 +568,7 @@ def dry_run_preemption(
                 NodeVerdict(
                     info.name,
                     True,
-                    victims=tuple(f"{v.namespace}/{v.name}" for v in victims),
+                    victims=tuple([f"{v.namespace}/{v.name}" for v in victims]),
                     num_pdb_violations=num_violations,
                 )
             )
@@ -556,9 +601,68 @@ def select_victims_on_node(
     group most important first) as long as it still fits. Resources are checked
     incrementally (a reprieved pod fits when its request is within what is still free);
     spread and pod affinity by AddPod and the plugins' Filter, for the pods they count.
+
+    For a preemptor without extended resources or host ports, on a node nobody is nominated
+    to and where the spread, affinity and volume state counts none of the pods it could
+    remove, the resource answer is kept on the node and reused by the next preemptor of the
+    same priority and request while the node, its pods and every budget are unchanged.
     """
     if isinstance(constraints, _Prefilter):
         constraints = PodConstraints.prefilter(snapshot, preemptor)
+    want = preemptor.requests
+    if (
+        preemptor.host_ports
+        or want.scalars
+        or snapshot.has_nominations(info.name)
+        or (constraints is not None and _counted_on(constraints, info, preemptor.priority))
+    ):
+        return _select_victims_on_node(snapshot, preemptor, info, args, constraints)
+    # What remains to read is the node, its pods and the budgets (the spread, affinity and
+    # volume state counts none of the pods it could remove, so it stays as PreFilter left
+    # it): a burst of one workload's replicas (one priority, one request) finds the node's
+    # answer kept from the last decision that visited it, as long as none has changed since.
+    key = (
+        snapshot.pdb_version,
+        preemptor.priority,
+        want.milli_cpu,
+        want.memory,
+        want.ephemeral_storage,
+        args.protected_namespaces if args else frozenset(),
+    )
+    kept = info.remembered(key)
+    if kept is None:
+        kept = _select_victims_on_node(snapshot, preemptor, info, args, None)
+        kept = (tuple(kept[0]), kept[1], kept[2])
+        info.remember(key, kept)
+    victims, violations, status = kept
+    if constraints is not None and status.ok:
+        # With every lower-priority pod gone the resources fit: then the plugins' Filter
+        # on the unchanged state decides whether the node can be a candidate at all.
+        assert info.node is not None
+        judged = constraints.filter(info.node)
+        if not judged.ok:
+            return [], 0, judged
+    return list(victims), violations, status
+
+
+def _counted_on(constraints: PodConstraints, info: NodeInfo, priority: int) -> bool:
+    """Whether removing or reprieving some pod below `priority` on the node changes the
+    spread, affinity or volume state (the dry run's RemovePod / AddPod)."""
+    effects, groups = constraints.effects, constraints.existing_groups
+    for pod in info.lower_priority_pods(priority):
+        terms = pod.pod_anti_affinity
+        if pod.uid in effects or (groups and terms and terms in groups):
+            return True
+    return False
+
+
+def _select_victims_on_node(
+    snapshot: ClusterSnapshot,
+    preemptor: Pod,
+    info: NodeInfo,
+    args: PreemptionArgs | None,
+    constraints: PodConstraints | None,
+) -> tuple[list[Pod], int, Status]:
     node = info.node
     assert node is not None
     # The pods below the preemptor's priority are a suffix of the importance order; the
@@ -593,7 +697,8 @@ def select_victims_on_node(
         judged.begin()
         effects, groups = judged.effects, judged.existing_groups
         for pod in potential:
-            if pod.uid in effects or (groups and pod.pod_anti_affinity in groups):
+            terms = pod.pod_anti_affinity
+            if pod.uid in effects or (groups and terms and terms in groups):
                 judged.update(pod, node, -1)
         status = judged.filter_with_nominated(node, extra.pods)
         if not status.ok:
@@ -638,6 +743,7 @@ def _reprieve_pods(
     check_every_pod = bool(scalars or wanted_ports)
     counted = constraints.effects if constraints is not None else {}
     anti_groups = constraints.existing_groups if constraints is not None else {}
+    resources_only = not (check_every_pod or counted or anti_groups)
     for group, counts_as_violation in groups:
         for pod in group:
             r = pod.requests
@@ -647,10 +753,15 @@ def _reprieve_pods(
                 and r.memory <= memory
                 and r.ephemeral_storage <= ephemeral
                 and (
-                    not (
+                    resources_only
+                    or not (
                         check_every_pod
                         or pod.uid in counted
-                        or (anti_groups and pod.pod_anti_affinity in anti_groups)
+                        or (
+                            anti_groups
+                            and pod.pod_anti_affinity
+                            and pod.pod_anti_affinity in anti_groups
+                        )
                     )
                     or _also_fits_beside(pod, scalars, wanted_ports, constraints, node, extra)
                 )
@@ -821,6 +932,9 @@ def filter_pods_with_pdb_violation(
 # -- step 4: choosing the node ------------------------------------------------------------------
 
 
+_priority = attrgetter("priority")
+
+
 def _earliest_start_of_most_important(victims: list[Pod]) -> float:
     """`GetEarliestPodStartTime`: earliest start among the highest-priority victims."""
     top = max(pod.priority for pod in victims)
@@ -835,9 +949,12 @@ SCORE_FUNCTIONS: tuple[tuple[str, Callable[[Candidate], float]], ...] = (
     # A node whose victims violate the fewest PDBs.
     ("minNumPDBViolations", lambda c: -c.num_pdb_violations),
     # A node whose most important victim is the least important.
-    ("minHighestPriority", lambda c: -max(pod.priority for pod in c.victims)),
-    # A node with the smallest sum of victim priorities (shifted to be non-negative).
-    ("minSumPriorities", lambda c: -sum(pod.priority + _INT32_OFFSET for pod in c.victims)),
+    ("minHighestPriority", lambda c: -max(map(_priority, c.victims))),
+    # A node with the smallest sum of victim priorities (each shifted to be non-negative).
+    (
+        "minSumPriorities",
+        lambda c: -(sum(map(_priority, c.victims)) + _INT32_OFFSET * len(c.victims)),
+    ),
     # A node with the fewest victims.
     ("minNumPods", lambda c: -len(c.victims)),
     # A node whose most important victims started the latest.

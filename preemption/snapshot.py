@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import bisect
 import gc
-from collections.abc import Iterable, Mapping
+from array import array
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from preemptctl.preemption.decode import (
@@ -68,12 +69,22 @@ def importance_key(pod: Pod) -> tuple[int, float, str, str]:
     return (-pod.priority, start, pod.namespace, pod.name)
 
 
+def _compact(values: list[int]) -> Sequence[int]:
+    """The integers as one machine array (the view keeps such lists for every node; as
+    Python ints they would cost ten times the memory), or as they are if one exceeds 64 bits."""
+    try:
+        return array("q", values)
+    except OverflowError:
+        return values
+
+
 class NodeInfo:
     """One node and the non-terminal pods bound to it, with their summed requests."""
 
     __slots__ = (
         "_by_importance",
         "_descending_priorities",
+        "_dry_run",
         "_pdb_generation",
         "_pdb_matches",
         "_suffix_sums",
@@ -95,10 +106,12 @@ class NodeInfo:
         self.ephemeral_storage = 0
         self.scalars: dict[str, int] = {}
         self._by_importance: list[Pod] | None = None
-        self._descending_priorities: list[int] = []
-        self._suffix_sums: list[tuple[int, int, int]] = []
+        self._descending_priorities: Sequence[int] = ()
+        # Summed cpu, memory and ephemeral storage of the pods from each position on.
+        self._suffix_sums: tuple[Sequence[int], Sequence[int], Sequence[int]] = ((), (), ())
         self._pdb_matches: list[tuple[int, ...]] = []
         self._pdb_generation = -1
+        self._dry_run: tuple[Hashable, list[Pod], Node | None, Any] | None = None
 
     def add_pod(self, pod: Pod) -> None:
         self.pods[pod.uid] = pod
@@ -131,16 +144,21 @@ class NodeInfo:
         """The node's pods, most important first (cached until the node's pods change)."""
         if self._by_importance is None:
             ordered = sorted(self.pods.values(), key=importance_key)
-            self._descending_priorities = [-p.priority for p in ordered]
-            sums = [(0, 0, 0)] * (len(ordered) + 1)
+            self._descending_priorities = _compact([-p.priority for p in ordered])
+            size = len(ordered) + 1
+            cpu_sums, memory_sums, ephemeral_sums = [0] * size, [0] * size, [0] * size
             cpu = memory = ephemeral = 0
             for index in range(len(ordered) - 1, -1, -1):
                 r = ordered[index].requests
                 cpu += r.milli_cpu
                 memory += r.memory
                 ephemeral += r.ephemeral_storage
-                sums[index] = (cpu, memory, ephemeral)
-            self._suffix_sums = sums
+                cpu_sums[index], memory_sums[index], ephemeral_sums[index] = cpu, memory, ephemeral
+            self._suffix_sums = (
+                _compact(cpu_sums),
+                _compact(memory_sums),
+                _compact(ephemeral_sums),
+            )
             self._pdb_generation = -1
             self._by_importance = ordered
         return self._by_importance
@@ -157,7 +175,8 @@ class NodeInfo:
     def suffix_requests(self, start: int) -> tuple[int, int, int]:
         """Summed cpu, memory and ephemeral-storage requests of the pods from `start` on."""
         self.pods_by_importance()
-        return self._suffix_sums[start]
+        cpu, memory, ephemeral = self._suffix_sums
+        return cpu[start], memory[start], ephemeral[start]
 
     def pdb_matches(self, snapshot: ClusterSnapshot) -> list[tuple[int, ...]]:
         """For each pod in importance order, the budgets that select it (cached per node)."""
@@ -166,6 +185,22 @@ class NodeInfo:
             self._pdb_matches = [snapshot.matching_pdbs(pod) for pod in ordered]
             self._pdb_generation = snapshot.pdb_generation
         return self._pdb_matches
+
+    def remembered(self, key: Hashable) -> Any:
+        """What `remember` kept under `key`, if the node and its pods are the same objects
+        as then; None otherwise."""
+        memo = self._dry_run
+        if memo is not None and memo[0] == key:
+            ordered = self.pods_by_importance()
+            if memo[1] is ordered and memo[2] is self.node:
+                return memo[3]
+        return None
+
+    def remember(self, key: Hashable, value: Any) -> None:
+        """Keep one result computed from this node as it is now (the last key only): any
+        change to its pods makes a new importance order, and a new Node object replaces
+        the old, so `remembered` then finds nothing."""
+        self._dry_run = (key, self.pods_by_importance(), self.node, value)
 
     def used_ports(self) -> list[HostPort]:
         return [port for pod in self.pods.values() for port in pod.host_ports]
@@ -373,8 +408,13 @@ class ClusterSnapshot:
         self._domains: dict[str, dict[str, str]] = {}
         self._sorted_pdbs: list[PodDisruptionBudget] | None = None
         self._pdbs_by_namespace: dict[str, list[int]] | None = None
+        self._pdb_positions: dict[str, int] = {}
         self._pdb_matches: dict[str, tuple[int, ...]] = {}
-        self.pdb_generation = 0
+        self.pdb_generation = 0  # bumped when the budgets' selectors may match other pods
+        self.pdb_version = 0  # bumped on any change to any budget, its status included
+        # Set by `warm`: from then on each bound pod's PDB matches are computed as it
+        # arrives (by the feed, outside any decision), not by the first decision visiting it.
+        self.warmed = False
 
     # -- building ---------------------------------------------------------------------------
 
@@ -469,6 +509,20 @@ class ClusterSnapshot:
             getattr(self, _STORES[kind]).pop(key, None)
         elif kind not in IGNORED_KINDS:
             raise ValueError(f"unsupported kind {kind}")
+
+    def warm(self) -> None:
+        """Compute now what decisions would otherwise compute on first use: the label index,
+        the nodes in name order, each node's pods by importance and the budgets matching
+        each pod. The cluster view calls it once synced, so that no decision (under the
+        decision lock) pays for a node it is the first to visit; from then on each bound
+        pod's budget matches are computed as it arrives, and a budget's status update keeps
+        them (only a new, removed or reselected budget clears them)."""
+        self.pod_index()
+        self.nodes()
+        self.sorted_pdbs()
+        for info in self.node_infos.values():
+            info.pdb_matches(self)
+        self.warmed = True
 
     def pod_index(self) -> BoundPodIndex:
         """The bound-pod index with its label part built (see `BoundPodIndex.build_labels`)."""
@@ -571,6 +625,8 @@ class ClusterSnapshot:
         old = self.pods.get(pod.uid)
         if old is not None:
             self._detach(old)
+            if old.namespace != pod.namespace or old.labels != pod.labels:
+                self._pdb_matches.pop(pod.uid, None)
         else:
             replaced_uid = self._uid_by_key.get(pod.key)
             if replaced_uid is not None and replaced_uid != pod.uid:
@@ -581,13 +637,17 @@ class ClusterSnapshot:
         if self.rejected:
             self._forget_rejection(pod.uid)
 
-    def remove_pod(self, uid: str) -> Pod | None:
+    def remove_pod(self, uid: str, *, returning: bool = False) -> Pod | None:
+        """Remove the pod; `returning` says the same object will be upserted again soon
+        (a claim hides its victims for one decision), so what is known of it is kept."""
         pod = self.pods.pop(uid, None)
         if pod is None:
             return None
         if self._uid_by_key.get(pod.key) == uid:
             del self._uid_by_key[pod.key]
         self._detach(pod)
+        if not returning:
+            self._pdb_matches.pop(uid, None)
         return pod
 
     def _attach(self, pod: Pod) -> None:
@@ -598,6 +658,8 @@ class ClusterSnapshot:
             if info is None:
                 info = self.node_infos[pod.node_name] = NodeInfo(pod.node_name)
             info.add_pod(pod)
+            if self.warmed:
+                self.matching_pdbs(pod)
             bound = self.bound
             if pod.claims or pod.inline_csi or pod.pod_anti_affinity or bound.labels_ready:
                 bound.add(pod)
@@ -605,7 +667,6 @@ class ClusterSnapshot:
             self._nominated.setdefault(pod.nominated_node_name, {})[pod.uid] = pod
 
     def _detach(self, pod: Pod) -> None:
-        self._pdb_matches.pop(pod.uid, None)
         if pod.node_name:
             info = self.node_infos.get(pod.node_name)
             self.bound.discard(pod)
@@ -637,13 +698,32 @@ class ClusterSnapshot:
     def has_nominations(self, node_name: str) -> bool:
         return node_name in self._nominated
 
+    def nominated_node_names(self) -> Collection[str]:
+        """The nodes some pending pod is nominated to (a live view: do not keep it)."""
+        return self._nominated.keys()
+
     # -- budgets ----------------------------------------------------------------------------
 
     def upsert_pdb(self, pdb: PodDisruptionBudget) -> None:
-        self.pdbs[pdb.key] = pdb
+        self.pdb_version += 1
+        key = pdb.key
+        old = self.pdbs.get(key)
+        self.pdbs[key] = pdb
+        position = self._pdb_positions.get(key)
+        if (
+            old is not None
+            and self._sorted_pdbs is not None
+            and position is not None
+            and old.selector == pdb.selector
+        ):
+            # A status update (disruptionsAllowed, disruptedPods): the same pods match, at
+            # the same position; what a decision spends is read from the new object.
+            self._sorted_pdbs[position] = pdb
+            return
         self._invalidate_pdbs()
 
     def remove_pdb(self, key: str) -> None:
+        self.pdb_version += 1
         if self.pdbs.pop(key, None) is not None:
             self._invalidate_pdbs()
 
@@ -651,6 +731,7 @@ class ClusterSnapshot:
         self.pdb_generation += 1
         self._sorted_pdbs = None
         self._pdbs_by_namespace = None
+        self._pdb_positions = {}
         self._pdb_matches.clear()
 
     def sorted_pdbs(self) -> list[PodDisruptionBudget]:
@@ -660,6 +741,7 @@ class ClusterSnapshot:
             by_namespace: dict[str, list[int]] = {}
             for index, pdb in enumerate(self._sorted_pdbs):
                 by_namespace.setdefault(pdb.namespace, []).append(index)
+                self._pdb_positions[pdb.key] = index
             self._pdbs_by_namespace = by_namespace
         return self._sorted_pdbs
 

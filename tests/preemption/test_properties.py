@@ -17,20 +17,30 @@ every decision:
   a skew grows with its own domain's count);
 - the nominations to clear are lower-priority pods nominated to the chosen node;
 - FitsWithoutPreemption exactly when some node passes the filters as it stands;
+- the filter pass over all nodes (with its inline resource check) gives each node the status,
+  reasons and filter that judging that node alone gives;
 - Unschedulable only when no node passes the filters even with every lower-priority pod
   removed (when the dry run finds nothing it has looked at every node);
-- the same input gives the same decision, also from the same objects in another order.
+- the same input gives the same decision, also from the same objects in another order;
+- a snapshot warmed (`ClusterSnapshot.warm`) over an older state of the cluster, then fed the
+  objects one at a time, decides as one built afresh from them: the caches warming fills
+  follow pods relabelled, budgets whose status or selector changed, budgets removed;
+- deciding again on one snapshot after pods, nodes or budgets changed (what a decision keeps
+  on each node for the next preemptor of its priority and request included) gives what a
+  snapshot built afresh gives.
 """
 
 from __future__ import annotations
 
+import copy
+import random
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from preemptctl.preemption.decision import Decision, Verdict
-from preemptctl.preemption.default_preemption import filter_node
+from preemptctl.preemption.default_preemption import filter_node, filter_nodes
 from preemptctl.preemption.planner import plan
 from preemptctl.preemption.snapshot import ClusterSnapshot, importance_key
 from tests.preemption.builders import (
@@ -286,6 +296,18 @@ def test_fits_without_preemption_exactly_when_some_node_passes_the_filters(
 
 @SETTINGS
 @given(any_clusters)
+def test_the_filter_pass_judges_each_node_as_judging_it_alone_does(items: list[Json]) -> None:
+    cluster = snapshot(*items)
+    preemptor = cluster.pod_by_key(PREEMPTOR)
+    assert preemptor is not None
+    statuses = filter_nodes(cluster, preemptor)
+    for info in cluster.nodes():
+        alone = filter_node(cluster, preemptor, info)
+        assert (statuses[info.name], statuses[info.name].plugin) == (alone, alone.plugin)
+
+
+@SETTINGS
+@given(any_clusters)
 def test_unschedulable_only_when_no_node_could_take_the_preemptor(items: list[Json]) -> None:
     cluster, decision = _decide(items)
     if decision.status is not Verdict.UNSCHEDULABLE:
@@ -303,3 +325,74 @@ def test_the_same_input_gives_the_same_decision_in_any_order(items: list[Json], 
     first = plan(snapshot(*items), PREEMPTOR).to_json()
     assert plan(snapshot(*items), PREEMPTOR).to_json() == first
     assert plan(snapshot(*items, shuffle_seed=seed), PREEMPTOR).to_json() == first
+
+
+def _older(item: Json, rng: random.Random) -> Json:
+    """The object as it may have been before: a pod with other labels, a budget with another
+    budget left or another selector."""
+    older = copy.deepcopy(item)
+    if item["kind"] == "Pod" and rng.random() < 0.5:
+        older["metadata"]["labels"] = rng.choice([{}, {"app": "a"}, {"app": "b"}])
+    elif item["kind"] == "PodDisruptionBudget":
+        older["status"]["disruptionsAllowed"] = rng.choice([0, 1, 2])
+        if rng.random() < 0.3:
+            older["spec"]["selector"] = {"matchLabels": {"app": rng.choice(["a", "b"])}}
+    return older
+
+
+@SETTINGS
+@given(any_clusters, st.integers(0, 2**32))
+def test_a_warmed_snapshot_fed_one_object_at_a_time_decides_as_a_fresh_one(
+    items: list[Json], seed: int
+) -> None:
+    rng = random.Random(seed)
+    gone = pdb("pdb-gone", match_labels={"app": "a"}, allowed=0)
+    cluster = snapshot(*(_older(item, rng) for item in items), gone)
+    cluster.warm()
+    feed = rng.sample(items, len(items))
+    feed.insert(rng.randrange(len(feed) + 1), {"kind": "removed", "metadata": gone["metadata"]})
+    for item in feed:
+        if item["kind"] == "removed":
+            cluster.remove("PodDisruptionBudget", "default/pdb-gone")
+        else:
+            cluster.apply(item["kind"], item)
+    assert plan(cluster, PREEMPTOR).to_json() == plan(snapshot(*items), PREEMPTOR).to_json()
+
+
+def _changed(rng: random.Random, current: dict[tuple[str, str], Json]) -> tuple[str, Json]:
+    """One change the watch could bring: a bound pod gone or relabelled, a budget with
+    another status, a node with another allocatable cpu or pod count."""
+    kind, _ = key = rng.choice(sorted(k for k in current if k[1] != PREEMPTOR))
+    item = copy.deepcopy(current[key])
+    if kind == "Pod" and item["spec"].get("nodeName") and rng.random() < 0.5:
+        del current[key]
+        return "removed", item
+    if kind == "Pod":
+        item["metadata"]["labels"] = rng.choice([{}, {"app": "a"}, {"app": "b"}])
+    elif kind == "PodDisruptionBudget":
+        item["status"]["disruptionsAllowed"] = rng.choice([0, 1, 2])
+    elif kind == "Node":
+        allocatable = item["status"]["allocatable"]
+        allocatable["cpu"] = rng.choice(["1", "2", "4"])
+        allocatable["pods"] = str(rng.randrange(2, 10))
+    current[key] = item
+    return "applied", item
+
+
+@SETTINGS
+@given(any_clusters, st.integers(0, 2**32))
+def test_deciding_again_after_changes_decides_as_a_fresh_snapshot(
+    items: list[Json], seed: int
+) -> None:
+    rng = random.Random(seed)
+    cluster = snapshot(*items)
+    cluster.warm()
+    current = {(item["kind"], _key(item)): item for item in items}
+    for _ in range(4):
+        fresh = plan(snapshot(*current.values()), PREEMPTOR).to_json()
+        assert plan(cluster, PREEMPTOR).to_json() == fresh
+        what, item = _changed(rng, current)
+        if what == "removed":
+            cluster.remove("Pod", item["metadata"]["uid"])
+        else:
+            cluster.apply(item["kind"], item)

@@ -15,7 +15,10 @@ Scenarios:
 - PDB-violating pods are reprieved before non-violating ones, even less important ones;
 - the number of PDB violations counts violating pods that could not be reprieved;
 - victims are returned most important first, also when both groups contribute;
-- host ports, extended resources and the pod count are freed by the victims too.
+- host ports, extended resources and the pod count are freed by the victims too;
+- a node's answer kept for the next preemptor of the same priority and request is not
+  reused once the node's pods, the Node itself or any budget changed, nor by a preemptor of
+  another priority or request.
 """
 
 from __future__ import annotations
@@ -251,3 +254,53 @@ def test_victim_cap_prefers_a_node_within_it_and_refuses_the_rest() -> None:
     assert victim_names(capped) == ["big"]
     assert refused.status is Verdict.UNSCHEDULABLE
     assert "needs 4 victims, more than the cap of 3" in refused.message
+
+
+def _kept_answer_cluster() -> Any:
+    """A 3-cpu node full of three 1-cpu pods; x has a budget with none to spare."""
+    cluster = snapshot(
+        node("n", cpu="3"),
+        pod("x", cpu="1", node="n", labels={"app": "x"}, start=1),
+        pod("y", cpu="1", node="n", start=2),
+        pod("w", cpu="1", node="n", start=3),
+        pdb("budget", match_labels={"app": "x"}),
+        pod("p", cpu="2", priority=10),
+        pod("q", cpu="1", priority=10),
+    )
+    cluster.warm()
+    return cluster
+
+
+def _decided(cluster: Any, name: str = "p") -> tuple[list[str], int]:
+    decision = plan(cluster, f"default/{name}")
+    assert decision.status is Verdict.PREEMPT
+    return victim_names(decision), decision.num_pdb_violations
+
+
+def test_a_kept_answer_is_not_reused_once_the_nodes_pods_change() -> None:
+    cluster = _kept_answer_cluster()
+    assert _decided(cluster) == (["y", "w"], 0)
+    cluster.apply("Pod", pod("w", cpu="1", node="n", start=3, priority=20))
+    assert _decided(cluster) == (["x", "y"], 1)
+
+
+def test_a_kept_answer_is_not_reused_once_the_node_changes() -> None:
+    cluster = _kept_answer_cluster()
+    assert _decided(cluster) == (["y", "w"], 0)
+    cluster.apply("Node", node("n", cpu="4"))
+    assert _decided(cluster) == (["w"], 0)
+
+
+def test_a_kept_answer_is_not_reused_once_a_budget_changes() -> None:
+    cluster = _kept_answer_cluster()
+    cluster.apply("Pod", pod("w", cpu="1", node="n", start=3, priority=20))
+    assert _decided(cluster) == (["x", "y"], 1)
+    cluster.apply("PodDisruptionBudget", pdb("budget", match_labels={"app": "x"}, allowed=1))
+    assert _decided(cluster) == (["x", "y"], 0)
+
+
+def test_a_kept_answer_serves_only_the_same_priority_and_request() -> None:
+    cluster = _kept_answer_cluster()
+    assert _decided(cluster) == (["y", "w"], 0)
+    assert _decided(cluster, "q") == (["w"], 0)
+    assert _decided(cluster) == (["y", "w"], 0)

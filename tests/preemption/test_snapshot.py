@@ -10,7 +10,10 @@ Scenarios:
   naming the pod, until that UID is upserted readably or removed; a rejected pod without a
   node blocks nothing;
 - the bound-pod index follows pods that are bound, moved, finished and removed, and counts
-  each anti-affinity group's pods per node.
+  each anti-affinity group's pods per node;
+- once warmed (as the cluster view warms it when synced), a snapshot decides with the
+  budgets as they are now: a pod relabelled into a budget counts against it, a budget's new
+  status is what the victims spend, a budget reselected or removed stops selecting.
 """
 
 from __future__ import annotations
@@ -147,3 +150,53 @@ def test_anti_affinity_groups_count_their_pods_per_node() -> None:
     cluster.remove("Pod", "uid-default-a")
     cluster.remove("Pod", "uid-default-b")
     assert cluster.bound.anti_affinity_groups_for({"app": "web"}) == []
+
+
+def _one_victim_cluster(
+    victim_labels: dict[str, str], budget: dict[str, object]
+) -> ClusterSnapshot:
+    """A full node whose one pod must go for the preemptor, and one budget; warmed."""
+    cluster = snapshot(
+        node("n1", cpu="1"),
+        pod("victim", node="n1", cpu="1", labels=victim_labels),
+        budget,
+        pod("preemptor", priority=10, cpu="1"),
+    )
+    cluster.warm()
+    return cluster
+
+
+def _violations(cluster: ClusterSnapshot) -> int:
+    decision = plan(cluster, "default/preemptor")
+    assert decision.status is Verdict.PREEMPT
+    return decision.num_pdb_violations
+
+
+def test_a_warmed_snapshot_counts_a_pod_relabelled_into_a_budget() -> None:
+    cluster = _one_victim_cluster({"app": "b"}, pdb("budget", match_labels={"app": "a"}))
+    assert _violations(cluster) == 0
+    cluster.apply("Pod", pod("victim", node="n1", cpu="1", labels={"app": "a"}))
+    assert _violations(cluster) == 1
+
+
+def test_a_warmed_snapshot_spends_a_budget_as_its_status_now_allows() -> None:
+    cluster = _one_victim_cluster({"app": "a"}, pdb("budget", match_labels={"app": "a"}))
+    assert _violations(cluster) == 1
+    cluster.apply("PodDisruptionBudget", pdb("budget", match_labels={"app": "a"}, allowed=1))
+    assert _violations(cluster) == 0
+    cluster.apply(
+        "PodDisruptionBudget", pdb("budget", match_labels={"app": "a"}, disrupted=["victim"])
+    )
+    assert _violations(cluster) == 0
+    cluster.apply("PodDisruptionBudget", pdb("budget", match_labels={"app": "a"}))
+    assert _violations(cluster) == 1
+
+
+def test_a_warmed_snapshot_follows_a_budget_reselected_or_removed() -> None:
+    cluster = _one_victim_cluster({"app": "a"}, pdb("budget", match_labels={"app": "a"}))
+    cluster.apply("PodDisruptionBudget", pdb("budget", match_labels={"app": "b"}))
+    assert _violations(cluster) == 0
+    cluster.apply("PodDisruptionBudget", pdb("budget", match_labels={"app": "a"}))
+    assert _violations(cluster) == 1
+    cluster.remove("PodDisruptionBudget", "default/budget")
+    assert _violations(cluster) == 0
