@@ -1,8 +1,10 @@
 """The rationale put into words: why this node, why these victims, what became of them.
 
-Pure text from views, so `preemptctl explain`, a future UI and the tests read the same
-sentences. The criterion names are the planner's (upstream `pickOneNodeForPreemption`'s),
-kept verbatim because they are what people search the upstream code and docs for.
+A preemption is told attempt by attempt, in order, the failed ones too, each with what
+changed since the one before; a victim's entry is headed by its fate. Pure text from
+views, so `preemptctl explain`, a future UI and the tests read the same sentences. The
+criterion names are the planner's (upstream `pickOneNodeForPreemption`'s), kept
+verbatim because they are what people search the upstream code and docs for.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from preemptctl.ledger.views import Fate, Outcome, PreemptionView, VictimView
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.payloads import Write
+from preemptctl.ledger.views import AttemptView, Fate, Link, Outcome, PreemptionView, VictimView
 from preemptctl.preemption.decision import PodRef
 
 CRITERION_MEANING = {
@@ -121,11 +125,11 @@ def why_victim(
     return sentence
 
 
-def fate_phrase(view: PreemptionView, victim: VictimView) -> str:
-    """What became of the victim, with when, relative to the decision."""
+def fate_phrase(attempt: AttemptView, victim: VictimView) -> str:
+    """What became of the victim in this attempt, with when, relative to its decision."""
     after = ""
-    if victim.settled_at is not None and view.decided_at is not None:
-        delay = (victim.settled_at - view.decided_at).total_seconds()
+    if victim.settled_at is not None and attempt.decided_at is not None:
+        delay = (victim.settled_at - attempt.decided_at).total_seconds()
         after = f" ({format_seconds(delay)} after the decision)"
     at = format_time(victim.settled_at)
     if victim.fate is Fate.DELETED and victim.answer_lost:
@@ -142,83 +146,251 @@ def fate_phrase(view: PreemptionView, victim: VictimView) -> str:
         return f"replaced by a new pod of the same name{newer}, which was left alone{after}"
     removed = "; its DisruptionTarget condition was removed" if victim.unmarked else ""
     if victim.fate is Fate.FAILED:
-        return f"could not be preempted at {at}: {victim.error or 'no error recorded'}{removed}"
+        return f"failed at {at}: {victim.error or 'no error recorded'}{removed}"
     if victim.fate is Fate.MARKED:
         return "marked with a DisruptionTarget condition, not deleted yet"
     if victim.fate is Fate.SPARED:
+        ended = attempt.outcome or attempt.status
         if victim.unmarked:
             return (
-                f"spared: the preemption ended ({outcome_phrase(view)}) before deleting it; "
+                f"spared: the attempt ended ({ended}) before deleting it; "
                 "its DisruptionTarget condition was removed"
             )
-        return f"spared: the preemption ended ({outcome_phrase(view)}) before touching it"
+        return f"spared: the attempt ended ({ended}) before touching it"
     return "chosen, not touched yet"
 
 
-def outcome_phrase(view: PreemptionView) -> str:
-    if view.outcome is None:
-        return f"in progress ({view.status})"
-    if view.outcome is Outcome.FAILED:
-        return f"failed: {view.error or 'no error recorded'}"
-    if view.outcome is Outcome.ABORTED:
-        return f"aborted: {view.abort_reason or 'no reason recorded'}"
-    if view.outcome is Outcome.DRY_RUN:
+def outcome_phrase(attempt: AttemptView) -> str:
+    """How an attempt ended (or where it stands), with its cause and whether retrying helps."""
+    if attempt.outcome is None:
+        return f"in progress ({attempt.status})"
+    if attempt.outcome is Outcome.FAILED:
+        phrase = f"failed: {attempt.error or 'no error recorded'}"
+        if attempt.retryable is False:
+            phrase += " (not retryable: the cause must be fixed first)"
+        return phrase
+    if attempt.outcome is Outcome.ABORTED:
+        return f"aborted: {attempt.abort_reason or 'no reason recorded'}"
+    if attempt.outcome is Outcome.DRY_RUN:
         return "dry run: decided and recorded, nothing touched"
-    return str(view.outcome)
+    if attempt.outcome is Outcome.UNSUPPORTED:
+        return f"unsupported: {attempt.cause} (not retryable)"
+    return str(attempt.outcome)
 
 
-def scheduling_phrase(view: PreemptionView) -> str:
-    if view.scheduled_at is None:
-        return f"{view.preemptor.key} was not scheduled, as far as the ledger knows"
+def preemption_phrase(view: PreemptionView) -> str:
+    """The preemption as a whole: its latest attempt's outcome, and how many there were."""
+    count = len(view.attempts)
+    tried = f"{count} attempt" + ("" if count == 1 else "s")
+    if view.outcome is None:
+        return f"in progress ({view.status}), {tried}"
+    return f"{view.outcome} after {tried}"
+
+
+def scheduling_phrase(attempt: AttemptView) -> str:
+    if attempt.scheduled_at is None:
+        return f"{attempt.preemptor.key} was not scheduled, as far as the ledger knows"
     return (
-        f"{view.preemptor.key} was scheduled on {view.scheduled_node or '?'} at "
-        f"{format_time(view.scheduled_at)}, {format_seconds(view.seconds_to_schedule)} "
+        f"{attempt.preemptor.key} was scheduled on {attempt.scheduled_node or '?'} at "
+        f"{format_time(attempt.scheduled_at)}, {format_seconds(attempt.seconds_to_schedule)} "
         "after the decision"
     )
 
 
-def _header(view: PreemptionView) -> str:
-    runs = f"run {view.run_id}" if len(view.runs) == 1 else f"runs {', '.join(view.runs)}"
-    return f"preemption {view.preemption_id} ({runs})"
+def how_started(attempt: AttemptView) -> str | None:
+    """Who started a later attempt, why, and after which run (None for the first)."""
+    if attempt.attempt == 1:
+        return None
+    after = attempt.previous_run_id or "?"
+    if attempt.previous_outcome:
+        after += f" ({attempt.previous_outcome})"
+    if attempt.started_by is None:
+        return f"started after run {after}; its `retried` event is not recorded (yet)"
+    who = {"person": "a person (preemptctl retry)", "trigger": "the trigger"}.get(
+        attempt.started_by, attempt.started_by
+    )
+    because = f": {attempt.retry_reason}" if attempt.retry_reason else ""
+    return f"retried by {who} after run {after}{because}"
 
 
-def preemptor_story(view: PreemptionView) -> list[str]:
-    """A preemption told from the preemptor's side: decision, victims, scheduling, outcome."""
-    decision = view.decision or {}
-    took = view.victims and view.duration_seconds is not None
-    lines = [
-        f"{format_time(view.started)}  {_header(view)}: {outcome_phrase(view)}"
-        + (f", took {format_seconds(view.duration_seconds)}" if took else "")
+_DROPPED = {
+    Fate.DELETED: "deleted by attempt {n}",
+    Fate.ALREADY_GONE: "already gone in attempt {n}",
+    Fate.REPLACED: "replaced in attempt {n}",
+    Fate.FAILED: "failed in attempt {n}",
+    Fate.SPARED: "spared by attempt {n}",
+}
+
+
+def what_changed(before: AttemptView, after: AttemptView) -> list[str]:
+    """What differs between two attempts: verdict, node, victims, victims now gone, error."""
+    changes: list[str] = []
+    n = before.attempt
+    verdict_before = (before.decision or {}).get("status")
+    verdict_after = (after.decision or {}).get("status")
+    if verdict_before and verdict_after and verdict_before != verdict_after:
+        changes.append(f"decision {verdict_after} instead of {verdict_before}")
+    if before.node != after.node:
+        if before.node and after.node:
+            changes.append(f"node {after.node} instead of {before.node}")
+        elif after.node:
+            changes.append(f"node {after.node} (attempt {n} had none)")
+        elif after.decision is not None:
+            changes.append(f"no node (attempt {n} had {before.node})")
+    earlier = {v.victim.uid: v for v in before.victims}
+    later = {v.victim.uid: v for v in after.victims}
+    added = [v.victim.key for uid, v in later.items() if uid not in earlier]
+    if added and after.decision is not None:
+        changes.append("victims added: " + ", ".join(added))
+    dropped = [
+        f"{v.victim.key} ({_DROPPED.get(v.fate, 'chosen by attempt {n}').format(n=n)})"
+        for uid, v in earlier.items()
+        if uid not in later
     ]
+    if dropped and after.decision is not None:
+        changes.append("victims dropped: " + ", ".join(dropped))
+    for uid, victim in later.items():
+        was = earlier.get(uid)
+        if was is None or was.fate is victim.fate:
+            continue
+        if victim.fate is Fate.ALREADY_GONE:
+            changes.append(f"{victim.victim.key} was already gone this time")
+        elif victim.fate is Fate.REPLACED:
+            newer = f" by uid {victim.replaced_by_uid}" if victim.replaced_by_uid else ""
+            changes.append(f"{victim.victim.key} had been replaced{newer}")
+    if before.error and not after.error and after.outcome is not None:
+        changes.append(f"attempt {n}'s error is gone")
+    elif before.error and after.error and before.error != after.error:
+        changes.append(f"a different error from attempt {n}'s")
+    elif before.error and after.error:
+        changes.append(f"the same error as attempt {n}")
+    same = not any(c.startswith(("node ", "no node", "victims ")) for c in changes)
+    if same and after.decision is not None and before.decision is not None:
+        changes.insert(0, "the same node and victims")
+    return changes
+
+
+def _attempt_header(attempt: AttemptView) -> str:
+    took = ""
+    if attempt.duration_seconds is not None:
+        took = f", took {format_seconds(attempt.duration_seconds)}"
+    return (
+        f"attempt {attempt.attempt} at {format_time(attempt.started)}, run {attempt.run_id}: "
+        f"{outcome_phrase(attempt)}{took}"
+    )
+
+
+def attempt_story(
+    attempt: AttemptView, before: AttemptView | None = None, link: Link | None = None
+) -> list[str]:
+    """One attempt from the preemptor's side: how it started, what changed since `before`,
+    its decision, its victims' fates, scheduling (lines without indentation)."""
+    decision = attempt.decision or {}
+    lines = [_attempt_header(attempt)]
+    started = how_started(attempt)
+    if started:
+        lines.append(f"  {started}")
+    if before is not None:
+        lines.append(
+            f"  changed since attempt {before.attempt}: " + "; ".join(what_changed(before, attempt))
+        )
     if decision:
         lines.append(
-            f"  decision at {format_time(view.decided_at)}: {decision.get('status')}, "
+            f"  decision at {format_time(attempt.decided_at)}: {decision.get('status')}, "
             f"{decision.get('message', '')}".rstrip(", ")
         )
-    reason = why_node(view.decision, view.preemptor)
-    if reason:
-        lines.append(f"  why {view.node}: {reason}")
-    for victim in view.victims:
-        lines.append(f"  victim {pod_label(victim.victim)}: {fate_phrase(view, victim)}")
-    cleared = decision.get("nominatedPodsToClear") or []
-    if cleared:
-        lines.append(f"  nominations cleared: {', '.join(cleared)}")
-    if decision.get("status") == "Preempt" or view.scheduled_at is not None:
-        lines.append(f"  {scheduling_phrase(view)}")
+    reason = why_node(attempt.decision, attempt.preemptor)
+    if reason and before is not None and reason == why_node(before.decision, before.preemptor):
+        lines.append(f"  why {attempt.node}: as in attempt {before.attempt}")
+    elif reason:
+        lines.append(f"  why {attempt.node}: {reason}")
+    for victim in attempt.victims:
+        lines.append(f"  victim {pod_label(victim.victim)}: {fate_phrase(attempt, victim)}")
+    lines.extend(f"  {line}" for line in nomination_lines(attempt, decision))
+    if decision.get("status") == "Preempt" or attempt.scheduled_at is not None:
+        lines.append(f"  {scheduling_phrase(attempt)}")
+    if link is not None:
+        lines.append(f"  see {link(attempt.preemption_id, attempt.run_id)}")
     return lines
 
 
-def victim_story(view: PreemptionView, victim: VictimView) -> list[str]:
-    """A preemption told from one victim's side: by whom, where, why, and its fate."""
-    when = format_time(view.decided_at or view.started)
+def preemptor_story(view: PreemptionView, link: Link | None = None) -> list[str]:
+    """A preemption told from the preemptor's side: every attempt in order, the failed ones
+    too, each with what changed since the one before."""
+    lines = [f"{format_time(view.started)}  {view.preemption_id}: {preemption_phrase(view)}"]
+    before: AttemptView | None = None
+    for attempt in view.attempts:
+        lines.extend(f"  {line}" for line in attempt_story(attempt, before, link))
+        before = attempt
+    return lines
+
+
+def victim_heading(attempt: AttemptView, victim: VictimView) -> str:
+    """A victim's entry headed by its fate: what was done to it, for whom, where."""
+    by = f"the preemption for {pod_label(attempt.preemptor)} on {victim.node or '?'}"
+    fate = victim.fate
+    if fate is Fate.DELETED:
+        return f"deleted by {by}"
+    if fate is Fate.SPARED:
+        return f"spared: chosen by {by}, which ended before deleting it"
+    if fate is Fate.FAILED:
+        return f"failed: {by} could not delete it"
+    if fate is Fate.ALREADY_GONE:
+        return f"already gone: chosen by {by}, but something else removed it first"
+    if fate is Fate.REPLACED:
+        newer = f"uid {victim.replaced_by_uid}" if victim.replaced_by_uid else "a new pod"
+        return f"replaced by {newer}: chosen by {by}, its name now belongs to another pod"
+    if fate is Fate.MARKED:
+        return f"marked for deletion by {by}, not deleted yet"
+    return f"chosen by {by}, not touched yet"
+
+
+def victim_story(view: PreemptionView, victim: VictimView, link: Link | None = None) -> list[str]:
+    """A victim's part in one attempt: its fate, by whom, where, why, and how it ended."""
+    attempt = next((a for a in view.attempts if a.run_id == victim.run_id), view.latest)
+    when = format_time(attempt.decided_at or attempt.started)
     lines = [
-        f"{when}  preempted by {pod_label(view.preemptor)} on {victim.node or '?'} "
-        f"in {_header(view)}",
-        "  why: " + why_victim(view.decision, victim.victim, view.preemptor, victim.node),
+        f"{when}  {victim_heading(attempt, victim)}",
+        f"  in attempt {attempt.attempt} of {len(view.attempts)} of {view.preemption_id} "
+        f"(run {attempt.run_id})",
+        "  why: " + why_victim(attempt.decision, victim.victim, attempt.preemptor, victim.node),
     ]
-    reason = why_node(view.decision, view.preemptor)
+    reason = why_node(attempt.decision, attempt.preemptor)
     if reason:
         lines.append(f"  why {victim.node}: {reason}")
-    lines.append(f"  fate: {fate_phrase(view, victim)}")
-    lines.append(f"  preemption outcome: {outcome_phrase(view)}; {scheduling_phrase(view)}")
+    lines.append(f"  fate: {fate_phrase(attempt, victim)}")
+    lines.append(f"  attempt outcome: {outcome_phrase(attempt)}; {scheduling_phrase(attempt)}")
+    if attempt is not view.latest:
+        lines.append(f"  the preemption: {preemption_phrase(view)}")
+    if link is not None:
+        lines.append(f"  see {link(view.preemption_id, attempt.run_id)}")
+    return lines
+
+
+def parked_cause(view: PreemptionView) -> str:
+    """Why a parked preemption's latest attempt cannot be cured by retrying."""
+    latest = view.latest
+    return f"{latest.outcome}: {latest.cause}"
+
+
+def nomination_lines(attempt: AttemptView, decision: dict[str, Any]) -> list[str]:
+    """The nominations this attempt cleared, as the API server answered each write: a refused
+    clear is told as refused, never as done. A decision's list with no recorded write (an
+    attempt still running, or a ledger from before the writes were recorded) is told as
+    the decision's intent."""
+    writes = [
+        Write.from_json(event.payload)
+        for event in attempt.events
+        if event.kind == EventKind.NOMINATION_CLEARED
+    ]
+    if not writes:
+        planned = decision.get("nominatedPodsToClear") or []
+        return [f"nominations to clear: {', '.join(planned)}"] if planned else []
+    cleared = [w.pod or "?" for w in writes if w.error is None]
+    lines = [f"nominations cleared: {', '.join(cleared)}"] if cleared else []
+    lines.extend(
+        f"could not clear the nomination of {w.pod or '?'}: {w.error}"
+        for w in writes
+        if w.error is not None
+    )
     return lines

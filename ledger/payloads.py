@@ -147,14 +147,18 @@ class DeleteSent:
 class Ended:
     """`completed`, `dry_run`, `preemption_aborted`, `failed`: why the run ended (`reason`,
     or the `error` of a failure), and for `completed` after victims, whether the preemptor
-    was then scheduled."""
+    was then scheduled. A failure says whether retrying can cure it (`retryable`): one that
+    cannot (an RBAC denial) parks the pod until it changes or a person runs `retry`."""
 
     reason: str | None = None
     error: str | None = None
     preemptor_scheduled: bool | None = None
+    retryable: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         shown: dict[str, Any] = {}
+        if self.retryable is not None:
+            shown["retryable"] = self.retryable
         if self.preemptor_scheduled is not None:
             shown["preemptorScheduled"] = self.preemptor_scheduled
         if self.reason is not None:
@@ -166,10 +170,12 @@ class Ended:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Ended:
         scheduled = data.get("preemptorScheduled")
+        retryable = data.get("retryable")
         return cls(
             _text(data.get("reason")),
             _text(data.get("error")),
             None if scheduled is None else bool(scheduled),
+            None if retryable is None else bool(retryable),
         )
 
 

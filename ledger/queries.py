@@ -26,21 +26,38 @@ from preemptctl.preemption.decision import PodRef
 SEED_PAGE = 1000
 """Events read per step while looking for the newest matching preemptions."""
 
+PARKING_KINDS = frozenset({*kinds_ending_in(End.FAILED), *kinds_ending_in(End.UNSUPPORTED)})
+"""The ends that can park a preemption (a failure only when recorded non-retryable)."""
+
 
 @dataclass(frozen=True, slots=True)
 class HistoryQuery:
-    """What `preemptctl history` asks: every field narrows, `limit` caps the answer."""
+    """What `preemptctl history` asks: every field narrows, `limit` caps the answer.
+
+    The filters select preemptions, each shown with all its attempts: `pod`, `node` and
+    `since` match any attempt (the pod as preemptor or victim, an event on the node, activity
+    since then); `outcome` matches the latest attempt's outcome, what the preemption is now;
+    `parked` keeps preemptions parked per the ledger (their latest attempt ended
+    non-retryably: failed with `retryable` false, or unsupported)."""
 
     pod: tuple[str, str] | None = None
     node: str | None = None
     since: datetime | None = None
     outcome: End | None = None
     limit: int = 50
+    parked: bool = False
+
+    def admits(self, view: PreemptionView) -> bool:
+        """The filters judged on the folded view (the indexed reads only narrow)."""
+        if self.outcome is not None and view.outcome is not self.outcome:
+            return False
+        return not self.parked or view.parked
 
 
 @dataclass(frozen=True, slots=True)
 class PodStory:
-    """Everything the ledger knows about one pod name, newest preemption first."""
+    """Everything the ledger knows about one pod name, newest preemption first; as a victim,
+    one entry per attempt that chose it (`VictimView.attempt`), in attempt order."""
 
     namespace: str
     name: str
@@ -133,6 +150,8 @@ def _conditions(query: HistoryQuery) -> list[ColumnElement[bool]]:
         conditions.append(events.c.occurred_at >= query.since)
     if query.outcome is not None:
         conditions.append(events.c.kind.in_([k.value for k in kinds_ending_in(query.outcome)]))
+    if query.parked:
+        conditions.append(events.c.kind.in_([k.value for k in PARKING_KINDS]))
     return conditions
 
 
@@ -140,8 +159,9 @@ def history(engine: Engine, query: HistoryQuery) -> list[PreemptionView]:
     """The newest preemptions matching `query` (most recent activity first).
 
     Walks matching events newest first, a page at a time, collecting preemption IDs until
-    `limit` preemptions qualify. An outcome filter is checked on the folded view, because
-    a `failed` event followed by `retried` and `completed` is a completed preemption.
+    `limit` preemptions qualify. The outcome and parked filters are judged on the folded
+    view (`HistoryQuery.admits`), because a `failed` attempt followed by a completed one is
+    a completed preemption.
     """
     if query.limit <= 0:
         return []
@@ -165,11 +185,7 @@ def history(engine: Engine, query: HistoryQuery) -> list[PreemptionView]:
             while fresh and len(found) < query.limit:
                 chunk, fresh = fresh[: query.limit - len(found)], fresh[query.limit - len(found) :]
                 views = fold_preemptions(events_of(connection, chunk))
-                found.extend(
-                    views[pid]
-                    for pid in chunk
-                    if query.outcome is None or views[pid].outcome is query.outcome
-                )
+                found.extend(views[pid] for pid in chunk if query.admits(views[pid]))
             if len(page) < SEED_PAGE:
                 break
     return found[: query.limit]
@@ -225,9 +241,10 @@ def explain(engine: Engine, namespace: str, name: str, limit: int = 10) -> PodSt
     victim_stories = []
     for preemption_id in as_victim:
         view = views[preemption_id]
-        for victim in view.victims:
-            if (victim.victim.namespace, victim.victim.name) == (namespace, name):
-                victim_stories.append((view, victim))
+        for attempt in view.attempts:
+            for victim in attempt.victims:
+                if (victim.victim.namespace, victim.victim.name) == (namespace, name):
+                    victim_stories.append((view, victim))
     return PodStory(
         namespace=namespace,
         name=name,

@@ -1,4 +1,11 @@
-"""The per-preemption and per-victim views, folded from events and never stored.
+"""The per-attempt, per-preemption and per-victim views, folded from events and never stored.
+
+A preemption is one workflow ID; each run of it is one attempt, with its own start, end,
+outcome, duration, node, decision and victims, read from that run's events alone (a
+`retried` event belongs to the run it names as `newRunId`, the run it opens). Attempts are
+numbered from 1 in ledger order. A preemption's status and outcome are its latest
+attempt's; nothing is measured across runs, so a later aborted run never rewrites an
+earlier completed one.
 
 Pure functions over `RecordedEvent`s (no database here): the same fold serves `history`,
 `explain` and tests, and a view can never disagree with the events it came from, because
@@ -7,7 +14,7 @@ it is nothing but those events read in ledger order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -19,26 +26,39 @@ from preemptctl.ledger.payloads import Ended, Retried, Scheduled, VictimStep
 from preemptctl.ledger.vocabulary import END_OF_KIND, FATE_OF_KIND, End, Fate, kinds_ending_in
 from preemptctl.preemption.decision import PodRef
 
-__all__ = ["End", "Fate", "Outcome", "PreemptionView", "Status", "VictimView", "kinds_ending_in"]
+__all__ = [
+    "AttemptView",
+    "End",
+    "Fate",
+    "Link",
+    "Outcome",
+    "PreemptionView",
+    "Status",
+    "VictimView",
+    "kinds_ending_in",
+]
 
 Outcome = End
 """The old name of `End`, kept while the CLI still imports it from here."""
 
+Link = Callable[[str, str], str]
+"""Builds a direct link to one run (workflow ID, run ID), e.g. its Temporal UI page."""
+
 
 class Status(StrEnum):
-    """Where a preemption stands, read from its latest events."""
+    """Where an attempt (and so its preemption) stands, read from its latest events."""
 
     DECIDING = "deciding"  # events, but no decision yet
     HELD = "held"  # throttled by a rate budget
     PREEMPTING = "preempting"  # victims chosen, not all settled
     WAITING = "waiting"  # victims settled, preemptor not scheduled yet
     SCHEDULED = "scheduled"  # preemptor scheduled, run not closed yet
-    FINISHED = "finished"  # a terminal event, not followed by a retry
+    FINISHED = "finished"  # a terminal event
 
 
 @dataclass(frozen=True, slots=True)
 class VictimView:
-    """One victim of one preemption: who it was and what became of it."""
+    """One victim of one attempt: who it was and what became of it."""
 
     preemption_id: str
     victim: PodRef
@@ -55,6 +75,9 @@ class VictimView:
     # The DisruptionTarget condition this preemption set was removed when the run stopped
     # short of deleting the victim (`victim_unmarked`).
     unmarked: bool = False
+    # The attempt (run) this victim belongs to.
+    run_id: str = ""
+    attempt: int = 1
 
     def to_json(self) -> dict[str, Any]:
         """The victim as `history --json` prints it (camelCase, like the planner's JSON)."""
@@ -74,12 +97,12 @@ class VictimView:
 
 
 @dataclass(frozen=True, slots=True)
-class PreemptionView:
-    """One preemption (one workflow ID, any number of runs), as its events tell it."""
+class AttemptView:
+    """One run of a preemption, told by its own events only."""
 
     preemption_id: str
+    attempt: int  # 1-based, in ledger order
     run_id: str
-    runs: tuple[str, ...]
     preemptor: PodRef
     node: str | None
     status: Status
@@ -94,6 +117,16 @@ class PreemptionView:
     seconds_to_schedule: float | None
     error: str | None
     abort_reason: str | None
+    # Whether running it again can help: None while open, or when it completed; False for
+    # an `unsupported` end and a failure recorded non-retryable (an RBAC denial); None for a
+    # failure whose writer did not record it; True for every other end.
+    retryable: bool | None
+    # How it was started: None for the first attempt (or a later one whose `retried` event
+    # is not recorded yet); else "trigger" or "person", why, and after which run.
+    started_by: str | None
+    retry_reason: str | None
+    previous_run_id: str | None
+    previous_outcome: str | None
     events: tuple[RecordedEvent, ...]
 
     @property
@@ -102,16 +135,35 @@ class PreemptionView:
 
     @property
     def duration_seconds(self) -> float | None:
+        """From this run's first event to its end: never across runs."""
         if self.finished is None:
             return None
         return (self.finished - self.started).total_seconds()
 
-    def to_json(self) -> dict[str, Any]:
-        """One line of `history --json`; the events and full decision stay in the ledger."""
-        return {
+    @property
+    def parks(self) -> bool:
+        """It ended in a way retrying cannot cure: the worker parks the pod (RetryBook)."""
+        return self.outcome is not None and self.retryable is False
+
+    @property
+    def cause(self) -> str | None:
+        """Why it did not complete, in one phrase (None when it completed or is open)."""
+        if self.outcome is None or self.outcome is End.COMPLETED:
+            return None
+        if self.outcome is End.FAILED:
+            return self.error or "no error recorded"
+        if self.outcome is End.ABORTED:
+            return self.abort_reason or "no reason recorded"
+        message = (self.decision or {}).get("message")
+        return str(message) if message else str(self.outcome)
+
+    def to_json(self, attempts: int, link: Link | None = None) -> dict[str, Any]:
+        """One record of `history --json`; `attempts` is its preemption's total."""
+        shown: dict[str, Any] = {
             "preemptionId": self.preemption_id,
+            "attempt": self.attempt,
+            "attempts": attempts,
             "runId": self.run_id,
-            "runs": list(self.runs),
             "preemptor": self.preemptor.to_json(),
             "node": self.node,
             "status": str(self.status),
@@ -123,7 +175,60 @@ class PreemptionView:
             "scheduledAt": _iso(self.scheduled_at),
             "secondsToSchedule": self.seconds_to_schedule,
             "error": self.error,
+            "abortReason": self.abort_reason,
+            "retryable": self.retryable,
+            "startedBy": self.started_by,
+            "retryReason": self.retry_reason,
+            "previousRunId": self.previous_run_id,
+            "previousOutcome": self.previous_outcome,
         }
+        if link is not None:
+            shown["uiUrl"] = link(self.preemption_id, self.run_id)
+        return shown
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionView:
+    """One preemption (one workflow ID): its attempts in order, the latest one last."""
+
+    preemption_id: str
+    preemptor: PodRef
+    attempts: tuple[AttemptView, ...]
+    events: tuple[RecordedEvent, ...]
+
+    @property
+    def latest(self) -> AttemptView:
+        return self.attempts[-1]
+
+    @property
+    def run_id(self) -> str:
+        return self.latest.run_id
+
+    @property
+    def runs(self) -> tuple[str, ...]:
+        return tuple(attempt.run_id for attempt in self.attempts)
+
+    @property
+    def status(self) -> Status:
+        return self.latest.status
+
+    @property
+    def outcome(self) -> End | None:
+        return self.latest.outcome
+
+    @property
+    def started(self) -> datetime:
+        """When its first attempt started."""
+        return self.attempts[0].started
+
+    @property
+    def parked(self) -> bool:
+        """Parked per the ledger: the latest attempt ended non-retryably, none came after."""
+        return self.latest.parks
+
+    def to_json(self, link: Link | None = None) -> list[dict[str, Any]]:
+        """Its records of `history --json`: one per attempt, in order."""
+        return [attempt.to_json(len(self.attempts), link) for attempt in self.attempts]
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -145,12 +250,11 @@ def _fold_victims(
     decided_at: datetime | None,
     node: str | None,
     finished: bool,
+    attempt: int,
 ) -> tuple[VictimView, ...]:
-    """The latest decision's victims in its order, then any other pod something was done to.
-
-    A pod only chosen by an earlier run's decision, and left alone, is not a victim.
-    """
+    """The attempt's decision's victims in its order, then any other pod it did something to."""
     preemption_id, preemptor = ordered[0].preemption_id, ordered[-1].preemptor
+    run_id = _run_of(ordered[0])
     chosen: dict[str, PodRef] = {ref.uid: ref for ref in _victims_of(decision)}
     touched: dict[str, list[RecordedEvent]] = {}
     unmarked = {
@@ -185,31 +289,48 @@ def _fold_victims(
                 replaced_by_uid=step.replaced_by_uid if fate is Fate.REPLACED else None,
                 answer_lost=step.answer_lost and fate is Fate.DELETED,
                 unmarked=uid in unmarked,
+                run_id=run_id,
+                attempt=attempt,
             )
         )
     return tuple(views)
 
 
-def fold_preemption(events: Iterable[RecordedEvent]) -> PreemptionView:
-    """The view of one preemption from all of its events (any order; ledger order is used)."""
-    ordered = sorted(events, key=lambda e: e.id)
-    if not ordered:
-        raise ValueError("a preemption view needs at least one event")
-    if len({e.preemption_id for e in ordered}) != 1:
-        raise ValueError("events of several preemptions cannot fold into one view")
+def _run_of(recorded: RecordedEvent) -> str:
+    """The run an event tells about: its own, except that `retried` opens the new run."""
+    if recorded.kind is EventKind.RETRIED:
+        return Retried.from_json(recorded.payload).new_run_id or recorded.run_id
+    return recorded.run_id
 
-    runs: list[str] = []
+
+def _retryable(outcome: End | None, terminal: RecordedEvent | None) -> bool | None:
+    if outcome is None or outcome is End.COMPLETED:
+        return None
+    if outcome is End.UNSUPPORTED:
+        return False
+    if outcome is End.FAILED:
+        return None if terminal is None else Ended.from_json(terminal.payload).retryable
+    return True
+
+
+def fold_attempt(
+    events: Sequence[RecordedEvent], attempt: int, previous_run_id: str | None = None
+) -> AttemptView:
+    """The view of one run from its events, in ledger order: `attempt` is its number, and
+    `previous_run_id` the run before it in the ledger, for when its `retried` event (which
+    names that run itself) is not recorded."""
+    ordered = list(events)
+    run_id = _run_of(ordered[0])
     decision: dict[str, Any] | None = None
     decided_at: datetime | None = None
     outcome: End | None = None
-    finished_at: datetime | None = None
+    terminal: RecordedEvent | None = None
     nominated: str | None = None
     scheduled: RecordedEvent | None = None
     error: str | None = None
     abort_reason: str | None = None
+    retried: Retried | None = None
     for recorded in ordered:
-        if recorded.run_id not in runs:
-            runs.append(recorded.run_id)
         kind = recorded.kind
         if kind in DECISION_KINDS:
             decision, decided_at = recorded.payload, recorded.occurred_at
@@ -218,12 +339,9 @@ def fold_preemption(events: Iterable[RecordedEvent]) -> PreemptionView:
         if kind is EventKind.PREEMPTOR_SCHEDULED:
             scheduled = recorded
         if kind in TERMINAL_KINDS:
-            outcome, finished_at = END_OF_KIND[kind], recorded.occurred_at
+            outcome, terminal = END_OF_KIND[kind], recorded
         if kind is EventKind.RETRIED:
-            outcome, finished_at = None, None
-            new_run = Retried.from_json(recorded.payload).new_run_id
-            if new_run and new_run not in runs:
-                runs.append(new_run)
+            retried = Retried.from_json(recorded.payload)
         if kind is EventKind.FAILED:
             error = Ended.from_json(recorded.payload).error or error
         if kind is EventKind.VICTIM_FAILED:
@@ -234,7 +352,7 @@ def fold_preemption(events: Iterable[RecordedEvent]) -> PreemptionView:
     node = (decision or {}).get("nominatedNode") or nominated
     if node is None:
         node = next((e.node for e in ordered if e.node), None)
-    victims = _fold_victims(ordered, decision, decided_at, node, outcome is not None)
+    victims = _fold_victims(ordered, decision, decided_at, node, outcome is not None, attempt)
     seconds_to_schedule = None
     if scheduled is not None:
         given = Scheduled.from_json(scheduled.payload).seconds_since_decision
@@ -243,16 +361,16 @@ def fold_preemption(events: Iterable[RecordedEvent]) -> PreemptionView:
         elif decided_at is not None:
             seconds_to_schedule = (scheduled.occurred_at - decided_at).total_seconds()
 
-    return PreemptionView(
+    return AttemptView(
         preemption_id=ordered[0].preemption_id,
-        run_id=runs[-1],
-        runs=tuple(runs),
+        attempt=attempt,
+        run_id=run_id,
         preemptor=ordered[-1].preemptor,
         node=node,
         status=_status(ordered, decision, victims, scheduled, outcome),
         outcome=outcome,
         started=ordered[0].occurred_at,
-        finished=finished_at,
+        finished=terminal.occurred_at if terminal is not None else None,
         decided_at=decided_at,
         decision=decision,
         victims=victims,
@@ -261,6 +379,33 @@ def fold_preemption(events: Iterable[RecordedEvent]) -> PreemptionView:
         seconds_to_schedule=seconds_to_schedule,
         error=error,
         abort_reason=abort_reason,
+        retryable=_retryable(outcome, terminal),
+        started_by=retried.by if retried is not None else None,
+        retry_reason=retried.reason if retried is not None else None,
+        previous_run_id=(retried.previous_run_id if retried else None) or previous_run_id,
+        previous_outcome=retried.previous_outcome if retried is not None else None,
+        events=tuple(ordered),
+    )
+
+
+def fold_preemption(events: Iterable[RecordedEvent]) -> PreemptionView:
+    """The view of one preemption from all of its events (any order; ledger order is used)."""
+    ordered = sorted(events, key=lambda e: e.id)
+    if not ordered:
+        raise ValueError("a preemption view needs at least one event")
+    if len({e.preemption_id for e in ordered}) != 1:
+        raise ValueError("events of several preemptions cannot fold into one view")
+    by_run: dict[str, list[RecordedEvent]] = {}
+    for recorded in ordered:
+        by_run.setdefault(_run_of(recorded), []).append(recorded)
+    attempts: list[AttemptView] = []
+    for number, run_events in enumerate(by_run.values(), start=1):
+        previous = attempts[-1].run_id if attempts else None
+        attempts.append(fold_attempt(run_events, number, previous))
+    return PreemptionView(
+        preemption_id=ordered[0].preemption_id,
+        preemptor=ordered[-1].preemptor,
+        attempts=tuple(attempts),
         events=tuple(ordered),
     )
 

@@ -1,7 +1,13 @@
 """`preemptctl migrate`, `history` and `explain`: the audit ledger from a terminal.
 
-The database is `--database-url`, else `PREEMPT_DATABASE_URL`, else the embedded SQLite
-file (`ledger.engine.default_sqlite_path`). Every flag value is validated here rather than
+`history` groups each preemption's attempts (one per workflow run) under it; `--json`
+prints one record per attempt; `--parked` lists preemptions parked per the ledger. With a
+Temporal UI address (`--temporal-ui-url`, `PREEMPT_TEMPORAL_UI_URL` or the settings file,
+loaded as the worker loads them), `history` and `explain` print a link per attempt.
+
+The database is `--database-url`, else `PREEMPT_DATABASE_URL`, else (history and explain)
+the settings file's `database_url`, else the embedded SQLite file
+(`ledger.engine.default_sqlite_path`). Every flag value is validated here rather than
 by argparse `type=`/`choices=`, because argparse reports a bad value in two lines (usage
 and error) and the CLI promises one. A database that cannot be reached is exit 1 (a runtime
 failure); a URL, flag or schema that is wrong is exit 2 (the command line must change).
@@ -10,12 +16,14 @@ failure); a URL, flag or schema that is wrong is exit 2 (the command line must c
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import orjson
 import yaml
@@ -32,10 +40,20 @@ from preemptctl.ledger.engine import (
     translated_errors,
 )
 from preemptctl.ledger.errors import LedgerError, LedgerUnavailableError
-from preemptctl.ledger.narrative import format_seconds, format_time, preemptor_story, victim_story
+from preemptctl.ledger.narrative import (
+    format_seconds,
+    format_time,
+    parked_cause,
+    preemption_phrase,
+    preemptor_story,
+    victim_story,
+)
 from preemptctl.ledger.queries import HistoryQuery, explain, history
-from preemptctl.ledger.views import Outcome, PreemptionView
+from preemptctl.ledger.views import AttemptView, Link, Outcome, PreemptionView
 from preemptctl.worker.errors import Unavailable, UsageError, add_output_flag
+
+if TYPE_CHECKING:
+    from preemptctl.worker.config import Settings
 
 DEFAULT_HISTORY_LIMIT = 50
 DEFAULT_EXPLAIN_LIMIT = 10
@@ -45,6 +63,7 @@ HISTORY_FORMATS = ("table", "wide", "json", "yaml")
 _DURATION = re.compile(r"(?:\d+[smhdw])+")
 _DURATION_PART = re.compile(r"(\d+)([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+NOTHING_MATCHES = "no preemptions in the ledger match"
 
 
 def register(subparsers: Any) -> None:
@@ -58,8 +77,10 @@ def register(subparsers: Any) -> None:
 
     past = subparsers.add_parser(
         "history",
-        help="list recent preemptions from the ledger",
-        description="Recent preemptions, most recently active first.",
+        help="list recent preemptions and their attempts from the ledger",
+        description="Recent preemptions, most recently active first, each with its attempts "
+        "(one per workflow run) in order. --pod, --node and --since match any attempt; "
+        "--outcome matches the latest attempt's. -o json prints one record per attempt.",
     )
     past.add_argument("--pod", metavar="NAMESPACE/NAME", help="as preemptor or as victim")
     past.add_argument("--node", metavar="NODE", help="preemptions on this node")
@@ -67,7 +88,15 @@ def register(subparsers: Any) -> None:
         "--since", metavar="WHEN", help="a duration (30m, 2h, 1d12h) or an ISO 8601 time"
     )
     past.add_argument(
-        "--outcome", metavar="OUTCOME", help="one of: " + ", ".join(o.value for o in Outcome)
+        "--outcome",
+        metavar="OUTCOME",
+        help="the latest attempt's outcome, one of: " + ", ".join(o.value for o in Outcome),
+    )
+    past.add_argument(
+        "--parked",
+        action="store_true",
+        help="only preemptions parked per the ledger (their latest attempt ended "
+        "non-retryably), with the cause and the command that runs them again",
     )
     past.add_argument("--limit", metavar="N", help=f"at most N (default {DEFAULT_HISTORY_LIMIT})")
     add_output_flag(past, HISTORY_FORMATS, default="table")
@@ -79,13 +108,15 @@ def register(subparsers: Any) -> None:
         help="the same as -o json: one JSON object per line",
     )
     _database_flag(past)
+    _link_flags(past)
     past.set_defaults(handler=run_history)
 
     why = subparsers.add_parser(
         "explain",
         help="who preempted a pod and why, or what a preemptor did",
-        description="Tell a pod's preemptions in words: as victim (by whom, where, why) "
-        "and as preemptor (decision, victims' fates, scheduling).",
+        description="Tell a pod's preemptions in words: as victim (its fate, by whom, where, "
+        "why) and as preemptor (every attempt in order, what changed between them, each "
+        "decision, the victims' fates, scheduling).",
     )
     why.add_argument("pod", metavar="NAMESPACE/NAME")
     why.add_argument(
@@ -94,6 +125,7 @@ def register(subparsers: Any) -> None:
         help=f"newest N preemptions per role (default {DEFAULT_EXPLAIN_LIMIT})",
     )
     _database_flag(why)
+    _link_flags(why)
     why.set_defaults(handler=run_explain)
 
 
@@ -103,6 +135,43 @@ def _database_flag(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="ledger database (default: $PREEMPT_DATABASE_URL, else an embedded SQLite file)",
     )
+
+
+def _link_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="settings file (YAML; or $PREEMPT_CONFIG): its temporal_ui_url, "
+        "temporal_namespace and database_url are used",
+    )
+    parser.add_argument(
+        "--temporal-ui-url",
+        metavar="URL",
+        help="the Temporal UI, to print a link per attempt (default: $PREEMPT_TEMPORAL_UI_URL)",
+    )
+
+
+UI_URL_ENV = "PREEMPT_TEMPORAL_UI_URL"
+CONFIG_ENV = "PREEMPT_CONFIG"
+
+
+def _link_of(args: argparse.Namespace) -> Link | None:
+    """The UI link builder from the worker's settings, loaded as the worker loads them (the
+    ledger URL they name is used when --database-url is not given). Only when a UI address
+    or a settings file is given: loading the settings imports the Temporal client, which
+    would double the start-up time of every `history` that prints no link."""
+    wanted = (args.temporal_ui_url, args.config, os.environ.get(UI_URL_ENV))
+    if not any(wanted) and not os.environ.get(CONFIG_ENV):
+        return None
+    from preemptctl.worker.config import ConfigError, load_settings
+
+    try:
+        settings = load_settings(args.config, {"temporal_ui_url": args.temporal_ui_url})
+    except ConfigError as error:
+        raise UsageError(str(error)) from None
+    if not args.database_url and settings.database_url:
+        args.database_url = settings.database_url
+    return ui_link(settings)
 
 
 # -- flag values --------------------------------------------------------------------------------
@@ -218,39 +287,129 @@ def run_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-HISTORY_COLUMNS = ("STARTED", "PREEMPTOR", "NODE", "VICTIMS", "OUTCOME", "DURATION")
-WIDE_COLUMNS = (*HISTORY_COLUMNS, "RUNS", "SCHEDULED", "PREEMPTION")
+HISTORY_COLUMNS = ("PREEMPTOR / #", "STARTED", "NODE", "VICTIMS", "OUTCOME", "DURATION")
+WIDE_COLUMNS = (*HISTORY_COLUMNS, "STARTED BY", "SCHEDULED", "RUN")
 
 
-def history_row(view: PreemptionView) -> tuple[str, ...]:
+def ui_link(settings: Settings) -> Link | None:
+    """Links to a run's page in the Temporal UI, when its address is configured."""
+    if not settings.temporal_ui_url:
+        return None
+    base = settings.temporal_ui_url.rstrip("/")
+    namespace = quote(settings.temporal_namespace, safe="")
+
+    def link(workflow_id: str, run_id: str) -> str:
+        workflow = quote(workflow_id, safe="")
+        return (
+            f"{base}/namespaces/{namespace}/workflows/{workflow}/{quote(run_id, safe='')}/history"
+        )
+
+    return link
+
+
+def retry_command(view: PreemptionView) -> str:
+    return f"preemptctl retry {view.preemptor.key}"
+
+
+def attempt_row(attempt: AttemptView) -> tuple[str, ...]:
     return (
-        format_time(view.started),
-        view.preemptor.key,
-        view.node or "-",
-        str(view.victim_count),
-        str(view.outcome) if view.outcome is not None else str(view.status),
-        format_seconds(view.duration_seconds),
+        f"  #{attempt.attempt}",
+        format_time(attempt.started),
+        attempt.node or "-",
+        str(attempt.victim_count),
+        str(attempt.outcome) if attempt.outcome is not None else str(attempt.status),
+        format_seconds(attempt.duration_seconds),
     )
 
 
-def wide_row(view: PreemptionView) -> tuple[str, ...]:
-    """`-o wide`: the table's columns, then the runs, where the preemptor was scheduled, and
-    the preemption's ID (the Temporal workflow ID, to paste into the UI's search)."""
+def wide_row(attempt: AttemptView) -> tuple[str, ...]:
+    """`-o wide`: the table's columns, then who started the attempt, where the preemptor
+    was scheduled, and the run's ID."""
     return (
-        *history_row(view),
-        str(len(view.runs)),
-        view.scheduled_node or "-",
-        view.preemption_id,
+        *attempt_row(attempt),
+        attempt.started_by or "-",
+        attempt.scheduled_node or "-",
+        attempt.run_id,
     )
 
 
-def render_table(rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        + "\n"
-        for row in rows
-    )
+def preemption_header(view: PreemptionView) -> str:
+    """The line above a preemption's attempts: its ID (the Temporal workflow ID) and where
+    it stands now (its latest attempt), parked when that attempt cannot be retried as is."""
+    parked = ", parked" if view.parked else ""
+    return f"{view.preemption_id}: {preemption_phrase(view)}{parked}"
+
+
+def render_grouped(
+    views: Sequence[PreemptionView], columns: Sequence[str], wide: bool, link: Link | None
+) -> str:
+    """One header line per preemption (preemptor, ID, outcome), then one row per attempt,
+    the attempt rows aligned under one column header. With a `link`, `wide` gives each
+    attempt a UI column; the table prints one link per preemption, to its latest run."""
+    head = [*columns, *(("UI",) if link and wide else ())]
+    groups: list[tuple[PreemptionView, list[tuple[str, ...]]]] = []
+    for view in views:
+        rows = []
+        for attempt in view.attempts:
+            row = wide_row(attempt) if wide else attempt_row(attempt)
+            if link is not None and wide:
+                row = (*row, link(view.preemption_id, attempt.run_id))
+            rows.append(row)
+        groups.append((view, rows))
+    cells = [head, *(row for _, rows in groups for row in rows)]
+    first = max([*(len(c[0]) for c in cells), *(len(v.preemptor.key) for v in views)])
+    widths = [first, *(max(len(c[i]) for c in cells) for i in range(1, len(head)))]
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n"
+
+    out = [line(head)]
+    for view, rows in groups:
+        out.append(f"{view.preemptor.key.ljust(first)}  {preemption_header(view)}\n")
+        out.extend(line(row) for row in rows)
+        if link is not None and not wide:
+            out.append(f"{'  ui'.ljust(first)}  {link(view.preemption_id, view.run_id)}\n")
+    return "".join(out)
+
+
+def render_parked(views: Sequence[PreemptionView], link: Link | None) -> str:
+    """`history --parked`: per pod, since when, after how many attempts, the cause, and the
+    command that runs it again once the cause is fixed."""
+    blocks = []
+    for view in views:
+        count = len(view.attempts)
+        lines = [
+            f"{view.preemptor.key}  parked since {format_time(view.latest.finished)}, after "
+            f"{count} attempt{'' if count == 1 else 's'} ({view.preemption_id})",
+            f"  cause:  {parked_cause(view)}",
+            f"  retry:  {retry_command(view)}  (once the cause is fixed; --reason TEXT says how)",
+        ]
+        if link is not None:
+            lines.append(f"  see:    {link(view.preemption_id, view.run_id)}")
+        blocks.append("".join(f"{text}\n" for text in lines))
+    return "\n".join(blocks)
+
+
+def parked_record(view: PreemptionView, link: Link | None) -> dict[str, Any]:
+    """`history --parked -o json`: the parking attempt's record, with since, cause and the
+    command that runs it again."""
+    latest = view.latest
+    return {
+        **latest.to_json(len(view.attempts), link),
+        "parkedSince": latest.finished.isoformat() if latest.finished else None,
+        "cause": parked_cause(view),
+        "retryCommand": retry_command(view),
+    }
+
+
+def _print_records(records: Sequence[dict[str, Any]], output: str) -> None:
+    if output == "json":
+        for record in records:
+            sys.stdout.buffer.write(orjson.dumps(record) + b"\n")
+        sys.stdout.flush()
+        return
+    documents = [orjson.loads(orjson.dumps(record)) for record in records]
+    sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False) if documents else "")
 
 
 def run_history(args: argparse.Namespace) -> int:
@@ -260,42 +419,44 @@ def run_history(args: argparse.Namespace) -> int:
         since=parse_since(args.since, datetime.now(UTC)) if args.since else None,
         outcome=parse_outcome(args.outcome) if args.outcome else None,
         limit=parse_limit(args.limit, DEFAULT_HISTORY_LIMIT),
+        parked=args.parked,
     )
+    link = _link_of(args)
     with open_ledger(args) as engine:
         views = history(engine, query)
-    if args.output == "json":
-        for view in views:
-            sys.stdout.buffer.write(orjson.dumps(view.to_json()) + b"\n")
-        sys.stdout.flush()
-        return 0
-    if args.output == "yaml":
-        documents = [orjson.loads(orjson.dumps(view.to_json())) for view in views]
-        sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False) if documents else "")
+    if args.output in ("json", "yaml"):
+        if args.parked:
+            _print_records([parked_record(view, link) for view in views], args.output)
+        else:
+            _print_records([r for view in views for r in view.to_json(link)], args.output)
         return 0
     if not views:
-        print("no preemptions in the ledger match")
+        print("no parked preemptions in the ledger" if args.parked else NOTHING_MATCHES)
         return 0
-    if args.output == "wide":
-        sys.stdout.write(render_table([WIDE_COLUMNS, *(wide_row(v) for v in views)]))
+    if args.parked:
+        sys.stdout.write(render_parked(views, link))
         return 0
-    sys.stdout.write(render_table([HISTORY_COLUMNS, *(history_row(v) for v in views)]))
+    wide = args.output == "wide"
+    sys.stdout.write(render_grouped(views, WIDE_COLUMNS if wide else HISTORY_COLUMNS, wide, link))
     return 0
 
 
 def run_explain(args: argparse.Namespace) -> int:
     namespace, name = parse_pod(args.pod, "the pod")
     limit = parse_limit(args.limit, DEFAULT_EXPLAIN_LIMIT)
+    link = _link_of(args)
     with open_ledger(args) as engine:
         story = explain(engine, namespace, name, limit)
     if not story.known:
         raise UsageError(f"{namespace}/{name} is not in the ledger, as preemptor or as victim")
     blocks: list[list[str]] = []
     if story.as_victim:
-        blocks.append([f"{namespace}/{name} as a victim ({len(story.as_victim)}, newest first):"])
-        blocks.extend(victim_story(view, victim) for view, victim in story.as_victim)
+        count = len(story.as_victim)
+        blocks.append([f"{namespace}/{name} as a victim ({count}, newest preemption first):"])
+        blocks.extend(victim_story(view, victim, link) for view, victim in story.as_victim)
     if story.as_preemptor:
         count = len(story.as_preemptor)
         blocks.append([f"{namespace}/{name} as a preemptor ({count}, newest first):"])
-        blocks.extend(preemptor_story(view) for view in story.as_preemptor)
+        blocks.extend(preemptor_story(view, link) for view in story.as_preemptor)
     sys.stdout.write("\n".join("\n".join(block) + "\n" for block in blocks))
     return 0

@@ -7,6 +7,11 @@ history is its own (the failed run stays in the UI and in the ledger as the earl
 attempt), and its first step appends `retried` (by a person, why, after which run). The
 trigger loop notices the newer run and un-parks the pod.
 
+No trigger loop follows the new run at first (the worker's loop sees it at its next resync,
+within 30 s), so nobody signals it the moment its preemptor is bound: it is started polling
+the pod every `RETRY_POLL_SECONDS` instead of the trigger's 30 s, so its end, and the time
+to schedule the ledger records, trail the bind by seconds, not half a minute.
+
 It refuses, in one line and without starting anything, when there is nothing to retry: no
 preemption of that pod on record, a run still open, the preemptor gone (or replaced by a
 new pod under its name) or already bound to a node.
@@ -24,7 +29,12 @@ from urllib.parse import quote
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from preemptctl.activities.contracts import PreemptionRequest
@@ -35,9 +45,11 @@ from preemptctl.preemption.decision import PodRef
 from preemptctl.worker.config import ConfigError, Settings, load_settings
 from preemptctl.worker.errors import Unavailable, UsageError
 from preemptctl.worker.runtime import StartupError, TemporalUnreachableError, connect_temporal
+from preemptctl.workflows import search_attributes as sa
 from preemptctl.workflows.preemption import PreemptionWorkflow, workflow_id_for
 
 WORKFLOW_ID = re.compile(r"^preemption-[a-z0-9.-]+$")
+RETRY_POLL_SECONDS = 5.0  # how often a retried run looks whether its preemptor is bound
 
 
 def register(subparsers: Any) -> None:
@@ -110,13 +122,14 @@ async def retry(settings: Settings, target: str, reason: str, *, dry_run: bool) 
             f"{workflow_id} has a run still open ({description.run_id}): nothing to retry; "
             "wait for it, or cancel it in the Temporal UI first"
         )
-    previous = await _request_of(client, handle, description.run_id or "")
+    previous = await started_with(client, workflow_id, description.run_id or "")
     pod = previous.preemptor
     _refuse_if_done(kube, pod.namespace, pod.name, pod.uid)
     request = dataclasses.replace(
         previous,
         started_by="person",
         retry_reason=reason or "a person ran preemptctl retry",
+        scheduled_poll_seconds=min(previous.scheduled_poll_seconds, RETRY_POLL_SECONDS),
     )
     outcome: dict[str, Any] = {
         "preemptionId": workflow_id,
@@ -135,12 +148,29 @@ async def retry(settings: Settings, target: str, reason: str, *, dry_run: bool) 
         task_queue=description.task_queue or settings.task_queue,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        search_attributes=_search_attributes(request),
         static_summary=f"Preempt for {pod.key} (priority {pod.priority}), retried",
         static_details=f"Retried by a person after run {description.run_id}: {reason or '-'}",
     )
     outcome["runId"] = new.result_run_id
     outcome["link"] = _link(settings, workflow_id, new.result_run_id)
     return outcome
+
+
+def _search_attributes(request: PreemptionRequest) -> TypedSearchAttributes:
+    """The attributes a run started by the trigger carries from its start (worker/starter.py),
+    so `PreemptorPod = "ns/name"` in the UI finds the retried run too."""
+    pod = request.preemptor
+    if not request.search_attributes:
+        return TypedSearchAttributes([])
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(sa.PREEMPTOR_POD, pod.key),
+            SearchAttributePair(sa.PREEMPTOR_NAMESPACE, pod.namespace),
+            SearchAttributePair(sa.PREEMPTOR_UID, pod.uid),
+            SearchAttributePair(sa.PREEMPTION_PHASE, "selecting"),
+        ]
+    )
 
 
 async def _connect(settings: Settings) -> Client:
@@ -180,18 +210,16 @@ def _cluster(settings: Settings) -> KubeClient:
         raise Unavailable(f"cannot reach the cluster: {error}") from None
 
 
-async def _request_of(
-    client: Client, handle: WorkflowHandle[Any, Any], run_id: str
-) -> PreemptionRequest:
-    """The input the earlier run was started with (its first history event)."""
-    history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+async def started_with(client: Client, workflow_id: str, run_id: str) -> PreemptionRequest:
+    """The input a run was started with (its first history event)."""
+    history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
     for event in history.events:
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             payloads = event.workflow_execution_started_event_attributes.input.payloads
             (request,) = await client.data_converter.decode(payloads, [PreemptionRequest])
             if isinstance(request, PreemptionRequest):
                 return request
-    raise UsageError(f"{handle.id}: its history has no start event to retry from")
+    raise UsageError(f"{workflow_id}: its history has no start event to retry from")
 
 
 def _refuse_if_done(kube: KubeClient, namespace: str, name: str, uid: str) -> None:
@@ -213,7 +241,11 @@ def _refuse_if_done(kube: KubeClient, namespace: str, name: str, uid: str) -> No
 def _link(settings: Settings, workflow_id: str, run_id: str | None) -> str:
     """Where to look: the Temporal UI's page when its address is known, else the CLI."""
     if settings.temporal_ui_url:
-        base = settings.temporal_ui_url.rstrip("/")
-        path = f"/namespaces/{quote(settings.temporal_namespace)}/workflows/{quote(workflow_id)}"
-        return base + path + (f"/{run_id}/history" if run_id else "")
+        return ui_link(settings.temporal_ui_url, settings.temporal_namespace, workflow_id, run_id)
     return f"temporal workflow describe --workflow-id {workflow_id}"
+
+
+def ui_link(ui_url: str, namespace: str, workflow_id: str, run_id: str | None = None) -> str:
+    """The Temporal UI's page of a preemption: of one run, or (no `run_id`) of its latest."""
+    path = f"/namespaces/{quote(namespace)}/workflows/{quote(workflow_id)}"
+    return ui_url.rstrip("/") + path + (f"/{run_id}/history" if run_id else "")

@@ -15,9 +15,13 @@ from preemptctl.workflows.preemption import PreemptionResult, PreemptionWorkflow
 
 
 async def start_preemption(
-    client: Client, request: PreemptionRequest, *, task_queue: str
+    client: Client, request: PreemptionRequest, *, task_queue: str, eager: bool = False
 ) -> WorkflowHandle[PreemptionWorkflow, PreemptionResult]:
-    """Start the preemption of `request.preemptor`, or join the one already running for it."""
+    """Start the preemption of `request.preemptor`, or join the one already running for it.
+
+    `eager`: the caller runs a worker on `task_queue` with this same client (the trigger
+    loop does): the server may hand that worker the first workflow task in its answer to
+    the start, instead of through a poll. Without such a worker it starts as usual."""
     pod = request.preemptor
     attributes = TypedSearchAttributes(
         [
@@ -42,4 +46,5 @@ async def start_preemption(
             f"{request.reason}; strategy {request.strategy}"
             + ("; dry run" if request.dry_run else "")
         ),
+        request_eager_start=eager,
     )

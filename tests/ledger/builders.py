@@ -12,6 +12,7 @@ from typing import Any
 
 from preemptctl.ledger.events import LedgerEvent, RecordedEvent, decision_events
 from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.payloads import Ended, Retried, VictimStep
 from preemptctl.preemption.decision import (
     Decision,
     NodeVerdict,
@@ -104,13 +105,16 @@ def completed_preemption(
     node: str = "node-3",
     start: datetime = T0,
     outcome: EventKind = EventKind.COMPLETED,
+    run_id: str = "run-1",
 ) -> list[LedgerEvent]:
     """Decision, nomination, each victim marked and deleted, scheduled, then `outcome`."""
     at = start
     story = decision_events(
-        preemption_id, "run-1", preemptor, four_candidate_decision(preemptor, victims, node), at
+        preemption_id, run_id, preemptor, four_candidate_decision(preemptor, victims, node), at
     )
-    story.append(event(preemption_id, EventKind.NOMINATED, at, preemptor=preemptor, node=node))
+    story.append(
+        event(preemption_id, EventKind.NOMINATED, at, preemptor=preemptor, node=node, run_id=run_id)
+    )
     for victim in victims:
         at += timedelta(seconds=1)
         story.append(
@@ -121,6 +125,7 @@ def completed_preemption(
                 preemptor=preemptor,
                 node=node,
                 victim=victim,
+                run_id=run_id,
             )
         )
         at += timedelta(seconds=1)
@@ -132,6 +137,7 @@ def completed_preemption(
                 preemptor=preemptor,
                 node=node,
                 victim=victim,
+                run_id=run_id,
             )
         )
     at += timedelta(seconds=4)
@@ -143,10 +149,105 @@ def completed_preemption(
             preemptor=preemptor,
             node=node,
             payload={"secondsSinceDecision": (at - start).total_seconds()},
+            run_id=run_id,
         )
     )
     payload = {"error": "victim delete kept failing"} if outcome is EventKind.FAILED else {}
-    story.append(event(preemption_id, outcome, at, preemptor=preemptor, node=node, payload=payload))
+    story.append(
+        event(
+            preemption_id,
+            outcome,
+            at,
+            preemptor=preemptor,
+            node=node,
+            payload=payload,
+            run_id=run_id,
+        )
+    )
+    return story
+
+
+def retried(
+    preemption_id: str,
+    at: datetime,
+    *,
+    new_run: str,
+    previous_run: str,
+    previous_outcome: str | None = "failed",
+    by: str = "trigger",
+    reason: str = "",
+    preemptor: PodRef = API,
+) -> LedgerEvent:
+    """The `retried` event a new run appends before its decision (under its own run ID)."""
+    payload = Retried(new_run, previous_run, previous_outcome, by, reason or None)
+    return event(
+        preemption_id,
+        EventKind.RETRIED,
+        at,
+        preemptor=preemptor,
+        node=None,
+        payload=payload.to_json(),
+        run_id=new_run,
+    )
+
+
+def failed_attempt(
+    preemption_id: str = "preempt-uid-api-0",
+    *,
+    run_id: str = "run-1",
+    preemptor: PodRef = API,
+    victims: Sequence[PodRef] = (BATCH_7, BATCH_8),
+    node: str = "node-3",
+    start: datetime = T0,
+    error: str = 'pods "batch-7" is forbidden: cannot delete (403 Forbidden)',
+    retryable: bool | None = False,
+) -> list[LedgerEvent]:
+    """Decision; the first victim marked, its delete refused, then unmarked; the others
+    spared; then `failed` with `error` and `retryable`, 2 s after `start`."""
+    first, at = victims[0], start + timedelta(seconds=1)
+    story = decision_events(
+        preemption_id, run_id, preemptor, four_candidate_decision(preemptor, victims, node), start
+    )
+    story += [
+        event(
+            preemption_id,
+            EventKind.VICTIM_MARKED,
+            at,
+            victim=first,
+            node=node,
+            preemptor=preemptor,
+            run_id=run_id,
+        ),
+        event(
+            preemption_id,
+            EventKind.VICTIM_FAILED,
+            at,
+            victim=first,
+            node=node,
+            preemptor=preemptor,
+            payload=VictimStep(error=error).to_json(),
+            run_id=run_id,
+        ),
+        event(
+            preemption_id,
+            EventKind.VICTIM_UNMARKED,
+            at,
+            victim=first,
+            node=node,
+            preemptor=preemptor,
+            payload=VictimStep(message="DisruptionTarget removed").to_json(),
+            run_id=run_id,
+        ),
+        event(
+            preemption_id,
+            EventKind.FAILED,
+            start + timedelta(seconds=2),
+            preemptor=preemptor,
+            node=node,
+            payload=Ended(error=error, retryable=retryable).to_json(),
+            run_id=run_id,
+        ),
+    ]
     return story
 
 

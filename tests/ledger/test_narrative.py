@@ -9,6 +9,14 @@ Scenarios:
 - PDB violations are part of a victim's explanation when there were any
 - each victim fate reads as what happened, with its delay after the decision
 - durations read at a glance
+- a preemption is told attempt by attempt, in order, the failed one too, each with how it
+  was started, what changed since the one before, and a link when one is given
+- what changed between attempts: the node, victims added and dropped (with their fate in
+  the earlier attempt), a victim gone or replaced since, the error gone, the same or a
+  different error; and "the same node and victims" when those did not change
+- a victim's entry is headed by its fate (deleted, spared, failed, already gone, replaced
+  by its new UID, marked, chosen), with the attempt it belongs to
+- a later attempt without its `retried` event says so
 """
 
 from __future__ import annotations
@@ -17,20 +25,37 @@ from datetime import timedelta
 
 import pytest
 
-from preemptctl.ledger.events import decision_events
+from preemptctl.ledger.events import LedgerEvent, decision_events
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.narrative import fate_phrase, format_seconds, why_node, why_victim
-from preemptctl.ledger.views import fold_preemption
-from preemptctl.preemption.decision import Decision, Rationale, Strategy, Verdict
+from preemptctl.ledger.narrative import (
+    fate_phrase,
+    format_seconds,
+    how_started,
+    preemptor_story,
+    victim_heading,
+    victim_story,
+    what_changed,
+    why_node,
+    why_victim,
+)
+from preemptctl.ledger.views import AttemptView, fold_preemption
+from preemptctl.preemption.decision import Decision, PodRef, Rationale, Strategy, Verdict
 from tests.ledger.builders import (
     API,
     BATCH_7,
     BATCH_8,
     T0,
+    completed_preemption,
     event,
+    failed_attempt,
     four_candidate_decision,
     recorded,
+    retried,
 )
+
+P = "p-1"
+WEB_9 = PodRef("default", "web-9", "uid-web-9", 10)
+DENIED = 'pods "batch-7" is forbidden: cannot delete (403 Forbidden)'
 
 
 def test_the_node_chosen_by_a_criterion_among_candidates() -> None:
@@ -117,7 +142,7 @@ def test_pdb_violations_are_part_of_the_explanation() -> None:
         (
             EventKind.VICTIM_FAILED,
             {"error": "403 Forbidden"},
-            "could not be preempted at 2026-11-21 12:00:03Z: 403 Forbidden",
+            "failed at 2026-11-21 12:00:03Z: 403 Forbidden",
         ),
         (EventKind.VICTIM_MARKED, {}, "marked with a DisruptionTarget condition, not deleted yet"),
     ],
@@ -129,8 +154,8 @@ def test_each_fate_reads_as_what_happened(
         *decision_events("p", "r", API, four_candidate_decision(), T0),
         event("p", kind, T0 + timedelta(seconds=3), victim=BATCH_7, payload=payload, run_id="r"),
     ]
-    view = fold_preemption(recorded(story))
-    assert fate_phrase(view, view.victims[0]) == phrase
+    attempt = fold_preemption(recorded(story)).latest
+    assert fate_phrase(attempt, attempt.victims[0]) == phrase
 
 
 @pytest.mark.parametrize(
@@ -139,3 +164,211 @@ def test_each_fate_reads_as_what_happened(
 )
 def test_durations_read_at_a_glance(seconds: float | None, shown: str) -> None:
     assert format_seconds(seconds) == shown
+
+
+def _two_attempts(second: list[LedgerEvent] | None = None) -> tuple[AttemptView, AttemptView]:
+    """Attempt 1 failed on a refused delete; attempt 2 (`second`, else completed on the same
+    node with the same victims), retried by a person a minute later."""
+    later = T0 + timedelta(minutes=1)
+    story = [
+        *failed_attempt(P),
+        retried(P, later, new_run="run-2", previous_run="run-1", by="person", reason="fixed"),
+        *(second or completed_preemption(P, start=later, run_id="run-2")),
+    ]
+    first, latest = fold_preemption(recorded(story)).attempts
+    return first, latest
+
+
+def test_a_preemption_is_told_attempt_by_attempt() -> None:
+    later = T0 + timedelta(minutes=1)
+    story = [
+        *failed_attempt(P),
+        retried(P, later, new_run="run-2", previous_run="run-1", by="person", reason="fixed"),
+        *completed_preemption(P, start=later, run_id="run-2"),
+    ]
+    lines = preemptor_story(fold_preemption(recorded(story)), lambda w, r: f"ui/{w}/{r}")
+    assert lines[0] == "2026-11-21 12:00:00Z  p-1: completed after 2 attempts"
+    headers = [line for line in lines if line.startswith("  attempt")]
+    assert headers == [
+        f"  attempt 1 at 2026-11-21 12:00:00Z, run run-1: failed: {DENIED} (not retryable: "
+        "the cause must be fixed first), took 2.0s",
+        "  attempt 2 at 2026-11-21 12:01:00Z, run run-2: completed, took 8.0s",
+    ]
+    second = lines[lines.index(headers[1]) :]
+    assert second[1:3] == [
+        "    retried by a person (preemptctl retry) after run run-1 (failed): fixed",
+        "    changed since attempt 1: the same node and victims; attempt 1's error is gone",
+    ]
+    assert "    why node-3: as in attempt 1" in second
+    assert "    see ui/p-1/run-1" in lines and lines[-1] == "    see ui/p-1/run-2"
+
+
+def _other_decision(*victims: PodRef, node: str = "node-1") -> list[LedgerEvent]:
+    later = T0 + timedelta(minutes=1)
+    return decision_events(P, "run-2", API, four_candidate_decision(API, victims, node), later)
+
+
+@pytest.mark.parametrize(
+    ("second", "changes"),
+    [
+        (
+            _other_decision(BATCH_8, node="node-1"),
+            [
+                "node node-1 instead of node-3",
+                "victims dropped: default/batch-7 (failed in attempt 1)",
+            ],
+        ),
+        (
+            _other_decision(BATCH_7, BATCH_8, WEB_9),
+            [
+                "node node-1 instead of node-3",
+                "victims added: default/web-9",
+            ],
+        ),
+        (
+            [
+                *_other_decision(BATCH_7, BATCH_8, node="node-3"),
+                event(P, EventKind.VICTIM_ALREADY_GONE, T0, victim=BATCH_7, run_id="run-2"),
+                event(
+                    P,
+                    EventKind.VICTIM_REPLACED,
+                    T0,
+                    victim=BATCH_8,
+                    payload={"replacedByUid": "uid-new"},
+                    run_id="run-2",
+                ),
+            ],
+            [
+                "the same node and victims",
+                "default/batch-7 was already gone this time",
+                "default/batch-8 had been replaced by uid uid-new",
+            ],
+        ),
+        (
+            [
+                *_other_decision(BATCH_7, BATCH_8, node="node-3"),
+                event(P, EventKind.FAILED, T0, payload={"error": "etcd timeout"}, run_id="run-2"),
+            ],
+            ["the same node and victims", "a different error from attempt 1's"],
+        ),
+    ],
+    ids=["node-and-dropped", "added", "gone-and-replaced", "different-error"],
+)
+def test_what_changed_between_attempts(second: list[LedgerEvent], changes: list[str]) -> None:
+    assert what_changed(*_two_attempts(second)) == changes
+
+
+def test_a_deleted_victim_not_needed_again_is_dropped_as_deleted() -> None:
+    first = completed_preemption(P, victims=[BATCH_7])
+    story = [
+        *first,
+        *decision_events(P, "run-2", API, four_candidate_decision(victims=[BATCH_8]), T0),
+    ]
+    before, after = fold_preemption(recorded(story)).attempts
+    assert what_changed(before, after) == [
+        "victims added: default/batch-8",
+        "victims dropped: default/batch-7 (deleted by attempt 1)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload", "heading"),
+    [
+        (EventKind.VICTIM_DELETED, {}, "deleted by the preemption for {by} on node-3"),
+        (
+            EventKind.VICTIM_FAILED,
+            {"error": "403"},
+            "failed: the preemption for {by} on node-3 could not delete it",
+        ),
+        (
+            EventKind.VICTIM_ALREADY_GONE,
+            {},
+            "already gone: chosen by the preemption for {by} on node-3, but something else "
+            "removed it first",
+        ),
+        (
+            EventKind.VICTIM_REPLACED,
+            {"replacedByUid": "uid-new"},
+            "replaced by uid uid-new: chosen by the preemption for {by} on node-3, its name now "
+            "belongs to another pod",
+        ),
+        (
+            EventKind.VICTIM_MARKED,
+            {},
+            "marked for deletion by the preemption for {by} on node-3, not deleted yet",
+        ),
+        (
+            EventKind.VICTIM_CHOSEN,
+            {},
+            "chosen by the preemption for {by} on node-3, not touched yet",
+        ),
+    ],
+)
+def test_a_victims_entry_is_headed_by_its_fate(
+    kind: EventKind, payload: dict[str, object], heading: str
+) -> None:
+    story = [
+        *decision_events(P, "r", API, four_candidate_decision(), T0),
+        event(P, kind, T0, victim=BATCH_7, payload=payload, run_id="r"),
+    ]
+    attempt = fold_preemption(recorded(story)).latest
+    by = "prod/api-0 (priority 1000)"
+    assert victim_heading(attempt, attempt.victims[0]) == heading.format(by=by)
+
+
+def test_a_spared_victims_story_names_its_attempt_and_the_preemptions_end() -> None:
+    later = T0 + timedelta(minutes=1)
+    story = [
+        *failed_attempt(P),
+        retried(P, later, new_run="run-2", previous_run="run-1"),
+        *completed_preemption(P, start=later, run_id="run-2", victims=[BATCH_7]),
+    ]
+    view = fold_preemption(recorded(story))
+    spared = view.attempts[0].victims[1]
+    lines = victim_story(view, spared, lambda w, r: f"ui/{w}/{r}")
+    assert lines[:2] == [
+        "2026-11-21 12:00:00Z  spared: chosen by the preemption for prod/api-0 (priority 1000) "
+        "on node-3, which ended before deleting it",
+        "  in attempt 1 of 2 of p-1 (run run-1)",
+    ]
+    assert "  fate: spared: the attempt ended (failed) before touching it" in lines
+    assert lines[-2:] == ["  the preemption: completed after 2 attempts", "  see ui/p-1/run-1"]
+
+
+def test_a_later_attempt_without_its_retried_event_says_so() -> None:
+    story = [*failed_attempt(P), *completed_preemption(P, run_id="run-2")]
+    second = fold_preemption(recorded(story)).attempts[1]
+    assert how_started(second) == (
+        "started after run run-1; its `retried` event is not recorded (yet)"
+    )
+
+
+def test_the_trigger_retrying_says_so() -> None:
+    _, second = _two_attempts()
+    assert (
+        how_started(second)
+        == "retried by a person (preemptctl retry) after run run-1 (failed): fixed"
+    )
+
+
+def test_a_refused_nomination_clear_is_told_as_refused_not_as_done() -> None:
+    story = [
+        *completed_preemption(P),
+        event(
+            P,
+            EventKind.NOMINATION_CLEARED,
+            T0,
+            payload={"pod": "default/report-x", "uid": "u-x", "error": "403 Forbidden: patch"},
+            step="clear-report-x",
+        ),
+        event(
+            P,
+            EventKind.NOMINATION_CLEARED,
+            T0,
+            payload={"pod": "default/report-y", "uid": "u-y", "verdict": "cleared"},
+            step="clear-report-y",
+        ),
+    ]
+    lines = preemptor_story(fold_preemption(recorded(story)))
+    assert "    nominations cleared: default/report-y" in lines
+    assert "    could not clear the nomination of default/report-x: 403 Forbidden: patch" in lines

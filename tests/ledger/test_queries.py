@@ -7,11 +7,15 @@ Scenarios:
 - history --since keeps preemptions active since then
 - history --outcome keeps preemptions whose final outcome it is (a failure later retried
   and completed is completed)
+- history --parked keeps preemptions whose latest attempt ended non-retryably (failed with
+  retryable false, or unsupported), not one retried since, not a retryable failure
+- history --node and --pod match any attempt; each preemption comes with all its attempts
 - history --limit caps the answer
 - history pages through more events than one read returns
 - filters combine
 - explain finds a pod as victim, with the preemption that took it
 - explain finds a pod as preemptor, with each of its preemptions
+- explain finds a victim once per attempt that chose it
 - explain finds a victim the dry run only chose
 - explain of a pod the ledger never saw knows nothing
 - history works on SQLite too
@@ -41,7 +45,9 @@ from tests.ledger.builders import (
     T0,
     completed_preemption,
     event,
+    failed_attempt,
     four_candidate_decision,
+    retried,
 )
 
 WEB = PodRef("prod", "web-1", "uid-web-1", 900)
@@ -112,6 +118,43 @@ def test_history_by_outcome_judges_the_final_outcome(pg_engine: Engine) -> None:
     assert _ids(pg_engine, HistoryQuery(outcome=End.COMPLETED)) == ["p-1"]
 
 
+def test_history_parked(pg_engine: Engine) -> None:
+    later = T0 + timedelta(minutes=5)
+    append_batch(pg_engine, failed_attempt("p-denied", start=T0))
+    append_batch(pg_engine, failed_attempt("p-flaky", start=T0, preemptor=WEB, retryable=True))
+    append_batch(
+        pg_engine,
+        [
+            *failed_attempt("p-fixed", preemptor=LOW, start=T0),
+            retried("p-fixed", later, new_run="run-2", previous_run="run-1", preemptor=LOW),
+        ],
+    )
+    unsupported = decision_events(
+        "p-dra", "run-1", WEB, four_candidate_decision(WEB), later, kind=EventKind.UNSUPPORTED
+    )
+    append_batch(pg_engine, unsupported)
+    assert _ids(pg_engine, HistoryQuery(parked=True)) == ["p-dra", "p-denied"]
+    assert _ids(pg_engine, HistoryQuery(parked=True, pod=("prod", "api-0"))) == ["p-denied"]
+
+
+def test_history_matches_any_attempt_and_brings_them_all(pg_engine: Engine) -> None:
+    later = T0 + timedelta(minutes=5)
+    append_batch(
+        pg_engine,
+        [
+            *failed_attempt("p-1", node="node-1", victims=[LOW]),
+            retried("p-1", later, new_run="run-2", previous_run="run-1"),
+            *completed_preemption("p-1", start=later, run_id="run-2"),
+        ],
+    )
+    (view,) = history(pg_engine, HistoryQuery(node="node-1"))
+    assert [(a.attempt, a.node, a.outcome) for a in view.attempts] == [
+        (1, "node-1", End.FAILED),
+        (2, "node-3", End.COMPLETED),
+    ]
+    assert _ids(pg_engine, HistoryQuery(pod=("default", "low-1"))) == ["p-1"]
+
+
 def test_history_limit(three_preemptions: Engine) -> None:
     assert _ids(three_preemptions, HistoryQuery(limit=2)) == ["p-api-second", "p-web"]
 
@@ -143,6 +186,23 @@ def test_explain_a_preemptor(three_preemptions: Engine) -> None:
     story = explain(three_preemptions, "prod", "api-0")
     assert [v.preemption_id for v in story.as_preemptor] == ["p-api-second", "p-api-first"]
     assert story.as_victim == ()
+
+
+def test_explain_finds_a_victim_once_per_attempt(pg_engine: Engine) -> None:
+    later = T0 + timedelta(minutes=5)
+    append_batch(
+        pg_engine,
+        [
+            *failed_attempt("p-1"),
+            retried("p-1", later, new_run="run-2", previous_run="run-1"),
+            *completed_preemption("p-1", start=later, run_id="run-2"),
+        ],
+    )
+    stories = explain(pg_engine, "default", "batch-7").as_victim
+    assert [(v.attempt, v.run_id, v.fate) for _, v in stories] == [
+        (1, "run-1", Fate.FAILED),
+        (2, "run-2", Fate.DELETED),
+    ]
 
 
 def test_explain_finds_a_victim_only_chosen_by_a_dry_run(pg_engine: Engine) -> None:

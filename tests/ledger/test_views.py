@@ -1,6 +1,18 @@
-"""The per-preemption and per-victim views, folded from events alone (no database).
+"""The per-attempt, per-preemption and per-victim views, folded from events alone (no database).
 
 Scenarios:
+- each run is one attempt, numbered in ledger order; the preemption's status and outcome
+  are its latest attempt's
+- two runs, failed then completed: two attempts, each with its own start, end and
+  duration; the second retried by a person, with the reason and the run it followed
+- a later aborted run does not rewrite an earlier completed attempt
+- a `retried` event belongs to the run it opens, even when written under the old run's ID
+- a later run without its `retried` event still says which run it followed
+- `history --json` is one record per attempt, with the preemption's ID and the attempt's
+  number, total, runId, cause, retryable and how it was started (and a UI link when given)
+- parked: a latest attempt that failed non-retryably, or ended unsupported; not a
+  retryable failure, not one whose writer recorded nothing, not once a new attempt opened
+- each attempt's victims are its own
 - a completed preemption: node, victims deleted, scheduling delay, duration, outcome
 - each victim's fate follows its latest event
 - a delete's intent (`victim_delete_sent`) is not a fate; a deletion whose answer was lost
@@ -9,7 +21,6 @@ Scenarios:
 - victims settled but preemptor not scheduled yet: waiting
 - a throttled preemption is held
 - a failed run followed by a retry is in progress again, and lists both runs
-- a retried preemption that completes is completed, not failed
 - an aborted preemption spares the victims it never touched
 - an aborted preemption spares a victim it marked but did not delete, and says when its
   DisruptionTarget condition was removed
@@ -38,8 +49,10 @@ from tests.ledger.builders import (
     T0,
     completed_preemption,
     event,
+    failed_attempt,
     four_candidate_decision,
     recorded,
+    retried,
     unschedulable_decision,
 )
 
@@ -52,14 +65,17 @@ def _decided(decision: dict[str, Any] | None = None) -> list[LedgerEvent]:
 
 def test_a_completed_preemption() -> None:
     view = fold_preemption(recorded(completed_preemption(P)))
-    assert (view.status, view.outcome, view.node) == (Status.FINISHED, End.COMPLETED, "node-3")
-    assert [(v.victim, v.fate) for v in view.victims] == [
+    (attempt,) = view.attempts
+    assert (view.status, view.outcome, attempt.node) == (Status.FINISHED, End.COMPLETED, "node-3")
+    assert [(v.victim, v.fate) for v in attempt.victims] == [
         (BATCH_7, Fate.DELETED),
         (BATCH_8, Fate.DELETED),
     ]
-    assert view.seconds_to_schedule == 8.0
-    assert view.duration_seconds == 8.0
-    assert view.victim_count == 2
+    assert attempt.seconds_to_schedule == 8.0
+    assert attempt.duration_seconds == 8.0
+    assert attempt.victim_count == 2
+    assert (attempt.attempt, attempt.started_by, attempt.previous_run_id) == (1, None, None)
+    assert attempt.retryable is None
 
 
 def test_a_victims_fate_follows_its_latest_event() -> None:
@@ -69,7 +85,7 @@ def test_a_victims_fate_follows_its_latest_event() -> None:
         event(P, EventKind.VICTIM_ALREADY_GONE, T0 + timedelta(seconds=2), victim=BATCH_7),
         event(P, EventKind.VICTIM_REPLACED, T0, victim=BATCH_8, payload={"replacedByUid": "new"}),
     ]
-    gone, replaced = fold_preemption(recorded(story)).victims
+    gone, replaced = fold_preemption(recorded(story)).latest.victims
     assert (gone.fate, gone.settled_at) == (Fate.ALREADY_GONE, T0 + timedelta(seconds=2))
     assert (replaced.fate, replaced.replaced_by_uid) == (Fate.REPLACED, "new")
 
@@ -81,7 +97,7 @@ def test_a_delete_intent_is_not_a_fate_and_a_lost_answer_is_still_a_deletion() -
         event(P, EventKind.VICTIM_DELETE_SENT, T0, victim=BATCH_8, payload={"eviction": False}),
         event(P, EventKind.VICTIM_DELETED, T0, victim=BATCH_8, payload={"answerLost": True}),
     ]
-    sent, deleted = fold_preemption(recorded(story)).victims
+    sent, deleted = fold_preemption(recorded(story)).latest.victims
     assert sent.fate is Fate.CHOSEN
     assert (deleted.fate, deleted.answer_lost) == (Fate.DELETED, True)
     assert deleted.to_json()["answerLost"] is True
@@ -90,8 +106,8 @@ def test_a_delete_intent_is_not_a_fate_and_a_lost_answer_is_still_a_deletion() -
 def test_victims_not_all_settled_means_preempting() -> None:
     story = [*_decided(), event(P, EventKind.VICTIM_DELETED, T0, victim=BATCH_7)]
     view = fold_preemption(recorded(story))
-    assert (view.status, view.outcome, view.finished) == (Status.PREEMPTING, None, None)
-    assert [v.fate for v in view.victims] == [Fate.DELETED, Fate.CHOSEN]
+    assert (view.status, view.outcome, view.latest.finished) == (Status.PREEMPTING, None, None)
+    assert [v.fate for v in view.latest.victims] == [Fate.DELETED, Fate.CHOSEN]
 
 
 def test_victims_settled_and_preemptor_unscheduled_means_waiting() -> None:
@@ -115,22 +131,11 @@ def test_a_retry_after_a_failure_reopens_the_preemption() -> None:
     ]
     view = fold_preemption(recorded(story))
     assert (view.status, view.outcome, view.runs, view.run_id) == (
-        Status.PREEMPTING,
+        Status.DECIDING,
         None,
         ("run-1", "run-2"),
         "run-2",
     )
-
-
-def test_a_retried_preemption_that_completes_is_completed() -> None:
-    story = [
-        *_decided(),
-        event(P, EventKind.FAILED, T0),
-        event(P, EventKind.RETRIED, T0, payload={"newRunId": "run-2"}),
-        event(P, EventKind.COMPLETED, T0 + timedelta(seconds=30), run_id="run-2"),
-    ]
-    view = fold_preemption(recorded(story))
-    assert (view.outcome, view.duration_seconds) == (End.COMPLETED, 30.0)
 
 
 def test_an_aborted_preemption_spares_untouched_victims() -> None:
@@ -139,9 +144,9 @@ def test_an_aborted_preemption_spares_untouched_victims() -> None:
         event(P, EventKind.VICTIM_DELETED, T0, victim=BATCH_7),
         event(P, EventKind.PREEMPTION_ABORTED, T0, payload={"reason": "preemptor gone"}),
     ]
-    view = fold_preemption(recorded(story))
-    assert (view.outcome, view.abort_reason) == (End.ABORTED, "preemptor gone")
-    assert [v.fate for v in view.victims] == [Fate.DELETED, Fate.SPARED]
+    attempt = fold_preemption(recorded(story)).latest
+    assert (attempt.outcome, attempt.abort_reason) == (End.ABORTED, "preemptor gone")
+    assert [v.fate for v in attempt.victims] == [Fate.DELETED, Fate.SPARED]
 
 
 def test_a_marked_victim_of_an_aborted_preemption_is_spared_and_unmarked() -> None:
@@ -152,7 +157,7 @@ def test_a_marked_victim_of_an_aborted_preemption_is_spared_and_unmarked() -> No
         event(P, EventKind.VICTIM_UNMARKED, T0, victim=BATCH_7, payload={"message": "removed"}),
         event(P, EventKind.PREEMPTION_ABORTED, T0, payload={"reason": "the preemptor is gone"}),
     ]
-    first, second = fold_preemption(recorded(story)).victims
+    first, second = fold_preemption(recorded(story)).latest.victims
     assert (first.fate, first.unmarked) == (Fate.SPARED, True)
     assert (second.fate, second.unmarked) == (Fate.SPARED, False)
     assert first.to_json()["unmarked"] is True
@@ -161,18 +166,20 @@ def test_a_marked_victim_of_an_aborted_preemption_is_spared_and_unmarked() -> No
 def test_a_dry_run_spares_every_victim() -> None:
     view = fold_preemption(recorded([*_decided(), event(P, EventKind.DRY_RUN, T0)]))
     assert view.outcome is End.DRY_RUN
-    assert [v.fate for v in view.victims] == [Fate.SPARED, Fate.SPARED]
+    assert [v.fate for v in view.latest.victims] == [Fate.SPARED, Fate.SPARED]
 
 
 def test_no_candidate_finishes_without_a_node() -> None:
     view = fold_preemption(recorded(_decided(unschedulable_decision())))
-    assert (view.outcome, view.node, view.victims) == (End.NO_CANDIDATE, None, ())
+    assert (view.outcome, view.latest.node, view.latest.victims) == (End.NO_CANDIDATE, None, ())
 
 
-def test_a_pod_only_an_earlier_run_chose_is_not_a_victim() -> None:
+def test_each_attempts_victims_are_its_own() -> None:
     second = decision_events(P, "run-2", API, four_candidate_decision(victims=[BATCH_8]), T0)
     story = [*_decided(), event(P, EventKind.RETRIED, T0, payload={"newRunId": "run-2"}), *second]
-    assert [v.victim for v in fold_preemption(recorded(story)).victims] == [BATCH_8]
+    first, latest = fold_preemption(recorded(story)).attempts
+    assert [v.victim for v in first.victims] == [BATCH_7, BATCH_8]
+    assert [(v.victim, v.attempt, v.run_id) for v in latest.victims] == [(BATCH_8, 2, "run-2")]
 
 
 def test_the_ledger_order_decides_not_the_argument_order() -> None:
@@ -184,3 +191,179 @@ def test_one_view_cannot_fold_several_preemptions() -> None:
     mixed = recorded([event("a", EventKind.NOMINATED, T0), event("b", EventKind.NOMINATED, T0)])
     with pytest.raises(ValueError, match="several preemptions"):
         fold_preemption(mixed)
+
+
+# -- attempts ------------------------------------------------------------------------------
+
+FIXED = "RBAC granted"
+
+
+def _failed_then_completed() -> list[LedgerEvent]:
+    """Run 1 fails on a refused delete (2 s); a person retries a minute later; run 2
+    completes (8 s after its decision)."""
+    later = T0 + timedelta(minutes=1)
+    return [
+        *failed_attempt(P),
+        retried(P, later, new_run="run-2", previous_run="run-1", by="person", reason=FIXED),
+        *completed_preemption(P, start=later, run_id="run-2"),
+    ]
+
+
+def test_each_run_is_one_attempt_and_the_latest_decides_the_status() -> None:
+    view = fold_preemption(recorded(_failed_then_completed()))
+    assert [(a.attempt, a.run_id, a.outcome) for a in view.attempts] == [
+        (1, "run-1", End.FAILED),
+        (2, "run-2", End.COMPLETED),
+    ]
+    assert (view.status, view.outcome, view.run_id, view.started) == (
+        Status.FINISHED,
+        End.COMPLETED,
+        "run-2",
+        T0,
+    )
+
+
+def test_failed_then_completed_attempts_keep_their_own_times() -> None:
+    first, second = fold_preemption(recorded(_failed_then_completed())).attempts
+    assert (first.started, first.finished, first.duration_seconds) == (
+        T0,
+        T0 + timedelta(seconds=2),
+        2.0,
+    )
+    assert (second.started, second.duration_seconds) == (T0 + timedelta(minutes=1), 8.0)
+    assert (first.error, first.retryable) == (
+        'pods "batch-7" is forbidden: cannot delete (403 Forbidden)',
+        False,
+    )
+    assert [(v.fate, v.unmarked) for v in first.victims] == [
+        (Fate.FAILED, True),
+        (Fate.SPARED, False),
+    ]
+    assert [v.fate for v in second.victims] == [Fate.DELETED, Fate.DELETED]
+
+
+def test_a_retried_attempt_says_who_why_and_after_which_run() -> None:
+    first, second = fold_preemption(recorded(_failed_then_completed())).attempts
+    assert (first.started_by, first.retry_reason, first.previous_run_id) == (None, None, None)
+    assert (
+        second.started_by,
+        second.retry_reason,
+        second.previous_run_id,
+        second.previous_outcome,
+    ) == ("person", FIXED, "run-1", "failed")
+    assert (second.error, second.retryable) == (None, None)
+
+
+def test_a_later_aborted_run_does_not_rewrite_an_earlier_completed_attempt() -> None:
+    later = T0 + timedelta(minutes=10)
+    story = [
+        *completed_preemption(P),
+        retried(P, later, new_run="run-2", previous_run="run-1", previous_outcome="completed"),
+        event(P, EventKind.PREEMPTION_ABORTED, later + timedelta(seconds=4), run_id="run-2"),
+    ]
+    view = fold_preemption(recorded(story))
+    first, second = view.attempts
+    assert (first.outcome, first.started, first.duration_seconds) == (End.COMPLETED, T0, 8.0)
+    assert [v.fate for v in first.victims] == [Fate.DELETED, Fate.DELETED]
+    assert (second.outcome, second.started, second.duration_seconds) == (End.ABORTED, later, 4.0)
+    assert view.outcome is End.ABORTED
+
+
+def test_a_retried_event_belongs_to_the_run_it_opens() -> None:
+    story = [
+        *_decided(),
+        event(P, EventKind.FAILED, T0),
+        event(P, EventKind.RETRIED, T0, payload={"newRunId": "run-2", "by": "trigger"}),
+    ]
+    first, second = fold_preemption(recorded(story)).attempts
+    assert (first.run_id, first.outcome) == ("run-1", End.FAILED)
+    assert (second.run_id, second.started_by, second.status) == ("run-2", "trigger", "deciding")
+
+
+def test_a_later_run_without_its_retried_event_still_names_the_run_it_followed() -> None:
+    story = [*failed_attempt(P), *completed_preemption(P, run_id="run-2")]
+    second = fold_preemption(recorded(story)).attempts[1]
+    assert (second.attempt, second.started_by, second.previous_run_id) == (2, None, "run-1")
+
+
+def test_history_json_is_one_record_per_attempt() -> None:
+    records = fold_preemption(recorded(_failed_then_completed())).to_json()
+    assert [(r["preemptionId"], r["attempt"], r["attempts"], r["runId"]) for r in records] == [
+        (P, 1, 2, "run-1"),
+        (P, 2, 2, "run-2"),
+    ]
+    first, second = records
+    assert {k: first[k] for k in ("outcome", "durationSeconds", "retryable", "startedBy")} == {
+        "outcome": "failed",
+        "durationSeconds": 2.0,
+        "retryable": False,
+        "startedBy": None,
+    }
+    assert first["preemptor"] == {
+        "namespace": "prod",
+        "name": "api-0",
+        "uid": "uid-api-0",
+        "priority": 1000,
+    }
+    assert [(v["name"], v["fate"], v.get("unmarked")) for v in first["victims"]] == [
+        ("batch-7", "failed", True),
+        ("batch-8", "spared", None),
+    ]
+    assert {k: second[k] for k in ("startedBy", "retryReason", "previousRunId", "error")} == {
+        "startedBy": "person",
+        "retryReason": FIXED,
+        "previousRunId": "run-1",
+        "error": None,
+    }
+    assert "uiUrl" not in second
+
+
+def test_history_json_links_each_attempt_when_given_a_link() -> None:
+    records = fold_preemption(recorded(_failed_then_completed())).to_json(
+        lambda workflow, run: f"ui/{workflow}/{run}"
+    )
+    assert [r["uiUrl"] for r in records] == [f"ui/{P}/run-1", f"ui/{P}/run-2"]
+
+
+@pytest.mark.parametrize(
+    ("story", "parked"),
+    [
+        (failed_attempt(P, retryable=False), True),
+        (failed_attempt(P, retryable=True), False),
+        (failed_attempt(P, retryable=None), False),
+        (_decided(unschedulable_decision()), False),
+        (
+            decision_events(
+                P, "run-1", API, four_candidate_decision(), T0, kind=EventKind.UNSUPPORTED
+            ),
+            True,
+        ),
+        (
+            [
+                *failed_attempt(P),
+                retried(P, T0 + timedelta(minutes=1), new_run="run-2", previous_run="run-1"),
+            ],
+            False,
+        ),
+        (
+            [
+                *completed_preemption(P),
+                *failed_attempt(P, run_id="run-2", start=T0 + timedelta(minutes=1)),
+            ],
+            True,
+        ),
+    ],
+    ids=[
+        "failed-not-retryable",
+        "failed-retryable",
+        "failed-unrecorded",
+        "no-candidate",
+        "unsupported",
+        "retried-since",
+        "latest-failed",
+    ],
+)
+def test_parked_is_a_latest_attempt_that_retrying_cannot_cure(
+    story: list[LedgerEvent], parked: bool
+) -> None:
+    assert fold_preemption(recorded(story)).parked is parked

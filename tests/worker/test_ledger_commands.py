@@ -5,9 +5,21 @@ Scenarios:
 - migrate with no URL creates the embedded SQLite ledger under $XDG_STATE_HOME
 - PREEMPT_DATABASE_URL selects the database; --database-url overrides it
 - a postgresql:// URL (no driver) works
-- history prints a table, most recent first
-- history --json (and -o json) prints one JSON object per line; -o yaml one document per
-  preemption; -o wide adds runs, where the preemptor was scheduled, and the preemption ID
+- history prints a table, most recent first: a header line per preemption (preemptor, ID,
+  outcome), then one line per attempt
+- a preemption failed then retried by a person and completed shows both attempts, each
+  with its own start, outcome and duration
+- history --json (and -o json) prints one JSON object per attempt, with the preemption's ID,
+  the attempt's number and total, how it was started and whether retrying can help; -o yaml
+  one document per attempt; -o wide adds who started each attempt, where the preemptor was
+  scheduled, and the run ID
+- history --parked tells each parked pod, since when, the cause and the retry command;
+  -o json the parking attempt's record with the same
+- with a Temporal UI address (PREEMPT_TEMPORAL_UI_URL, --temporal-ui-url, or a settings
+  file, whose database_url is then the ledger), history prints a link per preemption (-o
+  wide and --json: per attempt), explain one per attempt
+- explain tells every attempt of a preemptor, with what changed between them, and heads a
+  victim's entry by its fate
 - history on an empty ledger says nothing matches
 - explain tells a victim's story: by whom, where, why, its fate
 - explain tells a preemptor's story: decision, victims' fates, scheduling
@@ -15,7 +27,7 @@ Scenarios:
   reaching back 800000 days), unknown --outcome, bad --limit (a superscript digit, a huge
   number), malformed pod, unmigrated database, missing SQLite ledger, unsupported URL, a URL
   with a bad port or connect_timeout (its password never shown), a pod not in the ledger,
-  an unknown -o format
+  an unknown -o format, a settings file that cannot be read
 - an unreachable database is a runtime failure: one line, exit 1
 - the installed `preemptctl` script reports an unreachable database in one line, exit 1
 - durations and ISO times are both accepted by --since
@@ -40,19 +52,33 @@ from preemptctl.ledger.engine import DATABASE_URL_ENV, create_ledger_engine
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.views import Outcome
 from preemptctl.ledger.writer import append_batch
+from preemptctl.preemption.decision import PodRef
 from preemptctl.worker.cli import main
 from preemptctl.worker.errors import UsageError
 from preemptctl.worker.ledger_commands import parse_since
-from tests.ledger.builders import BATCH_8, T0, completed_preemption
+from tests.ledger.builders import (
+    BATCH_8,
+    T0,
+    completed_preemption,
+    failed_attempt,
+    retried,
+)
 from tests.support.postgres import fresh_database
 
 PREEMPTCTL = Path(sys.executable).with_name("preemptctl")
+WEB = PodRef("prod", "web-1", "uid-web-1", 900)
+LOW = PodRef("default", "low-1", "uid-low-1", 10)
+FIX = "RBAC fixed: delete on pods granted"
+DENIED = 'pods "batch-7" is forbidden: cannot delete (403 Forbidden)'
+UI = "http://ui.example:8080"
 
 
 @pytest.fixture(autouse=True)
 def _no_ambient_ledger(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No test may read or write the developer's own ledger."""
     monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
+    for name in ("PREEMPT_TEMPORAL_UI_URL", "PREEMPT_CONFIG", "PREEMPT_TEMPORAL_NAMESPACE"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
 
 
@@ -73,6 +99,32 @@ def ledger_url(empty_postgres: str) -> str:
         completed_preemption(
             "p-second", victims=[BATCH_8], start=T0 + timedelta(hours=2), outcome=EventKind.FAILED
         ),
+    )
+    engine.dispose()
+    return empty_postgres
+
+
+@pytest.fixture
+def attempts_url(empty_postgres: str) -> str:
+    """A migrated ledger with prod/api-0's preemption p-retried: attempt 1 failed on a
+    denied delete (not retryable), a person retried it 10 minutes later, attempt 2
+    completed; and prod/web-1's p-parked, failed on a denied delete, never retried."""
+    migrations.upgrade(empty_postgres)
+    engine = create_ledger_engine(empty_postgres)
+    later = T0 + timedelta(minutes=10)
+    append_batch(
+        engine,
+        [
+            *failed_attempt("p-retried"),
+            retried(
+                "p-retried", later, new_run="run-2", previous_run="run-1", by="person", reason=FIX
+            ),
+            *completed_preemption("p-retried", start=later, run_id="run-2"),
+        ],
+    )
+    append_batch(
+        engine,
+        failed_attempt("p-parked", preemptor=WEB, victims=[LOW], start=T0 + timedelta(hours=1)),
     )
     engine.dispose()
     return empty_postgres
@@ -137,10 +189,52 @@ def test_history_prints_a_table_most_recent_first(
     code, out, err = _run(capsys, "history", "--database-url", ledger_url)
     assert (code, err) == (0, "")
     assert out.splitlines() == [
-        "STARTED               PREEMPTOR   NODE    VICTIMS  OUTCOME    DURATION",
-        "2026-11-21 14:00:00Z  prod/api-0  node-3  1        failed     6.0s",
-        "2026-11-21 12:00:00Z  prod/api-0  node-3  2        completed  8.0s",
+        "PREEMPTOR / #  STARTED               NODE    VICTIMS  OUTCOME    DURATION",
+        "prod/api-0     p-second: failed after 1 attempt",
+        "  #1           2026-11-21 14:00:00Z  node-3  1        failed     6.0s",
+        "prod/api-0     p-first: completed after 1 attempt",
+        "  #1           2026-11-21 12:00:00Z  node-3  2        completed  8.0s",
     ]
+
+
+def test_history_groups_attempts_under_their_preemption(
+    capsys: pytest.CaptureFixture[str], attempts_url: str
+) -> None:
+    code, out, _ = _run(capsys, "history", "--pod", "prod/api-0", "--database-url", attempts_url)
+    assert code == 0
+    assert out.splitlines() == [
+        "PREEMPTOR / #  STARTED               NODE    VICTIMS  OUTCOME    DURATION",
+        "prod/api-0     p-retried: completed after 2 attempts",
+        "  #1           2026-11-21 12:00:00Z  node-3  2        failed     2.0s",
+        "  #2           2026-11-21 12:10:00Z  node-3  2        completed  8.0s",
+    ]
+
+
+def test_history_json_is_one_record_per_attempt(
+    capsys: pytest.CaptureFixture[str], attempts_url: str
+) -> None:
+    code, out, _ = _run(
+        capsys, "history", "--json", "--pod", "prod/api-0", "--database-url", attempts_url
+    )
+    first, second = (orjson.loads(line) for line in out.splitlines())
+    assert code == 0
+    keys = ("preemptionId", "attempt", "attempts", "runId", "outcome", "durationSeconds")
+    assert [tuple(r[k] for k in keys) for r in (first, second)] == [
+        ("p-retried", 1, 2, "run-1", "failed", 2.0),
+        ("p-retried", 2, 2, "run-2", "completed", 8.0),
+    ]
+    assert (first["error"], first["retryable"], first["startedBy"]) == (DENIED, False, None)
+    assert [(v["name"], v["fate"]) for v in first["victims"]] == [
+        ("batch-7", "failed"),
+        ("batch-8", "spared"),
+    ]
+    assert (second["startedBy"], second["retryReason"], second["previousRunId"]) == (
+        "person",
+        FIX,
+        "run-1",
+    )
+    assert (second["error"], second["retryable"], second["status"]) == (None, None, "finished")
+    assert "uiUrl" not in second
 
 
 def test_history_json_prints_one_object_per_line(
@@ -158,6 +252,7 @@ def test_history_json_prints_one_object_per_line(
         8.0,
     )
     assert [v["fate"] for v in shown["victims"]] == ["deleted", "deleted"]
+    assert (shown["attempt"], shown["attempts"]) == (1, 1)
 
 
 def test_history_of_an_empty_ledger(capsys: pytest.CaptureFixture[str], ledger_url: str) -> None:
@@ -168,11 +263,12 @@ def test_history_of_an_empty_ledger(capsys: pytest.CaptureFixture[str], ledger_u
 def test_explain_a_victim(capsys: pytest.CaptureFixture[str], ledger_url: str) -> None:
     code, out, _ = _run(capsys, "explain", "default/batch-7", "--database-url", ledger_url)
     assert code == 0
-    assert out.splitlines()[:2] == [
-        "default/batch-7 as a victim (1, newest first):",
+    assert out.splitlines()[:3] == [
+        "default/batch-7 as a victim (1, newest preemption first):",
         "",
+        "2026-11-21 12:00:00Z  deleted by the preemption for prod/api-0 (priority 1000) on node-3",
     ]
-    assert "preempted by prod/api-0 (priority 1000) on node-3 in preemption p-first" in out
+    assert "  in attempt 1 of 1 of p-first (run run-1)" in out
     assert "node-3 was chosen by minHighestPriority" in out
     assert "fate: deleted at 2026-11-21 12:00:02Z (2.0s after the decision)" in out
 
@@ -181,8 +277,8 @@ def test_explain_a_preemptor(capsys: pytest.CaptureFixture[str], ledger_url: str
     code, out, _ = _run(capsys, "explain", "prod/api-0", "--database-url", ledger_url)
     assert code == 0
     assert out.startswith("prod/api-0 as a preemptor (2, newest first):\n")
-    assert out.index("preemption p-second") < out.index("preemption p-first")
-    assert "victim default/batch-8 (priority 50): deleted at" in out
+    assert out.index("  p-second: failed") < out.index("  p-first: completed")
+    assert "    victim default/batch-8 (priority 50): deleted at" in out
     assert (
         "prod/api-0 was scheduled on node-3 at 2026-11-21 12:00:08Z, 8.0s after the decision" in out
     )
@@ -236,6 +332,11 @@ def test_explain_a_preemptor(capsys: pytest.CaptureFixture[str], ledger_url: str
             "preemptctl history: --pod must be NAMESPACE/NAME, not 'api-0'",
         ),
         (["explain", "a/b/c"], "preemptctl explain: the pod must be NAMESPACE/NAME, not 'a/b/c'"),
+        (
+            ["history", "--config", "/nonexistent/settings.yaml"],
+            "preemptctl history: cannot read settings file /nonexistent/settings.yaml: "
+            "No such file or directory",
+        ),
         (
             ["explain", "default/nobody"],
             "preemptctl explain: default/nobody is not in the ledger, as preemptor or as victim",
@@ -337,14 +438,133 @@ def test_history_yaml_is_one_document_per_preemption(
     assert [d["preemptionId"] for d in documents] == ["p-second", "p-first"]
 
 
-def test_history_wide_adds_runs_scheduling_and_the_preemption_id(
+def test_history_wide_adds_who_started_scheduling_and_the_run(
+    capsys: pytest.CaptureFixture[str], attempts_url: str
+) -> None:
+    code, out, _ = _run(
+        capsys, "history", "-o", "wide", "--pod", "prod/api-0", "--database-url", attempts_url
+    )
+    header, _, *rows = out.splitlines()
+    assert code == 0
+    assert header.endswith("DURATION  STARTED BY  SCHEDULED  RUN")
+    assert [row.split()[-3:] for row in rows] == [
+        ["-", "-", "run-1"],
+        ["person", "node-3", "run-2"],
+    ]
+
+
+def test_history_parked_lists_the_pod_the_cause_and_the_command(
+    capsys: pytest.CaptureFixture[str], attempts_url: str
+) -> None:
+    code, out, _ = _run(capsys, "history", "--parked", "--database-url", attempts_url)
+    assert code == 0
+    assert out.splitlines() == [
+        "prod/web-1  parked since 2026-11-21 13:00:02Z, after 1 attempt (p-parked)",
+        f"  cause:  failed: {DENIED}",
+        "  retry:  preemptctl retry prod/web-1  (once the cause is fixed; --reason TEXT says how)",
+    ]
+
+
+def test_history_parked_json_is_the_parking_attempt(
+    capsys: pytest.CaptureFixture[str], attempts_url: str
+) -> None:
+    code, out, _ = _run(capsys, "history", "--parked", "--json", "--database-url", attempts_url)
+    (record,) = (orjson.loads(line) for line in out.splitlines())
+    assert code == 0
+    assert {k: record[k] for k in ("preemptionId", "attempt", "retryable", "parkedSince")} == {
+        "preemptionId": "p-parked",
+        "attempt": 1,
+        "retryable": False,
+        "parkedSince": "2026-11-21T13:00:02+00:00",
+    }
+    assert (record["cause"], record["retryCommand"]) == (
+        f"failed: {DENIED}",
+        "preemptctl retry prod/web-1",
+    )
+
+
+def test_history_parked_on_a_ledger_without_any(
     capsys: pytest.CaptureFixture[str], ledger_url: str
 ) -> None:
-    code, out, _ = _run(capsys, "history", "-o", "wide", "--database-url", ledger_url)
-    header, *rows = out.splitlines()
+    code, out, _ = _run(capsys, "history", "--parked", "--database-url", ledger_url)
+    assert (code, out) == (0, "no parked preemptions in the ledger\n")
+
+
+def test_a_ui_address_gives_a_link_per_attempt(
+    capsys: pytest.CaptureFixture[str], attempts_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PREEMPT_TEMPORAL_UI_URL", UI + "/")
+    monkeypatch.setenv("PREEMPT_TEMPORAL_NAMESPACE", "prod ns")
+    page = f"{UI}/namespaces/prod%20ns/workflows/p-retried"
+    argv = ("--pod", "prod/api-0", "--database-url", attempts_url)
+    _, out, _ = _run(capsys, "history", *argv)
+    assert out.splitlines()[-1] == f"  ui           {page}/run-2/history"
+    _, out, _ = _run(capsys, "history", "-o", "wide", *argv)
+    assert [line.split()[-1] for line in out.splitlines()[2:]] == [
+        f"{page}/run-1/history",
+        f"{page}/run-2/history",
+    ]
+    _, out, _ = _run(capsys, "history", "--json", *argv)
+    assert [orjson.loads(line)["uiUrl"] for line in out.splitlines()] == [
+        f"{page}/run-1/history",
+        f"{page}/run-2/history",
+    ]
+    _, out, _ = _run(capsys, "explain", "prod/api-0", "--database-url", attempts_url)
+    assert f"    see {page}/run-2/history" in out.splitlines()
+
+
+def test_the_ui_flag_overrides_the_environment(
+    capsys: pytest.CaptureFixture[str], attempts_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PREEMPT_TEMPORAL_UI_URL", "http://elsewhere")
+    argv = ("--parked", "--json", "--temporal-ui-url", UI, "--database-url", attempts_url)
+    _, out, _ = _run(capsys, "history", *argv)
+    assert orjson.loads(out)["uiUrl"] == (
+        f"{UI}/namespaces/default/workflows/p-parked/run-1/history"
+    )
+
+
+def test_a_settings_file_gives_the_ui_address_and_the_ledger(
+    capsys: pytest.CaptureFixture[str], attempts_url: str, tmp_path: Path
+) -> None:
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(f"temporal_ui_url: {UI}\ndatabase_url: {attempts_url}\n")
+    code, out, _ = _run(capsys, "history", "--parked", "--json", "--config", str(settings))
     assert code == 0
-    assert header.split()[-3:] == ["RUNS", "SCHEDULED", "PREEMPTION"]
-    assert [row.split()[-1] for row in rows] == ["p-second", "p-first"]
+    assert orjson.loads(out)["uiUrl"] == (
+        f"{UI}/namespaces/default/workflows/p-parked/run-1/history"
+    )
+
+
+def test_explain_tells_every_attempt_and_what_changed(
+    capsys: pytest.CaptureFixture[str], attempts_url: str
+) -> None:
+    code, out, _ = _run(capsys, "explain", "prod/api-0", "--database-url", attempts_url)
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[2] == "2026-11-21 12:00:00Z  p-retried: completed after 2 attempts"
+    assert [line for line in lines if line.startswith("  attempt ")] == [
+        f"  attempt 1 at 2026-11-21 12:00:00Z, run run-1: failed: {DENIED} (not retryable: "
+        "the cause must be fixed first), took 2.0s",
+        "  attempt 2 at 2026-11-21 12:10:00Z, run run-2: completed, took 8.0s",
+    ]
+    assert f"    retried by a person (preemptctl retry) after run run-1 (failed): {FIX}" in lines
+    assert (
+        "    changed since attempt 1: the same node and victims; attempt 1's error is gone" in lines
+    )
+
+
+def test_explain_heads_a_victims_entries_by_their_fate(
+    capsys: pytest.CaptureFixture[str], attempts_url: str
+) -> None:
+    code, out, _ = _run(capsys, "explain", "default/batch-8", "--database-url", attempts_url)
+    headings = [line for line in out.splitlines() if line.startswith("2026")]
+    assert code == 0
+    assert headings == [
+        "2026-11-21 12:00:00Z  spared: chosen by the preemption for prod/api-0 (priority 1000) "
+        "on node-3, which ended before deleting it",
+        "2026-11-21 12:10:00Z  deleted by the preemption for prod/api-0 (priority 1000) on node-3",
+    ]
 
 
 @pytest.mark.parametrize(

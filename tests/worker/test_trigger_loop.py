@@ -17,7 +17,11 @@ Scenarios:
   no result still backs off;
 - a Failed critical pod gets one critical-admission preemption per admission failure,
   however often it is seen again afterwards;
-- a deleted pod is forgotten: the loop keeps no state for it.
+- a deleted pod is forgotten: the loop keeps no state for it;
+- a preemption is started eagerly (the worker runs beside the loop), every step but the
+  decision a local activity;
+- a parked pod bound after a person's retry: the loop signals that run `preemptor_bound`
+  at once, as it signals its own runs, so the retried run does not wait for its poll.
 """
 
 from __future__ import annotations
@@ -128,8 +132,10 @@ class FakeClient:
     describe_errors: list[Exception] = field(default_factory=list)
     start_errors: list[Exception] = field(default_factory=list)
     started: list[FakeHandle] = field(default_factory=list)
+    options: list[dict[str, Any]] = field(default_factory=list)  # each start's arguments
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     runs: dict[str, datetime] = field(default_factory=dict)  # a person's runs, by start
+    signals: list[tuple[str, Any]] = field(default_factory=list)  # (workflow ID, argument)
 
     def get_workflow_handle(self, workflow_id: str) -> Any:
         client = self
@@ -142,6 +148,10 @@ class FakeClient:
                     return Description(None, client.runs[workflow_id])
                 raise RPCError("not found", RPCStatusCode.NOT_FOUND, b"")
 
+            async def signal(self, signal: Any, argument: Any, **kwargs: Any) -> None:
+                client.signals.append((workflow_id, argument))
+                client.wake.set()
+
         return Handle()
 
     async def start_workflow(self, *args: Any, id: str, **kwargs: Any) -> FakeHandle:
@@ -149,6 +159,7 @@ class FakeClient:
             raise self.start_errors.pop(0)
         handle = FakeHandle(id, asyncio.get_running_loop().create_future())
         self.started.append(handle)
+        self.options.append({"args": args, **kwargs})
         self.wake.set()
         return handle
 
@@ -374,3 +385,30 @@ async def test_run_started_by_a_person_unparks_the_pod(harness: Harness) -> None
     harness.advance(31)  # past the resync interval
     await harness.client.next_start(2)
     assert harness.trigger.parked() == []
+
+
+async def test_a_preemption_starts_eagerly_with_local_activities(harness: Harness) -> None:
+    harness.view.event("ADDED", pending_pod())
+    harness.trigger.start()
+    await harness.client.next_start(1)
+    options = harness.client.options[0]
+    _, request = options["args"]
+    assert options["request_eager_start"] is True
+    assert request.local_activities is True
+
+
+async def test_a_parked_pod_bound_after_a_persons_retry_signals_that_run(
+    harness: Harness,
+) -> None:
+    harness.view.event("ADDED", pending_pod())
+    harness.trigger.start()
+    first = await harness.client.next_start(1)
+    await harness.ended(first, PreemptionResult(End.FAILED, "RBAC denied", retryable=False))
+    bound = pending_pod()
+    bound["spec"]["nodeName"] = "node-1"  # the run `preemptctl retry` started made room
+    harness.view.event("MODIFIED", bound)
+    async with asyncio.timeout(5):
+        while not harness.client.signals:
+            harness.client.wake.clear()
+            await harness.client.wake.wait()
+    assert harness.client.signals == [(first.id, "node-1")]
