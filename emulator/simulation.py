@@ -11,7 +11,16 @@
   resources, ports, taints, node affinity, pod affinity and anti-affinity, topology
   spread), so nominated pods of at least the pod's priority count as placed and
   terminating pods occupy their node until the kubelet finishes them: exactly what makes a
-  preemption wait for its victims' grace period. It never preempts; the controller does.
+  preemption wait for its victims' grace period. It never preempts, the controller does;
+  unless it runs in upstream-preemption mode (`preemption=True`, off by default), where it
+  preempts as kube-scheduler's DefaultPreemption does, so that shadow mode has something to
+  compare with: for a pod that fits nowhere it runs the planner (the same code), nominates
+  the pod, clears lower-priority nominations, marks each victim `DisruptionTarget`
+  (PreemptionByScheduler), deletes it gracefully with a UID precondition and writes
+  upstream's core/v1 Event on it (reason `Preempted`, reporting component
+  `default-scheduler`, message `Preempted by pod <uid> on node <node>`). With
+  `preemption_delay` it waits that long after first finding a pod unschedulable before it
+  preempts for it (a scheduler slower than the controller's dry run).
 - `SimulatedKubelet`: finishes terminating pods when their grace period ends (capped by
   `max_grace_seconds` so demos are quick) and starts bound pods (phase Running, startTime)
   after `start_delay`, so start-time tie-breaks have something to compare.
@@ -33,6 +42,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -40,13 +50,15 @@ from typing import Any
 from preemptctl.emulator.api import Emulator
 from preemptctl.emulator.binding import bind
 from preemptctl.emulator.patch import STRATEGIC_MERGE_PATCH
-from preemptctl.emulator.resources import NAMESPACES, NODES, PODS
+from preemptctl.emulator.resources import EVENTS, NAMESPACES, NODES, PDBS, PODS
 from preemptctl.emulator.status import ApiError
 from preemptctl.emulator.store import Obj, Store, now_rfc3339
+from preemptctl.preemption.decision import Decision, Verdict
 from preemptctl.preemption.decode import parse_time
 from preemptctl.preemption.default_preemption import (
     ERR_NO_NODES,
     filter_nodes,
+    preempt,
     scheduling_fit_error,
 )
 from preemptctl.preemption.errors import PlannerInputError
@@ -101,7 +113,8 @@ class _Loop:
 
 
 class SimulatedScheduler:
-    """Binds pending pods that fit, marks the others Unschedulable; never preempts.
+    """Binds pending pods that fit, marks the others Unschedulable; preempts for them only
+    in upstream-preemption mode (`preemption`).
 
     A pass runs every `interval` seconds when the store changed since the last one.
     `settled_revision` is the store revision at which a pass last found nothing to do; when
@@ -114,13 +127,20 @@ class SimulatedScheduler:
         *,
         scheduler_names: Collection[str] = DEFAULT_SCHEDULER_NAMES,
         interval: float = DEFAULT_INTERVAL,
+        preemption: bool = False,
+        preemption_delay: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
+        self._clock = clock
         self.scheduler_names = frozenset(scheduler_names)
+        self.preemption = preemption
+        self.preemption_delay = preemption_delay
         self._loop = _Loop("simulated-scheduler", interval, self._tick)
         self._seen_revision = -1
         self.settled_revision = -1
         self._rejected: set[str] = set()
+        self._unschedulable_since: dict[str, float] = {}  # uid -> monotonic, for the delay
 
     def start(self) -> None:
         self._loop.start()
@@ -129,8 +149,17 @@ class SimulatedScheduler:
         self._loop.stop()
 
     def _tick(self) -> None:
-        if self._store.revision != self._seen_revision:
+        if self._store.revision != self._seen_revision or self._preemption_due():
             self.schedule_pass()
+
+    def _preemption_due(self) -> bool:
+        """A pod waits out `preemption_delay` and its preemption is now due."""
+        if not self.preemption or not self._unschedulable_since:
+            return False
+        now = self._clock()
+        return any(
+            now - since >= self.preemption_delay for since in self._unschedulable_since.values()
+        )
 
     def schedule_pass(self) -> int:
         """One scheduling pass over the current state, holding the store still; returns how
@@ -138,7 +167,12 @@ class SimulatedScheduler:
         with self._store.transaction():
             revision = self._store.revision
             snapshot = self._snapshot()
-            changed = sum(self._schedule_one(snapshot, pod) for pod in self._queue(snapshot))
+            queue = self._queue(snapshot)
+            waiting = {pod.uid for _, pod in queue}
+            self._unschedulable_since = {
+                uid: since for uid, since in self._unschedulable_since.items() if uid in waiting
+            }
+            changed = sum(self._schedule_one(snapshot, pod) for pod in queue)
             # after changes, the next pass confirms that nothing is left (settles)
             self._seen_revision = revision
             if changed == 0:
@@ -146,10 +180,13 @@ class SimulatedScheduler:
             return changed
 
     def _snapshot(self) -> ClusterSnapshot:
-        """The planner's view of the current objects (PDBs play no part in fit; Namespaces
-        do, for pod affinity's namespaceSelector)."""
+        """The planner's view of the current objects (PDBs play no part in fit, only in
+        preemption; Namespaces do, for pod affinity's namespaceSelector)."""
         snapshot = ClusterSnapshot()
-        for kind, resource in (("Namespace", NAMESPACES), ("Node", NODES), ("Pod", PODS)):
+        kinds = [("Namespace", NAMESPACES), ("Node", NODES), ("Pod", PODS)]
+        if self.preemption:
+            kinds.append(("PodDisruptionBudget", PDBS))
+        for kind, resource in kinds:
             for obj in self._store.objects(resource):
                 try:
                     snapshot.apply(kind, obj)
@@ -193,7 +230,74 @@ class SimulatedScheduler:
         if node is not None:
             return self._bind(snapshot, pod, node)
         message = fit_error(len(statuses), statuses)
-        return self._mark_unschedulable(obj, message)
+        preempted = self._preempt(snapshot, pod) if self.preemption else 0
+        if preempted:
+            obj = self._store.get(PODS, pod.namespace, pod.name)
+        return self._mark_unschedulable(obj, message) + preempted
+
+    # -- upstream-preemption mode -------------------------------------------------------------
+
+    def _preempt(self, snapshot: ClusterSnapshot, pod: Pod) -> int:
+        """`DefaultPreemption` for one unschedulable pod, once its delay is over: plan,
+        then `prepareCandidate` (clear lower nominations, mark, delete, record) and nominate.
+        How many objects it changed."""
+        since = self._unschedulable_since.setdefault(pod.uid, self._clock())
+        if self._clock() - since < self.preemption_delay:
+            return 0
+        del self._unschedulable_since[pod.uid]
+        decision = preempt(snapshot, pod)
+        if decision.status is not Verdict.PREEMPT or decision.nominated_node is None:
+            return 0
+        return self._carry_out(snapshot, pod, decision, decision.nominated_node)
+
+    def _carry_out(self, snapshot: ClusterSnapshot, pod: Pod, decision: Decision, node: str) -> int:
+        changed = 0
+        for cleared in decision.nominated_pods_to_clear:
+            changed += self._patch_status(
+                cleared.namespace, cleared.name, cleared.uid, {"nominatedNodeName": None}
+            )
+        for victim in decision.victims:
+            condition = {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "PreemptionByScheduler",
+                "message": f"{pod.scheduler_name}: preempting to accommodate a higher priority pod",
+                "lastTransitionTime": now_rfc3339(),
+            }
+            if not self._patch_status(
+                victim.namespace, victim.name, victim.uid, {"conditions": [condition]}
+            ):
+                continue
+            try:
+                self._store.delete(PODS, victim.namespace, victim.name, uid=victim.uid)
+            except ApiError as error:
+                log.warning("simulated scheduler could not preempt %s: %s", victim.key, error)
+                continue
+            self._store.create(
+                EVENTS,
+                victim.namespace,
+                preempted_event(victim.namespace, victim.name, victim.uid, pod, node),
+            )
+            gone = self._store.find(PODS, victim.namespace, victim.name)
+            if gone is not None:
+                snapshot.apply("Pod", gone)
+            else:
+                snapshot.remove("Pod", victim.uid)
+            changed += 1
+            log.info("simulated scheduler preempted %s on %s for %s", victim.key, node, pod.key)
+        changed += self._patch_status(pod.namespace, pod.name, pod.uid, {"nominatedNodeName": node})
+        snapshot.apply("Pod", self._store.get(PODS, pod.namespace, pod.name))
+        return changed
+
+    def _patch_status(self, namespace: str, name: str, uid: str, status: dict[str, Any]) -> int:
+        """A status patch on the pod with this uid; 0 when it is gone or replaced."""
+        current = self._store.find(PODS, namespace, name)
+        if current is None or current["metadata"].get("uid") != uid:
+            return 0
+        self._store.patch(
+            PODS, namespace, name, STRATEGIC_MERGE_PATCH, {"status": status}, subresource="status"
+        )
+        return 1
 
     def _bind(self, snapshot: ClusterSnapshot, pod: Pod, node: str) -> int:
         """Bind as upstream's DefaultBinder does (a Binding pinned to the pod's UID), then
@@ -240,6 +344,43 @@ class SimulatedScheduler:
         )
         log.info("simulated scheduler: %s/%s: %s", meta["namespace"], meta["name"], message)
         return 1
+
+
+def preempted_event(
+    namespace: str, name: str, uid: str, preemptor: Pod, node: str, *, message: str | None = None
+) -> Obj:
+    """The core/v1 Event kube-scheduler's recorder leaves on a victim (as the core API
+    shows an events.k8s.io/v1 Event: `note` as `message`, `regarding` as `involvedObject`).
+    `message` replaces upstream's, e.g. with the older `Preempted by <ns>/<name> ...` form."""
+    moment = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # a MicroTime, as upstream's
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": namespace,
+            "name": name,
+            "uid": uid,
+        },
+        "related": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": preemptor.namespace,
+            "name": preemptor.name,
+            "uid": preemptor.uid,
+        },
+        "reason": "Preempted",
+        "action": "Preempting",
+        "type": "Normal",
+        "message": message or f"Preempted by pod {preemptor.uid} on node {node}",
+        "eventTime": moment,
+        "reportingComponent": "default-scheduler",
+        "reportingInstance": "default-scheduler-simulated",
+        "source": {},
+        "count": 1,
+    }
 
 
 def _queue_key(obj: Obj, pod: Pod) -> tuple[int, float, str, str]:
@@ -385,6 +526,8 @@ class SimulatedCluster:
         max_grace_seconds: float | None = DEFAULT_MAX_GRACE_SECONDS,
         start_delay: float = DEFAULT_START_DELAY,
         interval: float = DEFAULT_INTERVAL,
+        upstream_preemption: bool = False,
+        preemption_delay: float = 0.0,
         host: str = "127.0.0.1",
         port: int = 0,
         bookmark_interval: float = 1.0,
@@ -393,7 +536,11 @@ class SimulatedCluster:
             host=host, port=port, bookmark_interval=bookmark_interval, reap_interval=None
         )
         self.scheduler = SimulatedScheduler(
-            self.emulator.store, scheduler_names=scheduler_names, interval=interval
+            self.emulator.store,
+            scheduler_names=scheduler_names,
+            interval=interval,
+            preemption=upstream_preemption,
+            preemption_delay=preemption_delay,
         )
         self.kubelet = SimulatedKubelet(
             self.emulator.store,

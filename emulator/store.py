@@ -9,6 +9,11 @@ can hand out references without copying under the lock.
 Pod deletion is graceful as on a real cluster: a pod bound to a node is only marked
 (`deletionTimestamp`, `deletionGracePeriodSeconds`) and disappears when its grace period
 ends (the kubelet's part, played by `reap`) or a test calls `finalize`.
+
+An Event created through events.k8s.io/v1 is also stored, converted, as its core/v1 twin (the
+real server keeps one storage and converts), so `kubectl describe pod` and `kubectl get
+events` show what the controller recorded. Only creation is mirrored: later changes to
+either twin stay with it.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import orjson
 from preemptctl.emulator import status
 from preemptctl.emulator.apply import server_side_apply
 from preemptctl.emulator.patch import APPLY_PATCH, apply_patch
-from preemptctl.emulator.resources import BY_KEY, PODS, Resource
+from preemptctl.emulator.resources import BY_KEY, EVENTS, EVENTS_V1, PODS, Resource
 from preemptctl.emulator.status import ApiError
 
 Obj = dict[str, Any]
@@ -196,7 +201,11 @@ class Store:
             obj.setdefault("kind", resource.kind)
             if resource is PODS:
                 obj.setdefault("status", {}).setdefault("phase", "Pending")
-            return self._commit(resource, key, obj, ADDED)
+            created = self._commit(resource, key, obj, ADDED)
+            twins = self._objects[EVENTS.key]
+            if resource is EVENTS_V1 and key not in twins:
+                self._commit(EVENTS, key, core_event(created), ADDED)
+            return created
 
     def load(self, resource: Resource, body: Mapping[str, Any]) -> Obj:
         """Put an object as given (keeping its uid), replacing any with the same name: how a
@@ -545,3 +554,41 @@ def _decode_continue(token: str) -> tuple[int, int]:
         return int(data["s"]), int(data["o"])
     except (ValueError, KeyError, TypeError):
         raise status.bad_request(f"invalid continue token: {token!r}") from None
+
+
+def core_event(event: Mapping[str, Any]) -> Obj:
+    """An events.k8s.io/v1 Event as core/v1 shows it (the API server's conversion: `regarding`
+    is `involvedObject`, `note` is `message`, the reporting controller is the source)."""
+    meta = event.get("metadata") or {}
+    when = event.get("eventTime") or meta.get("creationTimestamp")
+    series = event.get("series") or {}
+    twin: Obj = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            key: meta[key]
+            for key in ("name", "namespace", "uid", "creationTimestamp")
+            if key in meta
+        },
+        "involvedObject": dict(event.get("regarding") or {}),
+        "related": event.get("related"),
+        "reason": event.get("reason", ""),
+        "message": event.get("note", ""),
+        "type": event.get("type", ""),
+        "action": event.get("action", ""),
+        "source": {"component": event.get("reportingController", "")},
+        "reportingComponent": event.get("reportingController", ""),
+        "reportingInstance": event.get("reportingInstance", ""),
+        "eventTime": event.get("eventTime"),
+        "firstTimestamp": _seconds(when),
+        "lastTimestamp": _seconds(series.get("lastObservedTime") or when),
+        "count": int(series.get("count") or 1),
+    }
+    return {key: value for key, value in twin.items() if value is not None}
+
+
+def _seconds(moment: Any) -> Any:
+    """A MicroTime as the second-precision Time core/v1's timestamps are."""
+    if isinstance(moment, str) and "." in moment:
+        return moment.split(".", 1)[0] + "Z"
+    return moment

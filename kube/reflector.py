@@ -1,5 +1,8 @@
 """One kind's list-then-watch loop (client-go's Reflector), feeding the cluster view.
 
+`ListWatch` is the loop, for any collection (a kind, narrowed by a field selector if need
+be): `Reflector` mirrors a kind into the cluster view with it, and
+`kube.upstream_events.UpstreamRecorder` records kube-scheduler's `Preempted` Events.
 Lists in pages (limit/continue), watches from the list's resourceVersion with bookmarks,
 resumes a dropped watch from the last resourceVersion it saw, relists when the API server
 answers 410 Gone (HTTP 410, or an ERROR event with code 410, which is how a real server
@@ -25,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import orjson
 from kubernetes.client.exceptions import ApiException
@@ -89,6 +92,7 @@ NODE = Kind("Node", "/api/v1/nodes", "nodes", namespaced=False)
 PDB = Kind(
     "PodDisruptionBudget", "/apis/policy/v1/poddisruptionbudgets", "poddisruptionbudgets", "policy"
 )
+EVENT = Kind("Event", "/api/v1/events", "events")  # core/v1, read by the upstream recorder
 NAMESPACE = Kind("Namespace", "/api/v1/namespaces", "namespaces", namespaced=False)
 PVC = Kind("PersistentVolumeClaim", "/api/v1/persistentvolumeclaims", "persistentvolumeclaims")
 PV = Kind("PersistentVolume", "/api/v1/persistentvolumes", "persistentvolumes", namespaced=False)
@@ -171,43 +175,93 @@ class Sink:
 
 
 @dataclass
-class ReflectorStats:
+class ListWatchStats:
+    """What every list+watch loop counts."""
+
     lists: int = 0
     relists_after_gone: int = 0
     reconnects: int = 0
+    errors: int = 0
+    last_error: str = ""
+
+
+@dataclass
+class ReflectorStats(ListWatchStats):
     events: int = 0
     bookmarks: int = 0
-    errors: int = 0
     rejected: int = 0
-    last_error: str = ""
     listed: int = 0  # objects seen by the latest (or current) list
     list_seconds: float = 0.0  # how long the latest complete list took
     synced: bool = False
 
 
-class Reflector:
+StatsT = TypeVar("StatsT", bound=ListWatchStats)
+
+
+class ListWatch(Generic[StatsT]):
+    """The list-then-watch loop itself, for one kind's collection (optionally narrowed by a
+    field selector): what to do with a list's pages and a watch's events is the subclass's
+    (`_list_page`, `_apply`, `_unreadable`, and the `_list_began`/`_list_ended`/`_listed`
+    hooks). `run` blocks until `stop`.
+
+    The loop keeps the resourceVersion to resume from: a watch event moves it only after
+    `_apply` returns, so an `_apply` that raises ends the stream before that event and the
+    retry (after a backoff) starts again from it."""
+
+    _log = log  # a subclass logs its loop's lines under its own module's name
+
+    stats: StatsT  # the subclass's, set in its __init__
+
     def __init__(
         self,
         kube: KubeClient,
         kind: Kind,
-        sink: Sink,
         *,
+        field_selector: str = "",
+        what: str = "",
+        label: str = "",
         page_size: int = 500,
         watch_timeout: int = 300,
         backoff: Backoff | None = None,
-        on_synced: Callable[[Kind], None] = lambda kind: None,
     ) -> None:
         self.kube = kube
         self.kind = kind
-        self.sink = sink
+        self.field_selector = field_selector
+        self.what = what or kind.name  # "<what> watch expired", for log lines
+        self.label = label or f"{kind.name} reflector"  # "<label>: <error>; retrying"
+        self.call = Call("watch", kind.rbac, "all namespaces", kind.group)  # for failures
         self.page_size = page_size
         self.watch_timeout = watch_timeout
         self.backoff = backoff or Backoff()
-        self.on_synced = on_synced
-        self.stats = ReflectorStats()
         self.resource_version: str | None = None
         self._stopping = threading.Event()
         self._response: Any = None
+
+    # -- what a subclass does with what the loop reads ---------------------------------------
+
+    def _list_began(self) -> None:
+        """A (re)list starts."""
+
+    def _list_page(self, items: list[Obj]) -> None:
+        """One page of a list's objects."""
+        raise NotImplementedError
+
+    def _list_ended(self) -> None:
+        """Every page of the list was handed to `_list_page`."""
+
+    def _listed(self, seconds: float) -> None:
+        """The list is done (it took `seconds`); the watch starts next."""
+
+    def _apply(self, event_type: Any, obj: Any) -> None:
+        """One watch event other than an ERROR (the loop handles those); raising ends the
+        stream before this event's resourceVersion is taken."""
+        raise NotImplementedError
+
+    def _unreadable(self, obj: Any, error: Exception) -> None:
+        """A watch line that is not JSON (`obj` is `{}`), or an event that is not an object."""
+        raise NotImplementedError
+
+    # -- the loop ---------------------------------------------------------------------------
 
     def stop(self) -> None:
         self._stopping.set()
@@ -219,7 +273,7 @@ class Reflector:
                 try:
                     response.release_conn()
                 except Exception:
-                    log.debug("could not interrupt the %s watch", self.kind.name)
+                    self._log.debug("could not interrupt the %s watch", self.what)
 
     def run(self) -> None:
         while not self._stopping.is_set():
@@ -227,22 +281,15 @@ class Reflector:
                 if self.resource_version is None:
                     began = time.monotonic()
                     self.resource_version = self._relist()
-                    self.stats.list_seconds = time.monotonic() - began
-                    if not self.stats.synced:
-                        log.info(
-                            "cluster view: listed %d %s in %.1fs",
-                            self.stats.listed,
-                            self.kind.name,
-                            self.stats.list_seconds,
-                        )
-                    self.stats.synced = True
-                    self.on_synced(self.kind)
+                    self._listed(time.monotonic() - began)
                 self._watch(self.resource_version)
                 if not self._stopping.is_set():
                     self.stats.reconnects += 1
             except Expired:
                 self.stats.relists_after_gone += 1
-                log.info("%s watch expired at %s; relisting", self.kind.name, self.resource_version)
+                self._log.info(
+                    "%s watch expired at %s; relisting", self.what, self.resource_version
+                )
                 self.resource_version = None
             except Exception as error:
                 if self._stopping.is_set():
@@ -252,26 +299,27 @@ class Reflector:
     def _failed(self, error: Exception) -> None:
         self.stats.errors += 1
         try:
-            call = Call("watch", self.kind.rbac, "all namespaces", self.kind.group)
-            self.stats.last_error = classify(error, call).message
+            self.stats.last_error = classify(error, self.call).message
         except Exception:  # not an API or transport failure: still keep the loop alive
             self.stats.last_error = f"{type(error).__name__}: {error}"
         delay = self.backoff.delay()
-        log.warning(
-            "%s reflector: %s; retrying in %.1fs", self.kind.name, self.stats.last_error, delay
-        )
+        self._log.warning("%s: %s; retrying in %.1fs", self.label, self.stats.last_error, delay)
         self._stopping.wait(delay)
+
+    def _query(self, **query: str) -> dict[str, str]:
+        if self.field_selector:
+            query["fieldSelector"] = self.field_selector
+        return query
 
     # -- list -------------------------------------------------------------------------------
 
     def _relist(self) -> str:
-        """List every object in pages; apply page by page; returns the list's RV."""
-        seen: set[str] = set()
-        self.stats.listed = 0
+        """List every object in pages, handing each page on; returns the list's RV."""
+        self._list_began()
         continue_token = ""
         resource_version = ""
         while True:
-            query = {"limit": str(self.page_size)}
+            query = self._query(limit=str(self.page_size))
             if continue_token:
                 query["continue"] = continue_token
             with collector_paused():
@@ -281,29 +329,17 @@ class Reflector:
                     if error.status == 410 and continue_token:
                         raise Expired() from None
                     raise
-            meta = page.get("metadata") or {}
+            meta = page.get("metadata") if isinstance(page, dict) else None
+            meta = meta or {}
+            if not isinstance(page, dict) or not isinstance(meta, dict):
+                raise ValueError(f"a {self.what} list page that is not a list object")
             if not resource_version:
                 resource_version = str(meta.get("resourceVersion") or "")
-            items: list[Obj] = page.get("items") or []
-            changed = []
-            for obj in items:
-                key = self.kind.key_or_none(obj)
-                if key is None:
-                    self._reject(obj, KeyError("no key"))
-                    continue
-                seen.add(key)
-                if self.sink.known_version(self.kind, key) != obj["metadata"].get(
-                    "resourceVersion"
-                ):
-                    changed.append(obj)
-            self.stats.listed += len(items)
-            if changed:
-                with collector_paused():
-                    self.sink.replace_page(self.kind, changed)
-            continue_token = meta.get("continue") or ""
+            self._list_page(page.get("items") or [])
+            continue_token = str(meta.get("continue") or "")
             if not continue_token:
                 break
-        self.sink.finish_relist(self.kind, seen)
+        self._list_ended()
         self.stats.lists += 1
         self.backoff.reset()
         return resource_version
@@ -311,12 +347,12 @@ class Reflector:
     # -- watch ------------------------------------------------------------------------------
 
     def _watch(self, resource_version: str) -> None:
-        query = {
-            "watch": "true",
-            "resourceVersion": resource_version,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(self.watch_timeout),
-        }
+        query = self._query(
+            watch="true",
+            resourceVersion=resource_version,
+            allowWatchBookmarks="true",
+            timeoutSeconds=str(self.watch_timeout),
+        )
         try:
             response = self.kube.stream(self.kind.path, query, self.watch_timeout + 15)
         except ApiException as error:
@@ -331,7 +367,7 @@ class Reflector:
                 try:
                     event = orjson.loads(line)
                 except orjson.JSONDecodeError as error:
-                    self._reject({}, error)
+                    self._unreadable({}, error)
                     continue
                 self._handle(event)
         finally:
@@ -339,20 +375,90 @@ class Reflector:
             response.release_conn()
 
     def _handle(self, event: Any) -> None:
-        """One watch event. A bad object is rejected and skipped, never retried: the watch
-        goes on from the event after it (re-watching from before it would replay it
-        forever)."""
+        """One watch event: an ERROR ends the stream (410: relist), any other is `_apply`'d
+        and then its resourceVersion taken."""
         if not isinstance(event, dict):
-            self._reject(event, TypeError("a watch event that is not an object"))
+            self._unreadable(event, TypeError("a watch event that is not an object"))
             return
         event_type = event.get("type")
         obj = event.get("object") or {}
         if event_type == "ERROR" and isinstance(obj, dict):
             if obj.get("code") == 410:
                 raise Expired()
-            raise _error_event(obj, self.kind)
+            raise _error_event(obj, self.call)
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        self._apply(event_type, obj)
+        if isinstance(rv, str) and rv:
+            self.resource_version = rv
+        self.backoff.reset()
+
+
+class Reflector(ListWatch[ReflectorStats]):
+    """One kind, mirrored into a `Sink` (the cluster view)."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        kind: Kind,
+        sink: Sink,
+        *,
+        page_size: int = 500,
+        watch_timeout: int = 300,
+        backoff: Backoff | None = None,
+        on_synced: Callable[[Kind], None] = lambda kind: None,
+    ) -> None:
+        super().__init__(
+            kube, kind, page_size=page_size, watch_timeout=watch_timeout, backoff=backoff
+        )
+        self.stats = ReflectorStats()
+        self.sink = sink
+        self.on_synced = on_synced
+        self._seen: set[str] = set()  # the keys the current list has seen
+
+    # -- list -------------------------------------------------------------------------------
+
+    def _list_began(self) -> None:
+        self._seen = set()
+        self.stats.listed = 0
+
+    def _list_page(self, items: list[Obj]) -> None:
+        """Apply the page's objects whose resourceVersion the sink does not have yet."""
+        changed = []
+        for obj in items:
+            key = self.kind.key_or_none(obj)
+            if key is None:
+                self._reject(obj, KeyError("no key"))
+                continue
+            self._seen.add(key)
+            if self.sink.known_version(self.kind, key) != obj["metadata"].get("resourceVersion"):
+                changed.append(obj)
+        self.stats.listed += len(items)
+        if changed:
+            with collector_paused():
+                self.sink.replace_page(self.kind, changed)
+
+    def _list_ended(self) -> None:
+        seen, self._seen = self._seen, set()
+        self.sink.finish_relist(self.kind, seen)
+
+    def _listed(self, seconds: float) -> None:
+        self.stats.list_seconds = seconds
+        if not self.stats.synced:
+            log.info(
+                "cluster view: listed %d %s in %.1fs",
+                self.stats.listed,
+                self.kind.name,
+                self.stats.list_seconds,
+            )
+        self.stats.synced = True
+        self.on_synced(self.kind)
+
+    # -- watch ------------------------------------------------------------------------------
+
+    def _apply(self, event_type: Any, obj: Any) -> None:
+        """A bad object is rejected and skipped, never retried: the watch goes on from the
+        event after it (re-watching from before it would replay it forever)."""
         if event_type == "BOOKMARK":
             self.stats.bookmarks += 1
         elif event_type not in ("ADDED", "MODIFIED", "DELETED"):
@@ -366,9 +472,9 @@ class Reflector:
                 self._reject(obj, error)
             else:
                 self.stats.events += 1
-        if isinstance(rv, str) and rv:
-            self.resource_version = rv
-        self.backoff.reset()
+
+    def _unreadable(self, obj: Any, error: Exception) -> None:
+        self._reject(obj, error)
 
     def _reject(self, obj: Any, error: Exception) -> None:
         self.stats.rejected += 1
@@ -378,7 +484,7 @@ class Reflector:
             log.exception("cluster view could not record a rejected %s", self.kind.name)
 
 
-def _error_event(status: Obj, kind: Kind) -> KubeCallError:
+def _error_event(status: Obj, call: Call) -> KubeCallError:
     """A watch ERROR event other than 410, as the error it stands for."""
     return classify_status(
         ApiStatus(
@@ -387,7 +493,7 @@ def _error_event(status: Obj, kind: Kind) -> KubeCallError:
             str(status.get("message") or ""),
             None,
         ),
-        Call("watch", kind.rbac, "all namespaces", kind.group),
+        call,
     )
 
 

@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "migrate": "preemptctl.worker.ledger_commands",
     "history": "preemptctl.worker.ledger_commands",
     "explain": "preemptctl.worker.ledger_commands",
+    "compare": "preemptctl.worker.compare_command",
     "setup-temporal": "preemptctl.worker.setup_command",
     "config": "preemptctl.worker.config_command",
     "worker": "preemptctl.worker.worker_command",

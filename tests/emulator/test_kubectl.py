@@ -5,7 +5,9 @@ Scenarios:
 - `kubectl get pods -A` lists pods of every namespace with kubectl's usual columns;
 - `kubectl get pods -o wide` adds the node and the nominated node;
 - `kubectl get nodes` shows each node's status;
-- `kubectl get pods -w` prints a pod created after it started watching.
+- `kubectl get pods -w` prints a pod created after it started watching;
+- `kubectl describe pod` shows an Event the controller recorded through events.k8s.io/v1
+  (the emulator serves it through core/v1 too, as the real server does).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from preemptctl.emulator import Emulator
-from preemptctl.emulator.resources import PODS
+from preemptctl.emulator.resources import EVENTS_V1, PODS
 from tests.support.emulator import as_list, node, pod
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
@@ -112,3 +114,41 @@ def test_watch_prints_a_pod_created_while_watching(emulator: Emulator, env: dict
     assert [r.path for r in emulator.requests.matching("watch")] == [
         "/api/v1/namespaces/default/pods"
     ]
+
+
+def test_describe_pod_shows_an_event_recorded_through_events_k8s_io(
+    emulator: Emulator, env: dict[str, str]
+) -> None:
+    web = emulator.store.get(PODS, "default", "web")
+    emulator.store.create(
+        EVENTS_V1,
+        "default",
+        {
+            "metadata": {"name": "web.preempting"},
+            "eventTime": "2026-11-24T07:50:00.123456Z",
+            "reportingController": "preemptctl.io/controller",
+            "reportingInstance": "worker-1",
+            "action": "Preempting",
+            "reason": "Preempting",
+            "type": "Normal",
+            "note": "2 pod(s) on n1: team/batch, default/other",
+            "regarding": {
+                "kind": "Pod",
+                "namespace": "default",
+                "name": "web",
+                "uid": web["metadata"]["uid"],
+            },
+        },
+    )
+    done = subprocess.run(
+        [str(KUBECTL), "describe", "pod", "web"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    events = done.stdout.split("Events:", 1)[1]
+    assert "Preempting" in events and "2 pod(s) on n1: team/batch, default/other" in events
+    assert "preemptctl.io/controller" in events

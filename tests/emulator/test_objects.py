@@ -131,8 +131,12 @@ def test_core_and_events_api_events_are_served(core: Any, api_client: Any) -> No
             "type": "Normal",
         },
     )
-    assert [e.metadata.name for e in core.list_namespaced_event("default").items] == ["e1"]
+    # One storage, as on a real server: an events.k8s.io Event is listed by core/v1 as well
+    # (converted: `note` is `message`, `regarding` is `involvedObject`).
+    assert [e.metadata.name for e in core.list_namespaced_event("default").items] == ["e1", "e2"]
     assert [e.metadata.name for e in events.list_namespaced_event("default").items] == ["e2"]
+    twin = core.read_namespaced_event("e2", "default")
+    assert (twin.reason, twin.source.component, twin.count) == ("R", "x", 1)
 
 
 def test_unserved_path_is_not_found_with_status_body(api_client: Any) -> None:

@@ -1,7 +1,8 @@
 """The watch-fed cluster view.
 
 Scenarios:
-- the view is ready once Nodes, Pods and PDBs are all listed, and holds them;
+- the view is ready once Nodes, Pods and PDBs are all listed, and holds them, warmed (the
+  label index built, each bound pod's PDB matches known), and keeps them warm as pods change;
 - the initial list is paginated with limit/continue, and the watch starts from its
   resourceVersion;
 - after a randomized burst of creates, updates and deletes, the view equals the emulator;
@@ -156,6 +157,23 @@ def test_ready_once_all_kinds_are_listed(
         assert snapshot.pod_by_key("default/a") is not None
         assert snapshot.nominated_pods("n1")[0].name == "c"
         assert list(snapshot.pdbs) == ["default/budget"]
+
+
+def test_ready_view_is_warmed_and_stays_warm(
+    emulator: Emulator, make_view: Callable[..., ClusterView]
+) -> None:
+    seed_cluster(emulator)
+    view = make_view()
+    assert view.wait_ready(5)
+    with view.read() as snapshot:
+        assert snapshot.warmed and snapshot.bound.labels_ready
+        web = snapshot.pod_by_key("default/a")
+        assert web is not None and snapshot.matching_pdbs(web) == (0,)
+    emulator.store.load(PODS, pod("d", node_name="n2", labels={"app": "web"}))
+    assert converged(view, emulator)
+    with view.read() as snapshot:
+        assert ("default", "app", "web") in snapshot.bound.by_label
+        assert len(snapshot.bound.by_label[("default", "app", "web")]) == 2
 
 
 def test_initial_list_is_paginated_and_watch_starts_from_its_rv(

@@ -91,6 +91,7 @@ CONTROLLER_RBAC: dict[tuple[str, str], set[str]] = {
     ("storage.k8s.io", "volumeattachments"): {"get", "list", "watch"},
     ("policy", "poddisruptionbudgets"): {"list", "watch"},
     ("events.k8s.io", "events"): {"create"},
+    ("", "events"): {"list", "watch"},  # shadow mode records kube-scheduler's Preempted Events
 }
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 NOT_API_OBJECTS = {"Kustomization", "KubeSchedulerConfiguration"}

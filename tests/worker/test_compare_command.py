@@ -1,0 +1,346 @@
+"""`preemptctl compare`: shadow mode's decisions beside kube-scheduler's, run as a user runs it.
+
+One ledger (Postgres) holds, per preemptor:
+- prod/agree: we and the scheduler preempted default/a1, default/a2 on n1 (agree);
+- prod/victims: same node n2; we chose default/b1, the scheduler default/b2 (other-victims,
+  each side's pods named);
+- prod/node: we chose n3, the scheduler n4 (other-node);
+- prod/ours: we would have preempted default/d1, the scheduler did not (ours-only);
+- prod/theirs: the scheduler preempted default/e1; we had decided Unschedulable before it
+  acted (upstream-only, our verdict shown);
+- prod/late: the scheduler preempted default/f1; our only decision came after, Ineligible
+  (after-upstream: listed, not counted against us);
+- prod/retried: we decided Preempt, then (after the scheduler acted) Ineligible: the
+  Preempt decision is the one compared, and it agrees;
+- prod/old-form: the scheduler's older Event form named the preemptor by name only; joined
+  by name, it agrees;
+- prod/nobody: we decided FitsWithoutPreemption and nobody preempted: not listed.
+
+Scenarios:
+- the table lists disagreements first, the pods named, then the totals and the ratio
+  (4 agree of 8 compared: the after-upstream case apart);
+- -o json gives the same per preemptor, with both sides' nodes and victims;
+- --since leaves out what is older (and then nothing is there to compare);
+- bad flags (--since, -o) exit 2 with one line; an unmigrated ledger too.
+
+End to end (the simulated cluster's scheduler in upstream-preemption mode, a real worker
+in --dry-run, Temporal, a SQLite ledger), the worker records both of the scheduler's Events
+(preemptor named from its view) and `compare` shows the one preemptor in agreement:
+- when our dry run decides before the scheduler preempts;
+- when the scheduler preempts first (its victims terminating on the node it nominated when
+  our dry run decides), because shadow mode plans on the cluster as it was before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from sqlalchemy import Engine
+from temporalio.testing import WorkflowEnvironment
+
+from preemptctl import migrations
+from preemptctl.emulator import SimulatedCluster
+from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.ledger.events import LedgerEvent, decision_events
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.payloads import Ended
+from preemptctl.ledger.upstream import append_upstream, decisions_since, upstream_since
+from preemptctl.ledger.writer import append_batch
+from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.upstream import UpstreamPreemption
+from preemptctl.worker.cli import main
+from preemptctl.worker.config import load_settings
+from preemptctl.worker.dev_command import free_port
+from preemptctl.worker.runtime import connect_cluster, running_controller
+from tests.support.emulator import as_list, node, pod
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+T0 = NOW - timedelta(minutes=30)
+
+
+def _preemptor(name: str) -> PodRef:
+    return PodRef("prod", name, f"uid-{name}", 1000)
+
+
+def _decide(
+    engine: Engine,
+    name: str,
+    verdict: str,
+    at: datetime,
+    node: str | None = None,
+    victims: tuple[str, ...] = (),
+    message: str = "",
+) -> None:
+    preemptor = _preemptor(name)
+    run = f"run-{name}-{at.timestamp()}"
+    decision: dict[str, Any] = {
+        "preemptor": preemptor.key,
+        "verdict": verdict,
+        "status": verdict,
+        "nominatedNode": node,
+        "victims": [
+            {"namespace": "default", "name": v, "uid": f"uid-{v}", "priority": 0} for v in victims
+        ],
+        "message": message or f"{verdict} for {name}",
+    }
+    batch = decision_events(f"preemption-{name}", run, preemptor, decision, at)
+    if verdict == "Preempt":
+        batch.append(
+            LedgerEvent(
+                f"preemption-{name}",
+                run,
+                EventKind.DRY_RUN,
+                preemptor,
+                node=node,
+                payload=Ended(reason="dry run").to_json(),
+                occurred_at=at,
+            )
+        )
+    append_batch(engine, batch)
+
+
+def _upstream(
+    engine: Engine, name: str, node: str, victims: tuple[str, ...], at: datetime, old: bool = False
+) -> None:
+    append_upstream(
+        engine,
+        [
+            UpstreamPreemption(
+                event_uid=f"event-{name}-{victim}",
+                occurred_at=at,
+                victim_namespace="default",
+                victim_name=victim,
+                victim_uid=f"uid-{victim}",
+                preemptor_uid="" if old else f"uid-{name}",
+                preemptor_namespace="prod" if old else None,
+                preemptor_name=name if old else None,
+                node=node,
+                message=f"Preempted by pod uid-{name} on node {node}",
+            )
+            for victim in victims
+        ],
+    )
+
+
+@pytest.fixture
+def ledger(pg_engine: Engine) -> Engine:
+    later = T0 + timedelta(seconds=5)
+    _decide(pg_engine, "agree", "Preempt", T0, "n1", ("a1", "a2"))
+    _upstream(pg_engine, "agree", "n1", ("a2", "a1"), T0)
+    _decide(pg_engine, "victims", "Preempt", T0, "n2", ("b1",))
+    _upstream(pg_engine, "victims", "n2", ("b2",), T0)
+    _decide(pg_engine, "node", "Preempt", T0, "n3", ("c1",))
+    _upstream(pg_engine, "node", "n4", ("c9",), T0)
+    _decide(pg_engine, "ours", "Preempt", T0, "n1", ("d1",))
+    _decide(pg_engine, "theirs", "Unschedulable", T0, message="0/4 nodes are available")
+    _upstream(pg_engine, "theirs", "n2", ("e1",), later)
+    _upstream(pg_engine, "late", "n3", ("f1",), T0)
+    _decide(
+        pg_engine,
+        "late",
+        "Ineligible",
+        later,
+        message="not eligible due to a terminating pod on the nominated node.",
+    )
+    _decide(pg_engine, "retried", "Preempt", T0, "n1", ("g1",))
+    _upstream(pg_engine, "retried", "n1", ("g1",), later)
+    _decide(pg_engine, "retried", "Ineligible", later + timedelta(seconds=10))
+    _decide(pg_engine, "old-form", "Preempt", T0, "n2", ("h1",))
+    _upstream(pg_engine, "old-form", "n2", ("h1",), T0, old=True)
+    _decide(pg_engine, "nobody", "FitsWithoutPreemption", T0)
+    return pg_engine
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["compare", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_the_table_names_the_pods_and_gives_the_ratio(
+    ledger: Engine, migrated_postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _run(capsys, "--database-url", migrated_postgres_url)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    results = [line.split()[:2] for line in lines if line.startswith("prod/")]
+    assert results == [
+        ["prod/victims", "other-victims"],
+        ["prod/node", "other-node"],
+        ["prod/ours", "ours-only"],
+        ["prod/theirs", "upstream-only"],
+        ["prod/agree", "agree"],
+        ["prod/old-form", "agree"],
+        ["prod/retried", "agree"],
+        ["prod/late", "after-upstream"],
+    ]
+    assert "only ours: default/b1" in out
+    assert "only upstream: default/b2" in out
+    assert "upstream: node n4, victims default/c9" in out
+    assert "ours:     node n3, victims default/c1" in out
+    assert "upstream: no Preempted event" in out
+    assert "ours:     Unschedulable: 0/4 nodes are available" in out
+    assert "both: node n1, victims default/a1, default/a2" in out
+    assert lines[-2] == (
+        "Preemptors: 8 (3 agree, 1 other-victims, 1 other-node, 1 ours-only, "
+        "1 upstream-only, 1 after-upstream)."
+    )
+    assert lines[-1] == (
+        "Agreement: 3/7 (43%) of the preemptors compared; "
+        "1 decided after upstream acted, not compared."
+    )
+
+
+def test_json_gives_both_sides_per_preemptor(
+    ledger: Engine, migrated_postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(capsys, "--database-url", migrated_postgres_url, "-o", "json")
+    assert code == 0
+    document = orjson.loads(out)
+    by_name = {entry["preemptor"]: entry for entry in document["preemptors"]}
+    assert "prod/nobody" not in by_name
+    victims = by_name["prod/victims"]
+    assert (victims["result"], victims["onlyOurs"], victims["onlyUpstream"]) == (
+        "other-victims",
+        ["default/b1"],
+        ["default/b2"],
+    )
+    assert victims["ours"]["node"] == victims["upstream"]["node"] == "n2"
+    assert victims["ours"]["dryRun"] is True
+    assert by_name["prod/retried"]["ours"]["verdict"] == "Preempt"
+    assert by_name["prod/late"]["ours"]["verdict"] == "Ineligible"
+    assert by_name["prod/theirs"]["upstream"]["victims"] == ["default/e1"]
+    assert document["totals"]["agree"] == 3
+    assert document["totals"]["compared"] == 7
+    assert document["totals"]["agreement"] == pytest.approx(3 / 7)
+
+
+def test_since_leaves_out_older_decisions_and_events(
+    ledger: Engine, migrated_postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(capsys, "--database-url", migrated_postgres_url, "--since", "5m")
+    assert code == 0
+    assert "no preemption by either side" in out
+    assert out.splitlines()[-1] == "Agreement: nothing to compare."
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--since", "yesterday"], "--since 'yesterday' is neither a duration"),
+        (["-o", "yaml"], "unknown --output 'yaml'"),
+    ],
+)
+def test_bad_flags_are_one_line_and_exit_2(
+    migrated_postgres_url: str,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    message: str,
+) -> None:
+    code, out, err = _run(capsys, "--database-url", migrated_postgres_url, *argv)
+    assert (code, out) == (2, "")
+    assert err.startswith("preemptctl compare: ") and message in err
+    assert len(err.splitlines()) == 1
+
+
+def test_an_unmigrated_ledger_is_one_line_and_exit_2(
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _run(capsys, "--database-url", postgres_url)
+    assert code == 2
+    assert err.startswith("preemptctl compare: ") and len(err.splitlines()) == 1
+
+
+# -- end to end: the simulated kube-scheduler preempting, the worker in shadow mode ---------------
+
+
+async def _until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("scheduler_first", [False, True], ids=["ours-first", "upstream-first"])
+async def test_shadow_mode_records_upstream_and_compare_agrees(
+    temporal: WorkflowEnvironment,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    scheduler_first: bool,
+) -> None:
+    """ours-first: the scheduler holds its preemption until our dry run has decided, then
+    preempts. upstream-first: it preempts in the very pass that marks the pod Unschedulable,
+    as kube-scheduler does, so our dry run decides with the victims already terminating on
+    the nominated node (kept terminating here, 30 s, long enough for a retried dry run)."""
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    migrations.upgrade(url)
+    engine = create_ledger_engine(url)
+    cluster = SimulatedCluster(
+        max_grace_seconds=30.0 if scheduler_first else 0.5,
+        upstream_preemption=True,
+        preemption_delay=0.0 if scheduler_first else 3600.0,
+    )
+    cluster.load(as_list(node("n1", cpu="1")))
+    cluster.start()
+    settings = load_settings(
+        overrides={
+            "kubeconfig": str(cluster.kubeconfig_path),
+            "database_url": url,
+            "metrics_port": free_port(),
+            "task_queue": f"shadow-{uuid.uuid4()}",
+            "dry_run": True,
+        },
+        environ={},
+    )
+    try:
+        async with running_controller(
+            settings, temporal.client, connect_cluster(settings), engine
+        ) as controller:
+            assert controller.upstream is not None
+            cluster.load(
+                as_list(
+                    pod("low-a", node_name="n1", cpu="500m", priority=10),
+                    pod("low-b", node_name="n1", cpu="500m", priority=20),
+                    pod("urgent", cpu="1", priority=1000),
+                )
+            )
+            await _until(
+                lambda: any(d.verdict == "Preempt" for d in decisions_since(engine)),
+                "the dry-run decision",
+            )
+            if not scheduler_first:
+                assert cluster.emulator.pod("default/low-a") is not None  # nothing touched
+                cluster.scheduler.preemption_delay = 0.0  # now kube-scheduler preempts
+                await _until(
+                    lambda: (
+                        (cluster.emulator.pod("default/urgent") or {})
+                        .get("spec", {})
+                        .get("nodeName")
+                        == "n1"
+                    ),
+                    "the preemptor bound",
+                )
+            await _until(lambda: len(upstream_since(engine)) == 2, "the recorded Events")
+            assert controller.upstream.stats.recorded == 2
+    finally:
+        cluster.stop()
+        engine.dispose()
+    recorded = upstream_since(create_ledger_engine(url))
+    assert {(r.victim_key, r.preemptor_key, r.node) for r in recorded} == {
+        ("default/low-a", "default/urgent", "n1"),
+        ("default/low-b", "default/urgent", "n1"),
+    }
+    code, out, _ = _run(capsys, "--database-url", url)
+    assert code == 0
+    assert out.splitlines()[1:3] == [
+        "PREEMPTOR       RESULT          DETAIL",
+        "default/urgent  agree           both: node n1, victims default/low-b, default/low-a",
+    ]
+    assert out.splitlines()[-1] == "Agreement: 1/1 (100%) of the preemptors compared."
