@@ -13,6 +13,13 @@ replica and a claim exists from the moment its decision does:
 6. write ahead: the decision, one `victim_chosen` per victim and, when the decision is
    final, its end, before any victim is touched.
 
+After the commit, outside the lock, what each planner run was given is recorded
+(`ledger.inputs`, for `preemptctl replay --decision`): under the lock only references are
+taken (`preemption.recorded_inputs.capture`); the encoding, compression and append happen
+on a background thread (`InputsRecorder`) with a bounded backlog, which also prunes inputs
+older than the retention about once an hour. A failure to record is logged, never fails
+the decision.
+
 Step 1 (is the preemptor still there, unbound?) needs the API server and happens before,
 outside the lock, in the select activity. Nothing here knows Temporal: the path is also what
 `benchmarks/decision_path.py` measures, and each lock hold's duration is kept in `holds`.
@@ -20,6 +27,8 @@ outside the lock, in the select activity. Nothing here knows Temporal: the path 
 
 from __future__ import annotations
 
+import logging
+import queue
 import threading
 import time
 from collections import deque
@@ -31,20 +40,39 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+import preemptctl
 from preemptctl.ledger.claims import ClaimReader, decision_lock, victims_chosen_since
-from preemptctl.ledger.errors import LedgerUnavailableError
+from preemptctl.ledger.errors import LedgerError, LedgerUnavailableError
 from preemptctl.ledger.events import LedgerEvent, decision_events
+from preemptctl.ledger.inputs import InputsRow, prune, record
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import Ended, Throttled
 from preemptctl.ledger.writer import append_batch_on
 from preemptctl.preemption.budget import WINDOW, seconds_until_budget_allows
 from preemptctl.preemption.claims import Claim, ClaimBook
-from preemptctl.preemption.decision import Decision, PodRef, Strategy, Verdict
+from preemptctl.preemption.decision import PLANNER_VERSION, Decision, PodRef, Strategy, Verdict
 from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.preemption.objects import Pod
 from preemptctl.preemption.planner import plan
+from preemptctl.preemption.recorded_inputs import Captured, capture, dumps
 from preemptctl.preemption.snapshot import ClusterSnapshot
+
+log = logging.getLogger(__name__)
+
+INPUTS_MAX_BYTES = 4 * 1024 * 1024
+"""Compressed inputs above this are recorded as a "too large" marker (0: record none)."""
+INPUTS_RETENTION_DAYS = 30
+PRUNE_EVERY_SECONDS = 3600.0
+INPUTS_BACKLOG = 16
+"""Decisions whose inputs may wait for the recorder; past that, a marker says they were
+not recorded (recording a 5,000-node decision costs several times the decision itself, and
+a burst of decisions must not wait for it)."""
+YIELD_SECONDS = 5.0
+"""At most this long the recorder waits, per decision, for the decision path to be idle."""
+YIELD_POLL_SECONDS = 0.005
+RECORDING_VERSION = f"{preemptctl.__version__} planner {PLANNER_VERSION}"[:64]
 
 SnapshotReader = Callable[[], AbstractContextManager[ClusterSnapshot]]
 
@@ -82,12 +110,124 @@ class _Waiting:
         self.done = threading.Event()
         self.answer: Decided | None = None
         self.error: BaseException | None = None
+        self.captured: Captured | None = None  # the planner's inputs, to record after
 
     def result(self) -> Decided:
         if self.error is not None:
             raise self.error
         assert self.answer is not None
         return self.answer
+
+
+class InputsRecorder:
+    """One background thread per worker process that encodes, compresses and appends each
+    decision's inputs, and prunes them about hourly (`ledger.inputs`), so that neither the
+    decision lock nor the activity waits for it.
+
+    Its backlog is bounded: a decision that finds it full is recorded as a marker row ("not
+    recorded: ..."), so a burst of decisions costs no more than the recorder keeps up with,
+    and `replay --decision` says why it cannot replay those. Inputs still queued when the
+    process exits are lost the same way (no row: replay says none was recorded). A ledger
+    that refuses is logged: the decision stands without its inputs."""
+
+    def __init__(
+        self,
+        ledger: Engine,
+        max_bytes: int,
+        retention_days: int,
+        backlog: int,
+        busy: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self._ledger = ledger
+        self._busy = busy
+        self._max_bytes = max_bytes
+        self._retention_days = retention_days
+        self._backlog = backlog
+        self._queue: queue.Queue[tuple[DecisionRequest, Captured]] = queue.Queue(backlog)
+        self._start = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pruned_at = -PRUNE_EVERY_SECONDS  # monotonic; the first recording prunes
+        self.skipped = 0
+        """Decisions whose inputs were not recorded because the backlog was full."""
+
+    def submit(self, request: DecisionRequest, captured: Captured) -> None:
+        """Queue one decision's inputs; a marker row instead when the backlog is full."""
+        self._started()
+        try:
+            self._queue.put_nowait((request, captured))
+        except queue.Full:
+            self.skipped += 1
+            self._append(
+                request,
+                b"",
+                omitted=f"not recorded: the recorder was {self._backlog} decisions behind",
+            )
+
+    def wait(self) -> None:
+        """Until every queued decision's inputs are recorded (tests; orderly shutdown)."""
+        self._queue.join()
+
+    def _started(self) -> None:
+        with self._start:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="decision-inputs", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            request, captured = self._queue.get()
+            try:
+                self._yield()
+                self._append(request, dumps(captured))
+                self._prune()
+            except Exception:  # a bug here must not stop recording for good
+                log.exception("recording the inputs of run %s failed", request.run_id)
+            finally:
+                self._queue.task_done()
+
+    def _yield(self) -> None:
+        """Let a decision queued or under way go first: encoding holds the GIL, and on a
+        small machine its cores. Bounded, so that a steady stream of decisions still gets
+        its inputs recorded (or, once the backlog is full, marked as not recorded)."""
+        deadline = time.monotonic() + YIELD_SECONDS
+        while self._busy() and time.monotonic() < deadline:
+            time.sleep(YIELD_POLL_SECONDS)
+
+    def _append(self, request: DecisionRequest, raw: bytes, omitted: str | None = None) -> None:
+        row = InputsRow(
+            request.preemption_id,
+            request.run_id,
+            request.preemptor,
+            request.occurred_at,
+            RECORDING_VERSION,
+            raw,
+            step=request.throttled,
+            omitted=omitted,
+        )
+        try:
+            record(self._ledger, row, max_bytes=self._max_bytes)
+        except LedgerError as error:
+            log.warning(
+                "the inputs of the decision for %s (run %s) were not recorded: %s",
+                request.preemptor.key,
+                request.run_id,
+                error,
+            )
+
+    def _prune(self) -> None:
+        now = time.monotonic()
+        if now - self._pruned_at < PRUNE_EVERY_SECONDS:
+            return
+        self._pruned_at = now
+        try:
+            pruned = prune(self._ledger, self._retention_days)
+        except LedgerError as error:
+            log.warning("pruning decision inputs failed: %s", error)
+            return
+        if pruned:
+            log.info("pruned %d decision input(s) older than %d days", pruned, self._retention_days)
 
 
 class DecisionPath:
@@ -109,6 +249,9 @@ class DecisionPath:
         lock_wait_seconds: float = 4.0,
         queue_wait_seconds: float = 60.0,
         max_batch: int = 32,
+        inputs_max_bytes: int = INPUTS_MAX_BYTES,
+        inputs_retention_days: int = INPUTS_RETENTION_DAYS,
+        inputs_backlog: int = INPUTS_BACKLOG,
     ) -> None:
         self._ledger = ledger
         self._identity = identity
@@ -117,6 +260,15 @@ class DecisionPath:
         self._lock_wait_seconds = lock_wait_seconds
         self._queue_wait_seconds = queue_wait_seconds
         self._max_batch = max_batch
+        self._inputs_max_bytes = inputs_max_bytes
+        self.inputs = (
+            InputsRecorder(
+                ledger, inputs_max_bytes, inputs_retention_days, inputs_backlog, self._busy
+            )
+            if inputs_max_bytes
+            else None
+        )
+        """Records each decision's inputs in the background (None: recording is off)."""
         self._claims = ClaimReader()
         self._local = threading.Lock()  # one batch at a time in this process
         self._queue: deque[_Waiting] = deque()
@@ -124,6 +276,10 @@ class DecisionPath:
         self._decisions = 0
         self.holds: deque[tuple[float, int]] = deque(maxlen=10_000)
         """(seconds the decision lock was held, decisions made in that hold), newest last."""
+
+    def _busy(self) -> bool:
+        """A decision is queued or under way in this process (the recorder waits for it)."""
+        return bool(self._queue) or self._local.locked()
 
     def decide(
         self,
@@ -134,8 +290,17 @@ class DecisionPath:
         """Decide for `request.preemptor` over the snapshot `read` yields, under the lock;
         raises `LedgerError` when the ledger cannot be reached or the lock not taken, and
         `PlannerInputError` for a preemptor the planner cannot read. `beat` is called about
-        every second while the request waits its turn (the activity heartbeats with it)."""
+        every second while the request waits its turn (the activity heartbeats with it).
+        The decision's inputs are recorded after it is committed, by this thread."""
         waiting = _Waiting(request)
+        decided = self._decide(waiting, read, beat)
+        self._record_inputs(waiting)
+        return decided
+
+    def _decide(
+        self, waiting: _Waiting, read: SnapshotReader, beat: Callable[[], object]
+    ) -> Decided:
+        request = waiting.request
         with self._queue_lock:
             self._queue.append(waiting)
         deadline = time.monotonic() + self._queue_wait_seconds
@@ -208,7 +373,7 @@ class DecisionPath:
         request = waiting.request
         names = [snapshot.pods[uid].key for uid in respected if uid in snapshot.pods]
         try:
-            decision = self._plan(snapshot, request)
+            decision, waiting.captured = self._plan(snapshot, request, respected)
         except PlannerInputError as error:
             waiting.error = error
             return None
@@ -245,12 +410,26 @@ class DecisionPath:
         book.settled(snapshot)
         return book
 
-    def _plan(self, snapshot: ClusterSnapshot, request: DecisionRequest) -> Decision:
+    def _plan(
+        self, snapshot: ClusterSnapshot, request: DecisionRequest, respected: list[str]
+    ) -> tuple[Decision, Captured | None]:
         """4) The planner's decision over the snapshot (claims laid over it) with the
-        preemptor as the API server just returned it."""
+        preemptor as the API server just returned it; and references to its inputs."""
         self._decisions += 1
-        with _planning_with(snapshot, request.preemptor_obj):
-            return plan(snapshot, request.preemptor.key, request.strategy, self._planner_args)
+        with _planning_with(snapshot, request.preemptor_obj) as preemptor:
+            decision = plan(snapshot, request.preemptor.key, request.strategy, self._planner_args)
+            if not self._inputs_max_bytes:
+                return decision, None
+            captured = capture(
+                snapshot, preemptor, request.strategy, self._planner_args, decision, respected
+            )
+            return decision, captured
+
+    def _record_inputs(self, waiting: _Waiting) -> None:
+        """After the commit: hand the decision's inputs to the recorder (never waits)."""
+        captured, waiting.captured = waiting.captured, None
+        if captured is not None and waiting.answer is not None and self.inputs is not None:
+            self.inputs.submit(waiting.request, captured)
 
     def _budget(self, db: Connection, request: DecisionRequest, decision: Decision) -> float:
         """5) Seconds the eviction budget holds this decision back; 0 when it may go on."""
@@ -292,14 +471,14 @@ class DecisionPath:
 
 
 @contextmanager
-def _planning_with(snapshot: ClusterSnapshot, obj: dict[str, Any]) -> Iterator[None]:
+def _planning_with(snapshot: ClusterSnapshot, obj: dict[str, Any]) -> Iterator[Pod]:
     """Plan with the preemptor exactly as the API server just returned it (the view may be a
     moment behind), then put the view's own copy back."""
     fresh = decode_pod(obj)
     previous = snapshot.pods.get(fresh.uid)
     snapshot.upsert_pod(fresh)
     try:
-        yield
+        yield fresh
     finally:
         if previous is not None:
             snapshot.upsert_pod(previous)

@@ -33,6 +33,7 @@ from urllib.parse import quote
 
 from kubernetes.client.exceptions import ApiException
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -50,7 +51,12 @@ from preemptctl.activities.contracts import (
     VictimInput,
     VictimResult,
 )
-from preemptctl.activities.deciding import DecisionPath, DecisionRequest
+from preemptctl.activities.deciding import (
+    INPUTS_MAX_BYTES,
+    INPUTS_RETENTION_DAYS,
+    DecisionPath,
+    DecisionRequest,
+)
 from preemptctl.kube import conditions, deletion, events, nomination
 from preemptctl.kube.classify import Call, api_status, classify_status
 from preemptctl.kube.client import KubeClient
@@ -62,7 +68,7 @@ from preemptctl.ledger.errors import LedgerError, LedgerNotMigratedError, Ledger
 from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import DeleteSent, Ended, Retried, Scheduled, VictimStep, Write
-from preemptctl.ledger.queries import earlier_run
+from preemptctl.ledger.queries import earlier_run, events_of
 from preemptctl.ledger.vocabulary import Fate
 from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import Decision, PodRef, Strategy, Verdict
@@ -143,6 +149,8 @@ class PreemptionActivities:
         planner_args: PreemptionArgs | None = None,
         evictions_per_minute: int = 0,
         lock_wait_seconds: float = 4.0,
+        inputs_max_bytes: int = INPUTS_MAX_BYTES,
+        inputs_retention_days: int = INPUTS_RETENTION_DAYS,
     ) -> None:
         self._kube = kube
         self._view = view
@@ -155,7 +163,14 @@ class PreemptionActivities:
             planner_args=planner_args,
             evictions_per_minute=evictions_per_minute,
             lock_wait_seconds=lock_wait_seconds,
+            inputs_max_bytes=inputs_max_bytes,
+            inputs_retention_days=inputs_retention_days,
         )
+
+    @property
+    def decisions(self) -> DecisionPath:
+        """The decision path, for its lock hold figures (`DecisionPath.holds`)."""
+        return self._decisions
 
     def all(self) -> list[Callable[..., Any]]:
         """Every activity, for `Worker(activities=...)`."""
@@ -351,8 +366,31 @@ class PreemptionActivities:
         """Add the DisruptionTarget condition, unless the victim is gone, replaced, or already
         terminating (then there is nothing left to do to it); record what became of it."""
         result = _answered() or self._mark(request)
+        if result.fate is Fate.ALREADY_GONE and self._delete_sent(request):
+            # A re-run of this mark after this run's own delete: a local activity is re-run
+            # when its worker dies before the workflow task that ran it was recorded, and
+            # finds the victim its delete removed. It was marked; the delete that follows
+            # finds its intent and records the victim deleted by this preemption.
+            result = VictimResult(Fate.MARKED, "marked; this run has already sent its delete")
         self._record_victim(request, result)
         return result
+
+    def _delete_sent(self, request: VictimInput) -> bool:
+        """Whether this run recorded the intent to delete this victim (`_intend_delete`)."""
+        run, uid = request.run, request.victim.uid
+        with ledger_errors():
+            try:
+                with self._ledger.connect() as connection:
+                    recorded = events_of(connection, [run.preemption_id])
+            except SQLAlchemyError as error:
+                raise LedgerUnavailableError(str(error)) from error
+        return any(
+            e.kind is EventKind.VICTIM_DELETE_SENT
+            and e.run_id == run.run_id
+            and e.victim is not None
+            and e.victim.uid == uid
+            for e in recorded
+        )
 
     def _mark(self, request: VictimInput) -> VictimResult:
         victim = request.victim
@@ -582,7 +620,7 @@ class PreemptionActivities:
                 )
             )
         if request.ending is Ending.FAILED:
-            ended = Ended(error=request.message)
+            ended = Ended(error=request.message, retryable=request.retryable)
             self._tell_the_preemptor(
                 request.preemptor,
                 "PreemptionFailed",

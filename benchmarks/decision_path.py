@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import secrets
 import statistics
 import sys
@@ -41,7 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.planner import snapshot_file
 from benchmarks.synthetic_cluster import preemptor
-from preemptctl.activities.deciding import Decided, DecisionPath, DecisionRequest
+from preemptctl.activities.deciding import (
+    INPUTS_MAX_BYTES,
+    Decided,
+    DecisionPath,
+    DecisionRequest,
+)
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.kinds import EventKind
@@ -72,10 +78,15 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
-def run(nodes: int, decisions: int, threads: int, in_flight: int, batch: int) -> None:
+def run(
+    nodes: int, decisions: int, threads: int, in_flight: int, batch: int, record_inputs: bool
+) -> None:
     path = snapshot_file(nodes)
     started = time.perf_counter()
     view = View(ClusterSnapshot.from_list(orjson.loads(path.read_bytes())))
+    view.snapshot.warm()  # as the cluster view does once synced, and then freezes the heap
+    gc.collect()
+    gc.freeze()
     print(
         f"snapshot: {nodes} nodes, {len(view.snapshot.pods)} pods, "
         f"built in {time.perf_counter() - started:.1f} s"
@@ -92,7 +103,12 @@ def run(nodes: int, decisions: int, threads: int, in_flight: int, batch: int) ->
     try:
         upgrade(url)
         ledger = create_ledger_engine(url, pool_size=threads + 2)
-        path_ = DecisionPath(ledger, identity="bench", max_batch=batch)
+        path_ = DecisionPath(
+            ledger,
+            identity="bench",
+            max_batch=batch,
+            inputs_max_bytes=INPUTS_MAX_BYTES if record_inputs else 0,
+        )
         open_runs: deque[tuple[int, Decided]] = deque()
         runs_lock = threading.Lock()
         latencies: list[float] = []
@@ -149,8 +165,13 @@ def run(nodes: int, decisions: int, threads: int, in_flight: int, batch: int) ->
         with ThreadPoolExecutor(max_workers=threads) as pool:
             list(pool.map(decide, range(1, decisions)))
         wall = time.perf_counter() - began
+        behind = 0.0
+        if path_.inputs is not None:  # the recorder catches up before the ledger goes
+            path_.inputs.wait()
+            behind = time.perf_counter() - began - wall
         ledger.dispose()
     finally:
+        gc.unfreeze()
         with psycopg.connect(ADMIN, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
@@ -162,6 +183,8 @@ def run(nodes: int, decisions: int, threads: int, in_flight: int, batch: int) ->
     )
     print(f"verdicts:            {dict(sorted(outcomes.items()))}")
     print(f"through the lock:    {(decisions - 1) / wall:.1f} decisions/s (target ≥ 40)")
+    if record_inputs:
+        print(f"inputs recorder:     {behind:.1f} s more to record the last decisions' inputs")
     print(
         f"lock hold/decision:  median {statistics.median(holds):.1f} ms, "
         f"p99 {percentile(holds, 0.99):.1f} ms "
@@ -180,10 +203,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--in-flight", type=int, default=100)
     parser.add_argument("--batch", type=int, default=32, help="most decisions per acquisition")
+    parser.add_argument(
+        "--no-inputs",
+        action="store_true",
+        help="do not record each decision's inputs (recorded by default, as the worker does, "
+        "by a thread of the same process after the commit)",
+    )
     args = parser.parse_args()
     for batch in sorted({1, args.batch}):
         print(f"-- at most {batch} decision(s) per acquisition of the lock")
-        run(args.nodes, args.decisions, args.threads, args.in_flight, batch)
+        run(args.nodes, args.decisions, args.threads, args.in_flight, batch, not args.no_inputs)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The `preemption_events` table, as SQLAlchemy 2 typed declarative models.
+"""The ledger's tables, as SQLAlchemy 2 typed declarative models.
 
 This is what the migrations must produce (a test compares them); it is not how the schema
 changes. The column set is flat rather than normalised because every question the ledger
@@ -20,6 +20,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
@@ -40,6 +41,8 @@ NAMING_CONVENTION = {
 }
 
 EVENTS_TABLE = "preemption_events"
+UPSTREAM_TABLE = "upstream_preemptions"
+INPUTS_TABLE = "decision_inputs"
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -124,5 +127,65 @@ class DecisionLock(Base):
     __table_args__ = (CheckConstraint("id = 1", name="one_row"),)
 
 
+class UpstreamPreemption(Base):
+    """One preemption kube-scheduler made (its `Preempted` Event), as shadow mode observed it;
+    append-only. `event_uid` (the Event's UID) makes a watch restart or a second replica
+    record it once."""
+
+    __tablename__ = UPSTREAM_TABLE
+
+    id: Mapped[int] = mapped_column(EventId, Identity(always=True), primary_key=True)
+    observed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    occurred_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    event_uid: Mapped[str] = mapped_column(String(64))
+    victim_namespace: Mapped[str] = mapped_column(String(253))
+    victim_name: Mapped[str] = mapped_column(String(253))
+    victim_uid: Mapped[str | None] = mapped_column(String(64))
+    preemptor_uid: Mapped[str] = mapped_column(String(64))
+    preemptor_namespace: Mapped[str | None] = mapped_column(String(253))
+    preemptor_name: Mapped[str | None] = mapped_column(String(253))
+    node: Mapped[str | None] = mapped_column(String(253))
+    message: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (
+        UniqueConstraint("event_uid"),
+        Index("ix_upstream_preemptions_occurred_at", "occurred_at"),
+        Index("ix_upstream_preemptions_preemptor_uid", "preemptor_uid"),
+    )
+
+
+class DecisionInput(Base):
+    """What the planner was given for one decision, compressed, so that `preemptctl replay
+    --decision` can plan it again. Never updated; deleted only by retention pruning
+    (`prune_decision_inputs`). A row whose inputs were too large keeps `inputs` NULL and
+    says why in `omitted`."""
+
+    __tablename__ = INPUTS_TABLE
+
+    id: Mapped[int] = mapped_column(EventId, Identity(always=True), primary_key=True)
+    preemption_id: Mapped[str] = mapped_column(String(255))
+    run_id: Mapped[str] = mapped_column(String(255))
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    preemptor_namespace: Mapped[str] = mapped_column(String(253))
+    preemptor_name: Mapped[str] = mapped_column(String(253))
+    preemptor_uid: Mapped[str] = mapped_column(String(64))
+    planner_version: Mapped[str] = mapped_column(String(64))
+    encoding: Mapped[str] = mapped_column(String(32))
+    raw_bytes: Mapped[int] = mapped_column(BigInteger)
+    stored_bytes: Mapped[int] = mapped_column(BigInteger)
+    inputs: Mapped[bytes | None] = mapped_column(LargeBinary)
+    omitted: Mapped[str | None] = mapped_column(Text)
+    idempotency_key: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (
+        UniqueConstraint("idempotency_key"),
+        Index("ix_decision_inputs_preemption", "preemption_id", "id"),
+        Index("ix_decision_inputs_run_id", "run_id"),
+        Index("ix_decision_inputs_recorded_at", "recorded_at"),
+    )
+
+
 events: Table = Base.metadata.tables[EVENTS_TABLE]
 """The table, for Core statements (inserts, keyset scans) where the ORM adds nothing."""
+upstream_preemptions: Table = Base.metadata.tables[UPSTREAM_TABLE]
+decision_inputs: Table = Base.metadata.tables[INPUTS_TABLE]

@@ -1,13 +1,19 @@
-"""Fixtures shared across test packages: one real Temporal dev server per session."""
+"""Fixtures shared across test packages: one real Temporal dev server per session, and a
+fresh Postgres ledger database per test (migrated or not)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
+import pytest
 import pytest_asyncio
+from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from preemptctl import migrations
+from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.workflows import search_attributes
+from tests.support.postgres import fresh_database
 from tests.support.temporal import temporal_cli
 
 
@@ -22,3 +28,23 @@ async def temporal() -> AsyncIterator[WorkflowEnvironment]:
         yield env
     finally:
         await env.shutdown()
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """An empty Postgres database of this test's own, dropped afterwards."""
+    with fresh_database() as url:
+        yield url
+
+
+@pytest.fixture
+def migrated_postgres_url(postgres_url: str) -> str:
+    migrations.upgrade(postgres_url)
+    return postgres_url
+
+
+@pytest.fixture
+def pg_engine(migrated_postgres_url: str) -> Iterator[Engine]:
+    engine = create_ledger_engine(migrated_postgres_url, pool_size=8)
+    yield engine
+    engine.dispose()

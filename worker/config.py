@@ -32,6 +32,10 @@ SECRET_FIELDS = frozenset({"temporal_api_key", "database_url"})
 MAX_SETTINGS_FILE_BYTES = 256 * 1024
 # Any wait longer than a week is a typo, and `inf` or 1e300 overflow asyncio's timers.
 MAX_SECONDS = 7 * 24 * 3600.0
+# A decision's compressed inputs are a few hundred KiB at 5,000 nodes; Postgres's bytea
+# tops out at 1 GiB, and anything near that is a mistake.
+MAX_DECISION_INPUTS_BYTES = 256 * 1024 * 1024
+MAX_RETENTION_DAYS = 36_500
 SECONDS_FIELDS = (
     "retry_backoff_max_seconds",
     "scheduled_wait_seconds",
@@ -88,6 +92,17 @@ class Settings:
     # One Kubernetes call attempt; a killed worker's call is retried elsewhere after this long.
     call_timeout_seconds: float = 8.0
     search_attributes: bool = True
+    # Every step after the decision (nominate, mark, delete, record the end) as a local
+    # activity: about half the Temporal server's CPU per preemption. Each step is still
+    # retried and recorded in the ledger; in the UI it is a marker, not a full activity with
+    # its pending attempts and heartbeat details. False runs each as a regular activity.
+    local_activities: bool = True
+    # Decision replay (`preemptctl replay --decision`): each decision's planner inputs are
+    # recorded, compressed, in the ledger's decision_inputs table. Inputs larger than this
+    # (compressed bytes) are recorded as a "too large" marker; 0 records none.
+    decision_inputs_max_bytes: int = 4 * 1024 * 1024
+    # Inputs older than this many days are pruned (by the worker, about hourly).
+    decision_inputs_retention_days: int = 30
     # The process
     metrics_port: int = 9464
     # Where /metrics, /healthz and /readyz listen (all interfaces: the kubelet probes the pod IP).
@@ -188,6 +203,16 @@ def _validate(settings: Settings) -> Settings:
             "0 (no budget) or more",
         ),
         (1 <= settings.max_in_flight <= 100_000, "max_in_flight", "from 1 to 100000"),
+        (
+            0 <= settings.decision_inputs_max_bytes <= MAX_DECISION_INPUTS_BYTES,
+            "decision_inputs_max_bytes",
+            f"0 (record none) to {MAX_DECISION_INPUTS_BYTES} bytes",
+        ),
+        (
+            1 <= settings.decision_inputs_retention_days <= MAX_RETENTION_DAYS,
+            "decision_inputs_retention_days",
+            f"days, from 1 to {MAX_RETENTION_DAYS}",
+        ),
         *(
             (
                 math.isfinite(getattr(settings, name))

@@ -29,9 +29,11 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from preemptctl.activities.preemption import PreemptionActivities
 from preemptctl.kube.client import KubeClient, connect
+from preemptctl.kube.upstream_events import ShadowView, UpstreamIndex, UpstreamRecorder
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.engine import create_ledger_engine, display_url
 from preemptctl.ledger.errors import LedgerError, LedgerUnavailableError
+from preemptctl.ledger.upstream import append_upstream
 from preemptctl.migrations import current_revision, schema_problem
 from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.worker.config import ConfigError, Settings, temporal_tls
@@ -435,6 +437,33 @@ class Controller:
     metrics: Metrics
     trigger: TriggerLoop | None
     supervisor: Supervisor
+    # Shadow mode only: kube-scheduler's Preempted Events, recorded for `preemptctl compare`.
+    upstream: UpstreamRecorder | None = None
+
+
+def upstream_recorder(
+    kube: KubeClient, view: ClusterView, ledger: Engine, index: UpstreamIndex | None = None
+) -> UpstreamRecorder:
+    """The recorder of kube-scheduler's preemptions: each into `upstream_preemptions`, its
+    preemptor named from the view when the view knows it."""
+
+    def name_of(uid: str) -> tuple[str, str] | None:
+        with view.read() as snapshot:
+            pod = snapshot.pods.get(uid)
+            return (pod.namespace, pod.name) if pod is not None else None
+
+    def uid_of(namespace: str, name: str) -> str | None:
+        with view.read() as snapshot:
+            pod = snapshot.pod_by_key(f"{namespace}/{name}")
+            return pod.uid if pod is not None else None
+
+    return UpstreamRecorder(
+        kube,
+        lambda found: append_upstream(ledger, found),
+        name_of=name_of,
+        uid_of=uid_of,
+        index=index,
+    )
 
 
 def planner_args(settings: Settings) -> PreemptionArgs:
@@ -461,13 +490,26 @@ async def running_controller(
     """The view synced, the Temporal worker polling and the trigger loop running (unless
     `worker` is False); on exit, the trigger stops, the worker drains, the view stops.
 
-    The view's reflectors, the probe server and the trigger loop run under one `Supervisor`.
+    The view's reflectors, the probe server and the trigger loop run under one `Supervisor`;
+    in shadow mode (`settings.dry_run`) so does the recorder of kube-scheduler's own
+    preemptions (its `Preempted` Events into `upstream_preemptions`, for `compare`).
     `probes` is a server the caller started (and closes); else one is opened here when
     `serve_probes`."""
     metrics = metrics or (probes.metrics if probes is not None else Metrics())
     supervisor = Supervisor(metrics)
     loop = asyncio.get_running_loop()
-    view = ClusterView(kube, on_rejected=lambda kind: metrics.rejected_objects.labels(kind).inc())
+
+    def rejected(kind: str) -> None:
+        metrics.rejected_objects.labels(kind).inc()
+
+    # In shadow mode every read of the view shows kube-scheduler's victims as still running
+    # (`ShadowView`), so a dry run decided after upstream acted is still comparable.
+    upstream = UpstreamIndex() if settings.dry_run and worker else None
+    view = (
+        ShadowView(kube, upstream, on_rejected=rejected)
+        if upstream is not None
+        else ClusterView(kube, on_rejected=rejected)
+    )
     metrics.watch_view(view.reflector_stats)
     metrics.watch_ledger(ledger)
     view.start(supervisor.spawn_thread)
@@ -502,6 +544,7 @@ async def running_controller(
     if probes is not None:
         probes.health, probes.readiness = health, readiness
     timeout = view_timeout if view_timeout is not None else settings.sync_timeout_seconds
+    controller: Controller | None = None
     try:
         log.info("syncing the cluster view")
         if not await asyncio.to_thread(view.wait_ready, timeout):
@@ -514,6 +557,9 @@ async def running_controller(
         if not worker:
             yield controller
             return
+        if upstream is not None:
+            controller.upstream = upstream_recorder(kube, view, ledger, upstream)
+            supervisor.spawn_thread("upstream-preemptions", controller.upstream.run)
         activities = PreemptionActivities(
             kube,
             view,
@@ -521,6 +567,8 @@ async def running_controller(
             identity=settings.identity,
             planner_args=planner_args(settings),
             evictions_per_minute=settings.evictions_per_minute,
+            inputs_max_bytes=settings.decision_inputs_max_bytes,
+            inputs_retention_days=settings.decision_inputs_retention_days,
         )
         async with build_worker(client, activities, task_queue=settings.task_queue):
             trigger = TriggerLoop(view, client, settings, metrics, report=report)
@@ -541,6 +589,8 @@ async def running_controller(
         supervisor.stopping()
         if owned is not None:
             owned.close()
+        if controller is not None and controller.upstream is not None:
+            controller.upstream.stop()
         view.stop()
         await supervisor.stop()
         if probes is not None and owned is None:

@@ -7,7 +7,14 @@ Scenarios:
 - a retried run (its preemptor already holds a claim) decides again without meeting its own
   claim, and chooses the victims its claim holds;
 - a preemptor the planner cannot read fails alone; the rest of its batch is decided;
-- a request waiting its turn heartbeats (so a dead worker's select is noticed at once).
+- a request waiting its turn heartbeats (so a dead worker's select is noticed at once);
+- each decision of a batch records its planner inputs once, after the commit, in the
+  background; rebuilt, each gives the same decision, the claims of the earlier decisions in
+  the batch included;
+- a decision that finds the recorder's backlog full is recorded as a marker saying so;
+- a retried request (same run, same step) records its inputs once;
+- inputs over the size limit are recorded as a "too large" marker; a limit of 0 records none;
+- a ledger that refuses the inputs (no decision_inputs table) leaves the decision standing.
 """
 
 from __future__ import annotations
@@ -22,14 +29,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, select, text
 
 from preemptctl import migrations
+from preemptctl.activities import deciding
 from preemptctl.activities.deciding import Decided, DecisionPath, DecisionRequest
 from preemptctl.ledger.engine import create_ledger_engine
-from preemptctl.ledger.models import events
+from preemptctl.ledger.inputs import latest
+from preemptctl.ledger.models import decision_inputs, events
 from preemptctl.preemption.decision import PodRef, Verdict
 from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.preemption.planner import plan
+from preemptctl.preemption.recorded_inputs import compare, decision_summary, rebuild
 from preemptctl.preemption.snapshot import ClusterSnapshot
 from tests.support.emulator import as_list, node, pod
 
@@ -144,3 +155,122 @@ def test_a_request_waiting_its_turn_heartbeats(ledger: Engine) -> None:
     finally:
         if path._local.locked():
             path._local.release()
+
+
+def recorded(path: DecisionPath) -> None:
+    """Wait for the background recorder to append what it was given."""
+    assert path.inputs is not None
+    path.inputs.wait()
+
+
+def _inputs_rows(ledger: Engine) -> list[tuple[str, str, str | None]]:
+    with ledger.connect() as connection:
+        rows = connection.execute(
+            select(
+                decision_inputs.c.run_id, decision_inputs.c.encoding, decision_inputs.c.omitted
+            ).order_by(decision_inputs.c.id)
+        )
+        return [(row.run_id, row.encoding, row.omitted) for row in rows]
+
+
+def test_each_decision_of_a_batch_records_inputs_that_replay_it(ledger: Engine) -> None:
+    view, path = three_full_nodes(), DecisionPath(ledger)
+    requests = [view.request(f"urgent-{i}", run=f"run-{i}") for i in range(4)]
+    answers = decide_while_the_lock_is_taken(path, view, requests)
+    recorded(path)
+    assert len(_inputs_rows(ledger)) == 4
+    for request, answer in zip(requests, answers, strict=True):
+        assert isinstance(answer, Decided)
+        stored = latest(ledger, request.run_id)
+        assert stored is not None
+        rebuilt = rebuild(stored.document())
+        again = plan(rebuilt.snapshot, rebuilt.preemptor.key, rebuilt.strategy, rebuilt.args)
+        assert compare(decision_summary(answer.decision), decision_summary(again)) == []
+    # the last decision of the batch respected the three before it
+    last = latest(ledger, "run-3")
+    assert last is not None and len(last.document()["claims"]) == 3
+
+
+def test_a_retried_request_records_its_inputs_once(ledger: Engine) -> None:
+    view, path = three_full_nodes(), DecisionPath(ledger)
+    path.decide(view.request("urgent-0"), view.read)
+    path.decide(view.request("urgent-0"), view.read)
+    recorded(path)
+    assert _inputs_rows(ledger) == [("run-1", "json+zlib", None)]
+
+
+def test_inputs_over_the_limit_are_recorded_as_too_large(ledger: Engine) -> None:
+    view, path = three_full_nodes(), DecisionPath(ledger, inputs_max_bytes=100)
+    path.decide(view.request("urgent-0"), view.read)
+    recorded(path)
+    [(run, encoding, omitted)] = _inputs_rows(ledger)
+    assert (run, encoding) == ("run-1", "omitted")
+    assert omitted is not None and omitted.startswith("too large: ")
+    assert omitted.endswith(" bytes compressed, over the limit of 100")
+
+
+def test_a_limit_of_zero_records_no_inputs(ledger: Engine) -> None:
+    view, path = three_full_nodes(), DecisionPath(ledger, inputs_max_bytes=0)
+    path.decide(view.request("urgent-0"), view.read)
+    assert path.inputs is None
+    assert _inputs_rows(ledger) == []
+
+
+def test_a_full_backlog_records_a_marker_instead(ledger: Engine) -> None:
+    view, path = three_full_nodes(), DecisionPath(ledger, inputs_backlog=1)
+    assert path.inputs is not None
+    path.inputs._thread = threading.current_thread()  # white box: the recorder is stuck
+    path.decide(view.request("urgent-0", run="run-1"), view.read)
+    path.decide(view.request("urgent-1", run="run-2"), view.read)
+    assert _inputs_rows(ledger) == [
+        ("run-2", "omitted", "not recorded: the recorder was 1 decisions behind")
+    ]
+    assert path.inputs.skipped == 1
+
+
+def test_the_recorder_waits_while_a_decision_is_queued_or_under_way(ledger: Engine) -> None:
+    view, path = three_full_nodes(), DecisionPath(ledger)
+    assert path.inputs is not None and not path._busy()
+    path._local.acquire()  # white box: a decision under way in this process
+    assert path._busy()
+    path._local.release()
+    polls = threading.Semaphore(0)
+    busy = threading.Event()
+
+    def asked() -> bool:
+        polls.release()
+        return busy.is_set()
+
+    path.inputs._busy = asked  # white box: the decision path's own check, observed
+    busy.set()
+    path.decide(view.request("urgent-0"), view.read)
+    for _ in range(3):  # the recorder has the inputs and keeps asking
+        assert polls.acquire(timeout=10)
+    assert _inputs_rows(ledger) == []
+    busy.clear()
+    recorded(path)
+    assert _inputs_rows(ledger) == [("run-1", "json+zlib", None)]
+
+
+def test_the_recorder_waits_a_bounded_time_for_an_idle_path(
+    ledger: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(deciding, "YIELD_SECONDS", 0.05)
+    view, path = three_full_nodes(), DecisionPath(ledger)
+    assert path.inputs is not None
+    path.inputs._busy = lambda: True  # white box: decisions without end
+    path.decide(view.request("urgent-0"), view.read)
+    recorded(path)
+    assert _inputs_rows(ledger) == [("run-1", "json+zlib", None)]
+
+
+def test_a_ledger_refusing_the_inputs_leaves_the_decision_standing(
+    ledger: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    with ledger.begin() as connection:
+        connection.execute(text("DROP TABLE decision_inputs"))
+    view, path = three_full_nodes(), DecisionPath(ledger)
+    decided = path.decide(view.request("urgent-0"), view.read)
+    recorded(path)
+    assert decided.decision.status is Verdict.PREEMPT
+    assert "were not recorded" in caplog.text

@@ -19,6 +19,9 @@ Scenarios:
 - a delete retried after an earlier attempt recorded its intent and lost the answer (the
   worker killed, the connection dropped) finds the victim gone and records it deleted by
   this preemption (`answerLost`), with its `Preempted` event, never `victim_already_gone`;
+- a mark re-run after this run's own delete (a local activity re-run by the worker that
+  took the workflow over) finds the victim gone, yet records nothing gone: the victim was
+  marked, and the delete that follows records it deleted by this preemption;
 - a victim already gone when the run's first attempt sends its DELETE is
   `victim_already_gone`: someone else removed it;
 - delete for a preemptor bound to another node leaves the victim alone and aborts the run;
@@ -265,6 +268,23 @@ def test_a_delete_whose_answer_was_lost_is_recorded_as_this_preemptions(
     assert cluster.kinds() == ["victim_delete_sent:victim-0", "victim_deleted:victim-0"]
     assert cluster.payloads("victim_deleted")[0]["answerLost"] is True
     assert len(cluster.emulator.requests.matching("create", "events")) == 1
+
+
+def test_a_mark_re_run_after_this_runs_delete_leaves_the_victim_to_the_delete(
+    cluster: Cluster,
+) -> None:
+    step = cluster.victim_step("default/victim-0")
+    ActivityEnvironment().run(cluster.activities.mark_victim, step)
+    first_attempt_lost_its_answer(cluster, step)
+    marked: VictimResult = ActivityEnvironment().run(cluster.activities.mark_victim, step)
+    deleted: VictimResult = ActivityEnvironment().run(cluster.activities.delete_victim, step)
+    assert marked.fate is Fate.MARKED
+    assert (deleted.fate, deleted.answer_lost) == (Fate.DELETED, True)
+    assert cluster.kinds() == [
+        "victim_marked:victim-0",
+        "victim_delete_sent:victim-0",
+        "victim_deleted:victim-0",
+    ]
 
 
 def test_a_victim_gone_before_this_run_sent_anything_is_already_gone(cluster: Cluster) -> None:

@@ -1,4 +1,4 @@
-"""Ledger fixtures: a fresh Postgres database per test (migrated or not) and SQLite twins."""
+"""Ledger fixtures: SQLite twins of the Postgres ones (those are in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,27 +10,6 @@ from sqlalchemy import Engine
 
 from preemptctl import migrations
 from preemptctl.ledger.engine import create_ledger_engine
-from tests.support.postgres import fresh_database
-
-
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """An empty Postgres database of this test's own, dropped afterwards."""
-    with fresh_database() as url:
-        yield url
-
-
-@pytest.fixture
-def migrated_postgres_url(postgres_url: str) -> str:
-    migrations.upgrade(postgres_url)
-    return postgres_url
-
-
-@pytest.fixture
-def pg_engine(migrated_postgres_url: str) -> Iterator[Engine]:
-    engine = create_ledger_engine(migrated_postgres_url, pool_size=8)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

@@ -11,21 +11,39 @@ Scenarios:
   and the next revision (a rollback after a migration), refuses an unmigrated, older, or two
   migrations newer schema, each in one line that says what to do
 - `preemptctl history` of a release runs against a ledger one migration ahead of it
+- upstream_preemptions (0003) is append-only on Postgres (UPDATE, DELETE, TRUNCATE refused)
+  and SQLite (UPDATE, DELETE refused); a second row for the same Event UID is refused
+- decision_inputs (0004) refuses UPDATE, TRUNCATE and an ad-hoc DELETE on Postgres, even to
+  its owner; `prune_decision_inputs(days)` deletes exactly the rows older than that, refuses
+  fewer than one day, and a DELETE after it in the same transaction is refused again
+- on SQLite decision_inputs refuses UPDATE and allows the pruning DELETE
+- 0003 and 0004 grant what 0002 does: a role that appends to preemption_events appends to and
+  reads both tables and may prune; a role that reads it reads them; nobody else may prune
+- downgrading 0004 and 0003 removes their tables and functions, and upgrading again works
 """
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import inspect, text
+from sqlalchemy import Engine, insert, inspect, select, text
+from sqlalchemy.exc import DBAPIError
 
 from preemptctl import migrations
 from preemptctl.ledger.engine import create_ledger_engine
-from preemptctl.ledger.models import EVENTS_TABLE, Base
+from preemptctl.ledger.models import (
+    EVENTS_TABLE,
+    Base,
+    decision_inputs,
+    upstream_preemptions,
+)
 from preemptctl.worker.cli import main
 
 EXPECTED_INDEXES = {
@@ -194,3 +212,230 @@ def test_a_release_refuses_a_ledger_two_migrations_ahead(
     _stamp(url, two_ahead)
     assert main(["history", "--database-url", url]) == 2
     assert capsys.readouterr().err.endswith("; upgrade preemptctl\n")
+
+
+NOW = datetime.now(UTC)
+
+
+def _upstream_row(event_uid: str = "ev-1") -> dict[str, object]:
+    return {
+        "observed_at": NOW,
+        "occurred_at": NOW - timedelta(seconds=2),
+        "event_uid": event_uid,
+        "victim_namespace": "batch",
+        "victim_name": "job-1",
+        "victim_uid": "v-1",
+        "preemptor_uid": "p-1",
+        "preemptor_namespace": "web",
+        "preemptor_name": "api-1",
+        "node": "node-1",
+        "message": "Preempted by pod p-1 on node node-1",
+    }
+
+
+def _inputs_row(key: str, recorded_at: datetime = NOW) -> dict[str, object]:
+    return {
+        "preemption_id": "preemption-1",
+        "run_id": f"run-{key}",
+        "recorded_at": recorded_at,
+        "preemptor_namespace": "web",
+        "preemptor_name": "api-1",
+        "preemptor_uid": "p-1",
+        "planner_version": "test",
+        "encoding": "json+zlib",
+        "raw_bytes": 3,
+        "stored_bytes": 11,
+        "inputs": b"x" * 11,
+        "omitted": None,
+        "idempotency_key": key,
+    }
+
+
+def _count(engine: Engine, table: str) -> int:
+    with engine.connect() as connection:
+        return int(connection.execute(text(f"SELECT count(*) FROM {table}")).scalar_one())
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE upstream_preemptions SET message = 'changed'",
+        "DELETE FROM upstream_preemptions",
+        "TRUNCATE upstream_preemptions",
+    ],
+)
+def test_postgres_upstream_preemptions_is_append_only(pg_engine: Engine, statement: str) -> None:
+    with pg_engine.begin() as connection:
+        connection.execute(insert(upstream_preemptions), _upstream_row())
+    with pytest.raises(DBAPIError, match="append-only"), pg_engine.begin() as connection:
+        connection.execute(text(statement))
+    assert _count(pg_engine, "upstream_preemptions") == 1
+
+
+@pytest.mark.parametrize(
+    "statement",
+    ["UPDATE upstream_preemptions SET message = 'changed'", "DELETE FROM upstream_preemptions"],
+)
+def test_sqlite_upstream_preemptions_is_append_only(sqlite_engine: Engine, statement: str) -> None:
+    with sqlite_engine.begin() as connection:
+        connection.execute(insert(upstream_preemptions), _upstream_row())
+    with pytest.raises(DBAPIError, match="append-only"), sqlite_engine.begin() as connection:
+        connection.execute(text(statement))
+    assert _count(sqlite_engine, "upstream_preemptions") == 1
+
+
+def test_an_event_is_recorded_once_whoever_observes_it(pg_engine: Engine) -> None:
+    with pg_engine.begin() as connection:
+        connection.execute(insert(upstream_preemptions), _upstream_row("ev-1"))
+    with (
+        pytest.raises(DBAPIError, match="uq_upstream_preemptions_event_uid"),
+        pg_engine.begin() as connection,
+    ):
+        connection.execute(insert(upstream_preemptions), _upstream_row("ev-1"))
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE decision_inputs SET omitted = 'changed'",
+        "DELETE FROM decision_inputs",
+        "TRUNCATE decision_inputs",
+    ],
+)
+def test_postgres_decision_inputs_refuses_changes_even_to_the_owner(
+    pg_engine: Engine, statement: str
+) -> None:
+    with pg_engine.begin() as connection:
+        connection.execute(insert(decision_inputs), _inputs_row("k-1"))
+    with pytest.raises(DBAPIError, match="append-only"), pg_engine.begin() as connection:
+        connection.execute(text(statement))
+    assert _count(pg_engine, "decision_inputs") == 1
+
+
+def test_pruning_deletes_exactly_the_rows_older_than_the_retention(pg_engine: Engine) -> None:
+    with pg_engine.begin() as connection:
+        connection.execute(
+            insert(decision_inputs),
+            [
+                _inputs_row("old", NOW - timedelta(days=31)),
+                _inputs_row("recent", NOW - timedelta(days=29)),
+                _inputs_row("new"),
+            ],
+        )
+    with pg_engine.begin() as connection:
+        pruned = connection.execute(text("SELECT prune_decision_inputs(30)")).scalar_one()
+    with pg_engine.connect() as connection:
+        kept = set(connection.execute(select(decision_inputs.c.idempotency_key)).scalars())
+    assert pruned == 1
+    assert kept == {"recent", "new"}
+
+
+def test_pruning_refuses_less_than_a_day(pg_engine: Engine) -> None:
+    with (
+        pytest.raises(DBAPIError, match="retention_days must be at least 1, not 0"),
+        pg_engine.begin() as connection,
+    ):
+        connection.execute(text("SELECT prune_decision_inputs(0)"))
+
+
+def test_a_delete_after_pruning_in_the_same_transaction_is_refused(pg_engine: Engine) -> None:
+    with pg_engine.begin() as connection:
+        connection.execute(insert(decision_inputs), _inputs_row("k-1"))
+    with pytest.raises(DBAPIError, match="append-only"), pg_engine.begin() as connection:
+        connection.execute(text("SELECT prune_decision_inputs(1)"))
+        connection.execute(text("DELETE FROM decision_inputs"))
+    assert _count(pg_engine, "decision_inputs") == 1
+
+
+def test_sqlite_decision_inputs_refuses_update_and_allows_pruning(sqlite_engine: Engine) -> None:
+    with sqlite_engine.begin() as connection:
+        connection.execute(insert(decision_inputs), _inputs_row("k-1"))
+    with pytest.raises(DBAPIError, match="append-only"), sqlite_engine.begin() as connection:
+        connection.execute(text("UPDATE decision_inputs SET omitted = 'changed'"))
+    with sqlite_engine.begin() as connection:
+        connection.execute(text("DELETE FROM decision_inputs"))
+    assert _count(sqlite_engine, "decision_inputs") == 0
+
+
+@pytest.fixture
+def roles(postgres_url: str) -> Iterator[tuple[str, str, str]]:
+    """A writer and a reader of preemption_events (granted at 0002), and a bystander."""
+    suffix = secrets.token_hex(4)
+    names = (f"h_writer_{suffix}", f"h_reader_{suffix}", f"h_other_{suffix}")
+    migrations.upgrade(postgres_url, "0002")
+    engine = create_ledger_engine(postgres_url)
+    try:
+        with engine.begin() as connection:
+            for name in names:
+                connection.execute(text(f"CREATE ROLE {name} NOLOGIN"))
+            connection.execute(text(f"GRANT SELECT, INSERT ON preemption_events TO {names[0]}"))
+            connection.execute(text(f"GRANT SELECT ON preemption_events TO {names[1]}"))
+        migrations.upgrade(postgres_url)
+        yield names
+    finally:
+        migrations.downgrade(postgres_url, "base")
+        with engine.begin() as connection:
+            for name in names:
+                connection.execute(text(f"DROP ROLE IF EXISTS {name}"))
+        engine.dispose()
+
+
+def _may(url: str, check: str) -> bool:
+    engine = create_ledger_engine(url)
+    try:
+        with engine.connect() as connection:
+            return bool(connection.execute(text(f"SELECT {check}")).scalar_one())
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("table", ["upstream_preemptions", "decision_inputs"])
+def test_the_new_tables_grant_what_preemption_events_grants(
+    postgres_url: str, roles: tuple[str, str, str], table: str
+) -> None:
+    writer, reader, _ = roles
+    granted = {
+        (role, privilege)
+        for role in roles
+        for privilege in ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE")
+        if _may(postgres_url, f"has_table_privilege('{role}', '{table}', '{privilege}')")
+    }
+    assert granted == {(writer, "SELECT"), (writer, "INSERT"), (reader, "SELECT")}
+
+
+def test_only_the_writers_may_prune(postgres_url: str, roles: tuple[str, str, str]) -> None:
+    may_prune = {
+        role
+        for role in roles
+        if _may(
+            postgres_url,
+            f"has_function_privilege('{role}', 'prune_decision_inputs(integer)', 'EXECUTE')",
+        )
+    }
+    assert may_prune == {roles[0]}
+
+
+def test_downgrading_the_new_revisions_removes_their_tables_and_functions(
+    postgres_url: str,
+) -> None:
+    migrations.upgrade(postgres_url)
+    migrations.downgrade(postgres_url, "0002")
+    engine = create_ledger_engine(postgres_url)
+    try:
+        with engine.connect() as connection:
+            tables = set(inspect(connection).get_table_names())
+            functions = set(
+                connection.execute(
+                    text(
+                        "SELECT proname FROM pg_proc WHERE proname IN ("
+                        "'prune_decision_inputs', 'decision_inputs_refuse_change', "
+                        "'upstream_preemptions_refuse_change')"
+                    )
+                ).scalars()
+            )
+        assert migrations.current_revision(engine) == "0002"
+    finally:
+        engine.dispose()
+    assert not tables & {"upstream_preemptions", "decision_inputs"}
+    assert functions == set()
+    migrations.upgrade(postgres_url)
