@@ -7,11 +7,16 @@ optionally one object, and what happens: an error `Status` (with Retry-After for
 RBAC denial worded as the authorizer words it, a dropped connection, or added latency.
 `times` bounds how often it fires ("fail the next N calls"); None means until cleared.
 Latency rules add up and let the request go on; the first matching failure rule answers.
+
+`DEV_FAULTS` are the denials `preemptctl dev --fault NAME` injects by name, each one RBAC
+permission the controller's ClusterRole grants (deploy/clusterrole.yaml) taken away;
+`NamedFaults` keeps the table in step with the set of names a person wants on now.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -64,6 +69,9 @@ class Faults:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rules: list[Fault] = []
+        # Called with each request as it arrives, before any rule (outside the lock): a test's
+        # hook to change the cluster at that moment, e.g. replace a pod as its DELETE lands.
+        self.on_arrival: Callable[[str, str, str, str], None] | None = None
 
     def _add(self, fault: Fault) -> Fault:
         with self._lock:
@@ -143,7 +151,14 @@ class Faults:
         with self._lock:
             self._rules.clear()
 
+    def remove(self, fault: Fault) -> None:
+        """Lift one rule (a rule already gone is no error)."""
+        with self._lock:
+            self._rules = [rule for rule in self._rules if rule is not fault]
+
     def decide(self, verb: str, resource: str, namespace: str, name: str) -> Decision:
+        if self.on_arrival is not None:
+            self.on_arrival(verb, resource, namespace, name)
         delay = 0.0
         with self._lock:
             for rule in self._rules:
@@ -157,3 +172,69 @@ class Faults:
                     continue
                 return Decision(delay, rule)
         return Decision(delay, None)
+
+
+@dataclass(frozen=True)
+class DevFault:
+    """One permission of the controller's ClusterRole, denied by name in dev mode."""
+
+    name: str
+    verb: str
+    resource: str
+    group: str
+    what: str  # what the controller can no longer do
+
+    @property
+    def rule(self) -> str:
+        """The ClusterRole rule that grants it back, as deploy/clusterrole.yaml writes it."""
+        return (
+            f'{{apiGroups: ["{self.group}"], resources: ["{self.resource}"], '
+            f'verbs: ["{self.verb}"]}}'
+        )
+
+
+DEV_FAULTS = {
+    fault.name: fault
+    for fault in (
+        DevFault("deny-delete", "delete", "pods", "", "delete a victim"),
+        DevFault(
+            "deny-patch",
+            "patch",
+            "pods/status",
+            "",
+            "nominate the preemptor or mark a victim (DisruptionTarget)",
+        ),
+        DevFault(
+            "deny-events",
+            "create",
+            "events",
+            "events.k8s.io",
+            "record Events (Preempted, Preempting, PreemptionFailed)",
+        ),
+    )
+}
+
+
+class NamedFaults:
+    """The `DEV_FAULTS` on now, kept in step with a set of names (`apply`)."""
+
+    def __init__(self, faults: Faults) -> None:
+        self._faults = faults
+        self._on: dict[str, Fault] = {}
+
+    @property
+    def on(self) -> list[str]:
+        return sorted(self._on)
+
+    def apply(self, names: Iterable[str]) -> tuple[list[str], list[str]]:
+        """Deny what `names` names and lift the rest; (injected, lifted), each sorted.
+        Names not in `DEV_FAULTS` are ignored: the caller reports them."""
+        wanted = {name for name in names if name in DEV_FAULTS}
+        injected = sorted(wanted - self._on.keys())
+        lifted = sorted(self._on.keys() - wanted)
+        for name in lifted:
+            self._faults.remove(self._on.pop(name))
+        for name in injected:
+            fault = DEV_FAULTS[name]
+            self._on[name] = self._faults.deny(fault.verb, fault.resource)
+        return injected, lifted

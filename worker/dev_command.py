@@ -9,6 +9,16 @@ kubelet that finishes terminating pods, all judging fit with the planner's own f
 
 `--once` runs until nothing is pending or preempting and prints one JSON report.
 
+`--fault NAME` takes one permission away from the controller in the simulated cluster, as a
+ClusterRole without it would: `deny-delete` makes every preemption fail on its first victim's
+DELETE with the API server's 403 Forbidden. Each fault on is a file in the run's fault
+directory (printed): `rm` it to lift the fault (the dev stand-in for granting the RBAC rule,
+which is also printed), `touch` a name there to inject it later. The directory is watched
+twice a second. docs/runbook.md follows a denied delete from failure to completion.
+
+Each preemption's start is printed with its Temporal UI link, and the environment a second
+shell needs for `preemptctl history`, `explain` and `retry` is printed as one `export` line.
+
 A dev run never crosses wires with another one: the ports it needs are checked before
 anything starts (a taken port is one line, exit 2, nothing left behind), and its worker
 polls a task queue of its own, checked empty at start, so a second `dev` or a stray worker
@@ -30,8 +40,8 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -47,6 +57,7 @@ from preemptctl.ledger.engine import configured_url, create_ledger_engine, displ
 from preemptctl.migrations import upgrade
 from preemptctl.worker.config import ConfigError, Settings, load_settings
 from preemptctl.worker.errors import UsageError
+from preemptctl.worker.retry_command import ui_link
 from preemptctl.worker.runtime import StartupError, connect_cluster, running_controller
 from preemptctl.worker.scenarios import ONLINE_OFFLINE
 from preemptctl.worker.temporal_binary import temporal_cli
@@ -54,10 +65,15 @@ from preemptctl.workflows import search_attributes
 
 if TYPE_CHECKING:
     from preemptctl.emulator import SimulatedCluster
+    from preemptctl.emulator.faults import NamedFaults
 
 DEV_EXTRA_HINT = "pip install 'preemptctl[dev]'"
 
 UI_FILTER = 'WorkflowType="Preemption"'
+# The names of emulator.faults.DEV_FAULTS, for --help without importing the emulator (the
+# production image has none); a test keeps the two equal.
+FAULT_NAMES = ("deny-delete", "deny-patch", "deny-events")
+FAULT_POLL_SECONDS = 0.5
 
 
 def register(subparsers: Any) -> None:
@@ -85,6 +101,14 @@ def register(subparsers: Any) -> None:
         "--no-worker",
         action="store_true",
         help="start everything but the worker (run `preemptctl worker` against it)",
+    )
+    parser.add_argument(
+        "--fault",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="take one permission away from the controller in the simulated cluster, as RBAC "
+        f"would ({', '.join(FAULT_NAMES)}); repeatable; lifted by removing the file printed",
     )
     parser.add_argument("--temporal-port", type=int, default=7233, help="0 picks a free port")
     parser.add_argument("--ui-port", type=int, default=8233, help="0 picks a free port")
@@ -157,7 +181,17 @@ class _ExpectedActivityFailures(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.exc_info and isinstance(record.exc_info[1], ApplicationError):
             error = record.exc_info[1]
-            record.msg = f"{record.getMessage()}: {error.type or 'error'}: {error.message}"
+            # The SDK's logger adapter appends its whole activity context to the message and
+            # puts it in `temporal_activity` too: the activity and its workflow say enough.
+            context = getattr(record, "temporal_activity", None)
+            if isinstance(context, dict) and "activity_type" in context:
+                head = (
+                    f"activity {context['activity_type']} of {context.get('workflow_id')} "
+                    f"failed (attempt {context.get('attempt')})"
+                )
+            else:
+                head = record.getMessage()
+            record.msg = f"{head}: {error.type or 'error'}: {error.message}"
             record.args = ()
             record.exc_info = None
             record.exc_text = None
@@ -169,16 +203,99 @@ def _quiet_expected_failures() -> None:
         logging.getLogger(name).addFilter(_ExpectedActivityFailures())
 
 
-def _report_line(event: str, fields: dict[str, Any]) -> None:
-    if event == "started":
-        say(f"preemption started   {fields['preemptor']}  ({fields['workflowId']})")
-        return
-    victims = ", ".join(fields.get("victims") or []) or "none"
-    where = f" on {fields['node']}" if fields.get("node") else ""
-    say(
-        f"preemption {fields['outcome']:<10} {fields['preemptor']}{where}: victims {victims} "
-        f"({fields['seconds']:.1f}s) {fields.get('message', '')}"
-    )
+def _reporter(ui_url: str) -> Any:
+    """Dev's lines for the trigger's reports: a start with its UI link, an end."""
+
+    def report(event: str, fields: dict[str, Any]) -> None:
+        if event == "started":
+            say(f"preemption started   {fields['preemptor']}  ({fields['workflowId']})")
+            say(f"  {ui_link(ui_url, 'default', fields['workflowId'])}")
+            return
+        victims = ", ".join(fields.get("victims") or []) or "none"
+        where = f" on {fields['node']}" if fields.get("node") else ""
+        say(
+            f"preemption {fields['outcome']:<10} {fields['preemptor']}{where}: victims "
+            f"{victims} ({fields['seconds']:.1f}s) {fields.get('message', '')}"
+        )
+
+    return report
+
+
+def _check_faults(names: list[str], simulated: bool) -> None:
+    """Refuse, before starting anything, a fault dev cannot inject."""
+    from preemptctl.emulator.faults import DEV_FAULTS
+
+    for name in names:
+        if name not in DEV_FAULTS:
+            raise UsageError(f"--fault {name!r} is not one of: {', '.join(DEV_FAULTS)}")
+    if names and not simulated:
+        raise UsageError(
+            "--fault needs the simulated cluster (the emulator injects it); unset KUBECONFIG "
+            "or pass --scenario"
+        )
+
+
+class FaultSwitch:
+    """Dev mode's faults as files: each file in `directory` named after a fault turns it on;
+    removing the file lifts it (`sync` makes the emulator's table match)."""
+
+    def __init__(self, directory: Path, named: NamedFaults) -> None:
+        self.directory = directory
+        self._named = named
+        self._unknown: set[str] = set()
+
+    def sync(self) -> None:
+        from preemptctl.emulator.faults import DEV_FAULTS
+
+        try:
+            names = {entry.name for entry in self.directory.iterdir()}
+        except FileNotFoundError:
+            names = set()
+        for name in sorted(names - DEV_FAULTS.keys() - self._unknown):
+            known = ", ".join(DEV_FAULTS)
+            say(f"fault         ignoring {self.directory / name}: not one of {known}")
+        self._unknown = names - DEV_FAULTS.keys()
+        injected, lifted = self._named.apply(names)
+        for name in injected:
+            fault = DEV_FAULTS[name]
+            say(
+                f"fault on      {name}: the controller may not {fault.what} "
+                f"({fault.verb} {fault.resource} answers 403 Forbidden, as RBAC would)"
+            )
+            say(f"  lift it:    rm {self.directory / name}")
+            say(f"  real fix:   grant the controller's ClusterRole {fault.rule}")
+        for name in lifted:
+            say(
+                f"fault lifted  {name}: the controller may {DEV_FAULTS[name].what} again; a pod "
+                "parked meanwhile waits for `preemptctl retry NS/NAME` (or a change to the pod)"
+            )
+
+    async def watch(self) -> None:
+        while True:
+            await asyncio.sleep(FAULT_POLL_SECONDS)
+            self.sync()
+
+
+def _fault_switch(cluster: SimulatedCluster, names: list[str]) -> FaultSwitch:
+    """The run's fault directory beside its kubeconfig, holding the faults asked for."""
+    from preemptctl.emulator.faults import NamedFaults
+
+    directory = cluster.kubeconfig_path.parent / "faults"
+    directory.mkdir(exist_ok=True)
+    for name in names:
+        (directory / name).touch()
+    switch = FaultSwitch(directory, NamedFaults(cluster.emulator.faults))
+    switch.sync()
+    return switch
+
+
+def _second_shell(kubeconfig: str, address: str, ui_url: str, ledger_url: str) -> str:
+    """The `export` line that points `history`, `explain`, `retry` and kubectl at this run."""
+    variables = [f"KUBECONFIG={kubeconfig}", f"PREEMPT_TEMPORAL_ADDRESS={address}"]
+    variables.append(f"PREEMPT_TEMPORAL_UI_URL={ui_url}")
+    if display_url(ledger_url) == ledger_url:  # never print a password
+        variables.append(f"PREEMPT_DATABASE_URL={ledger_url}")
+    return "export " + " ".join(variables)
 
 
 async def dev(args: argparse.Namespace) -> dict[str, Any]:
@@ -189,10 +306,13 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
         from preemptctl.emulator import SimulatedCluster
     except (FileNotFoundError, ImportError) as error:
         raise UsageError(f"needs the dev extra ({DEV_EXTRA_HINT}): {error}") from None
+    simulated = bool(args.scenario) or not os.environ.get("KUBECONFIG")
+    _check_faults(args.fault, simulated)
     _quiet_expected_failures()
     with ExitStack() as resources:
         cluster: SimulatedCluster | None = None
-        if os.environ.get("KUBECONFIG") and not args.scenario:
+        faults: FaultSwitch | None = None
+        if not simulated:
             kubeconfig = os.environ["KUBECONFIG"]
             say(f"cluster       {kubeconfig} (KUBECONFIG)")
         else:
@@ -206,6 +326,7 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
             scenario = args.scenario or ONLINE_OFFLINE.name
             say(f"cluster       simulated, {loaded} objects from {scenario}")
             say(f"kubeconfig    {kubeconfig}")
+            faults = _fault_switch(cluster, args.fault)
         settings = _settings(args, kubeconfig)
 
         url = configured_url(args.database_url)
@@ -233,20 +354,22 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
             await check_own_task_queue(env.client, "default", settings.task_queue)
             say(f"temporal      {address}  (PREEMPT_TEMPORAL_ADDRESS)")
             say(f"task queue    {settings.task_queue}  (PREEMPT_TASK_QUEUE)")
-            say(
-                f"temporal UI   http://127.0.0.1:{ui_port}/namespaces/default/workflows"
-                f"?query={quote(UI_FILTER)}"
-            )
+            ui_url = f"http://127.0.0.1:{ui_port}"
+            say(f"temporal UI   {ui_url}/namespaces/default/workflows?query={quote(UI_FILTER)}")
+            say(f"other shell   {_second_shell(kubeconfig, address, ui_url, url)}")
             kube = connect_cluster(settings)
-            async with running_controller(
-                settings,
-                env.client,
-                kube,
-                ledger,
-                worker=not args.no_worker,
-                report=_report_line,
-                serve_probes=False,
-            ) as controller:
+            async with (
+                running_controller(
+                    settings,
+                    env.client,
+                    kube,
+                    ledger,
+                    worker=not args.no_worker,
+                    report=_reporter(ui_url),
+                    serve_probes=False,
+                ) as controller,
+                _watching(faults),
+            ):
                 if args.once and controller.trigger is not None:
                     return await _until_settled(controller.trigger, cluster, args.timeout, url)
                 stop = _stop_on_signals()
@@ -255,6 +378,19 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
                 return {}
         finally:
             await env.shutdown()
+
+
+@asynccontextmanager
+async def _watching(faults: FaultSwitch | None) -> AsyncIterator[None]:
+    """The fault directory watched while the controller runs (nothing without one)."""
+    task = asyncio.create_task(faults.watch()) if faults is not None else None
+    try:
+        yield
+    finally:
+        if task is not None:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
 
 
 def free_port() -> int:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 from temporalio.client import Client
-from temporalio.worker import PollerBehaviorAutoscaling, Worker
+from temporalio.worker import PollerBehaviorAutoscaling, UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from preemptctl.activities.preemption import PreemptionActivities
@@ -29,10 +30,27 @@ PASSTHROUGH_MODULES = (
 )
 
 
+# The worker runs workflows outside the sandbox. The sandbox re-imports the workflow module
+# for every run and goes through a proxy for every call into it: about 30 ms of worker CPU per
+# preemption of the 180 ms it cost at 30/s (benchmarks/preemption_e2e.py). The workflow
+# module imports only our pure modules and the activity contracts, and its determinism is
+# checked under the sandbox by the tests (tests/workflows/test_runbook.py, test_replay.py)
+# and by `preemptctl replay`, which keep `workflow_runner()`.
+SANDBOXED = False
+
+
 def workflow_runner() -> SandboxedWorkflowRunner:
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
     )
+
+
+GRACEFUL_SHUTDOWN = timedelta(seconds=10)
+"""How long a stopping worker lets in-flight steps finish before cancelling them. Not zero:
+Temporal's core retries a cancelled local activity at once (sdk-rust#709), so with no grace
+a local activity in flight at shutdown was cancelled, retried and cancelled again until its
+deadline, minutes, and the worker never stopped (seen as a hung test). A step is one short
+Kubernetes call or ledger append; ten seconds lets it end on its own."""
 
 
 def build_worker(
@@ -40,11 +58,23 @@ def build_worker(
     activities: PreemptionActivities,
     *,
     task_queue: str = DEFAULT_TASK_QUEUE,
-    max_concurrent_activities: int = 64,
+    max_concurrent_activities: int = 16,
+    max_concurrent_local_activities: int = 48,
     max_pollers: int = 20,
+    sandboxed: bool = SANDBOXED,
 ) -> Worker:
-    """A worker for preemptions: the workflow, and the activities on a thread pool (the
-    Kubernetes client and the ledger engine are synchronous).
+    """A worker for preemptions: the workflow (outside the sandbox unless `sandboxed`, see
+    `SANDBOXED`), and the activities on a thread pool (the Kubernetes client and the ledger
+    engine are synchronous).
+
+    Activities and local activities share one thread pool, one thread per slot of either
+    kind. The select activity holds its thread while it waits its turn to decide; with
+    local activities (the trigger's default) it is the only activity, and its 16 slots
+    leave the local activities (nominate, mark, delete, ...) threads of their own. When
+    every thread was open to every step, a burst at 30/s filled them all with selects
+    waiting their turn, the local activities queued behind them past their attempt
+    timeout, and the machine sat idle while preemptions failed. Sixteen selects in flight
+    are plenty: the decision path decides the queued ones together (up to 32 a hold).
 
     Pollers scale with the backlog, up to `max_pollers` per task kind: a burst of
     preemptions brings workflow and activity tasks faster than five long polls (the SDK's
@@ -54,9 +84,14 @@ def build_worker(
         task_queue=task_queue,
         workflows=[PreemptionWorkflow],
         activities=activities.all(),
-        activity_executor=ThreadPoolExecutor(max_workers=max_concurrent_activities),
+        activity_executor=ThreadPoolExecutor(
+            max_workers=max_concurrent_activities + max_concurrent_local_activities,
+            thread_name_prefix="activity",
+        ),
         max_concurrent_activities=max_concurrent_activities,
-        workflow_runner=workflow_runner(),
+        max_concurrent_local_activities=max_concurrent_local_activities,
+        workflow_runner=workflow_runner() if sandboxed else UnsandboxedWorkflowRunner(),
         workflow_task_poller_behavior=PollerBehaviorAutoscaling(maximum=max_pollers),
         activity_task_poller_behavior=PollerBehaviorAutoscaling(maximum=max_pollers),
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
     )

@@ -9,20 +9,26 @@ Scenarios:
 - a dropped connection gives the client no answer at all;
 - an RBAC denial is a 403 worded exactly as the authorizer words it, for objects, subresources,
   cluster-scoped lists;
-- the request log records verb, RBAC resource, object, body and answer code.
+- the request log records verb, RBAC resource, object, body and answer code;
+- dev mode's named faults: each denies one permission the controller's ClusterRole grants
+  (its rule as deploy/clusterrole.yaml writes it), `deny-delete` refuses a pod DELETE with
+  the authorizer's 403 until it is lifted, and lifting one fault leaves the others on.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import urllib3
+import yaml
 from kubernetes.client.exceptions import ApiException
 
 from preemptctl.emulator import Emulator
+from preemptctl.emulator.faults import DEV_FAULTS, NamedFaults
 from tests.support.emulator import pod
 
 
@@ -132,3 +138,44 @@ def test_request_log_records_what_was_sent(core: Any, emulator: Emulator) -> Non
     [entry] = emulator.requests.matching("delete", "pods", "web")
     assert (entry.namespace, entry.method, entry.code) == ("default", "DELETE", 200)
     assert entry.body["gracePeriodSeconds"] == 5
+
+
+def test_each_dev_fault_is_a_rule_of_the_controllers_cluster_role() -> None:
+    role = (Path(__file__).resolve().parents[2] / "deploy" / "clusterrole.yaml").read_text()
+    granted = {
+        (group, resource, verb)
+        for rule in yaml.safe_load(role)["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert {(f.group, f.resource, f.verb) for f in DEV_FAULTS.values()} <= granted
+    assert (
+        DEV_FAULTS["deny-delete"].rule
+        == '{apiGroups: [""], resources: ["pods"], verbs: ["delete"]}'
+    )
+
+
+@pytest.mark.usefixtures("web")
+def test_deny_delete_refuses_a_pod_delete_until_lifted(core: Any, emulator: Emulator) -> None:
+    named = NamedFaults(emulator.faults)
+    assert named.apply(["deny-delete"]) == (["deny-delete"], [])
+    with pytest.raises(ApiException) as raised:
+        core.delete_namespaced_pod("web", "default")
+    assert (raised.value.status, json.loads(raised.value.body)["reason"]) == (403, "Forbidden")
+    core.read_namespaced_pod("web", "default")  # reads are still allowed
+    assert named.apply([]) == ([], ["deny-delete"])
+    core.delete_namespaced_pod("web", "default")
+    assert named.on == []
+
+
+@pytest.mark.usefixtures("web")
+def test_lifting_one_dev_fault_leaves_the_others_on(core: Any, emulator: Emulator) -> None:
+    named = NamedFaults(emulator.faults)
+    named.apply(["deny-delete", "deny-patch", "not-a-fault"])
+    assert named.on == ["deny-delete", "deny-patch"]
+    assert named.apply(["deny-patch"]) == ([], ["deny-delete"])
+    with pytest.raises(ApiException) as raised:
+        core.patch_namespaced_pod_status("web", "default", {"status": {}})
+    assert raised.value.status == 403
+    core.delete_namespaced_pod("web", "default")

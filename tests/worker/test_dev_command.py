@@ -12,7 +12,16 @@ Scenarios:
 - a task queue another worker already polls is refused (a dev run's queue is its own), and
   a fresh one is accepted;
 - an activity failure the activity classified (an ApplicationError) is logged as one line,
-  not a traceback.
+  not a traceback, naming the activity and its workflow rather than the SDK's whole context;
+- --fault deny-delete: nginx-a's preemption fails on its first victim's DELETE, once, its
+  pod is parked, and the run says how to lift the fault and which RBAC rule is the real
+  fix, links each preemption in the Temporal UI, and logs the denied activity in one line;
+- an unknown --fault is one line, exit 2, naming the valid ones; --fault against a real
+  cluster (KUBECONFIG) is refused the same way;
+- the fault directory: a file there turns its fault on, removing it lifts it (also while
+  dev runs, which says so), an unknown name is reported once and ignored; --help names
+  every fault the emulator knows;
+- the `export` line for a second shell never carries a password.
 """
 
 from __future__ import annotations
@@ -39,9 +48,17 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from preemptctl.worker.dev_command import _ExpectedActivityFailures, check_own_task_queue
+from preemptctl.emulator import Emulator
+from preemptctl.emulator.faults import DEV_FAULTS, NamedFaults
+from preemptctl.worker.dev_command import (
+    FAULT_NAMES,
+    FaultSwitch,
+    _ExpectedActivityFailures,
+    _second_shell,
+    check_own_task_queue,
+)
 from preemptctl.worker.errors import UsageError
-from tests.support.emulator import as_list, node, pod
+from tests.support.emulator import as_list, node, pod, running_emulator
 
 PREEMPTCTL = str(Path(sys.executable).parent / "preemptctl")
 
@@ -229,7 +246,11 @@ async def test_a_fresh_task_queue_is_accepted(temporal: WorkflowEnvironment) -> 
     await check_own_task_queue(temporal.client, "default", f"dev-{uuid.uuid4().hex}")
 
 
-def _failed_activity_record(error: BaseException) -> logging.LogRecord:
+def _failed_activity_record(
+    error: BaseException,
+    message: str = "Completing activity as failed (%s)",
+    extra: dict[str, Any] | None = None,
+) -> logging.LogRecord:
     try:
         raise error
     except BaseException:
@@ -238,9 +259,10 @@ def _failed_activity_record(error: BaseException) -> logging.LogRecord:
             logging.WARNING,
             __file__,
             1,
-            "Completing activity as failed (%s)",
-            ("delete_victim",),
+            message,
+            ("delete_victim",) if "%s" in message else (),
             sys.exc_info(),
+            extra=extra,
         )
 
 
@@ -251,7 +273,168 @@ def test_a_classified_activity_failure_is_one_line() -> None:
     assert line == "Completing activity as failed (delete_victim): Forbidden: 403 forbidden"
 
 
+def test_the_sdks_activity_context_is_named_by_activity_and_workflow() -> None:
+    context = {
+        "activity_id": "4",
+        "activity_type": "delete_victim",
+        "attempt": 1,
+        "task_queue": "preemptctl-dev-1",
+        "workflow_id": "preemption-default-web-u1",
+        "workflow_run_id": "r1",
+    }
+    # as temporalio.activity.LoggerAdapter logs it: the context in the message and in extra
+    record = _failed_activity_record(
+        ApplicationError("403 forbidden", type="Forbidden"),
+        f"Completing activity as failed ({context})",
+        {"temporal_activity": context},
+    )
+    assert _ExpectedActivityFailures().filter(record)
+    assert logging.Formatter("%(message)s").format(record) == (
+        "activity delete_victim of preemption-default-web-u1 failed (attempt 1): "
+        "Forbidden: 403 forbidden"
+    )
+
+
 def test_an_unexpected_activity_failure_keeps_its_traceback() -> None:
     record = _failed_activity_record(KeyError("bug"))
     assert _ExpectedActivityFailures().filter(record)
     assert "Traceback" in logging.Formatter("%(message)s").format(record)
+
+
+def test_deny_delete_fails_the_preemption_once_and_says_how_to_lift_it(tmp_path: Path) -> None:
+    report = dev_once(tmp_path, "--fault", "deny-delete")
+    nginx = [r for r in report["preemptions"] if r["preemptor"] == "default/nginx-a"]
+    assert [r["outcome"] for r in nginx] == ["failed"]
+    assert 'cannot delete resource "pods"' in nginx[0]["message"]
+    lines = report["stderr"].splitlines()
+    assert any(line.startswith("fault on      deny-delete: ") for line in lines)
+    assert any(
+        line.startswith("  lift it:    rm /") and line.endswith("/faults/deny-delete")
+        for line in lines
+    )
+    assert (
+        '  real fix:   grant the controller\'s ClusterRole {apiGroups: [""], resources: ["pods"], '
+        'verbs: ["delete"]}' in lines
+    )
+    assert any(
+        line.startswith("  http://127.0.0.1:")
+        and "/namespaces/default/workflows/preemption-default-nginx-a-" in line
+        for line in lines
+    )
+    assert any(line.startswith("other shell   export KUBECONFIG=") for line in lines)
+    assert any(line.startswith("default/nginx-a parked: victim default/batch-1a") for line in lines)
+    assert any(
+        line.startswith("activity delete_victim of preemption-default-nginx-a-")
+        and "failed (attempt 1): Forbidden: delete pods default/batch-1a" in line
+        for line in lines
+    )
+
+
+def test_removing_the_fault_file_lifts_the_fault_while_dev_runs(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [PREEMPTCTL, "dev", "--fault", "deny-delete", "--temporal-port", "0", "--ui-port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+        },
+    )
+    assert process.stderr is not None
+    seen: list[str] = []
+    try:
+        for line in process.stderr:
+            seen.append(line)
+            if line.startswith("  lift it:    rm "):
+                fault_file = Path(line.split()[-1])
+            if line.startswith("preemption failed     default/nginx-a"):
+                fault_file.unlink()
+            if line.startswith("fault lifted  deny-delete"):
+                break
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=60)
+    assert code == 0
+    assert seen[-1].startswith("fault lifted  deny-delete: the controller may delete a victim")
+    assert not fault_file.parent.exists()  # the run's directory is gone with it
+
+
+@pytest.mark.parametrize(
+    ("args", "environment", "message"),
+    [
+        (
+            ["--fault", "deny-everything"],
+            {},
+            "--fault 'deny-everything' is not one of: deny-delete, deny-patch, deny-events",
+        ),
+        (
+            ["--fault", "deny-delete"],
+            {"KUBECONFIG": "/nonexistent/kubeconfig"},
+            "--fault needs the simulated cluster (the emulator injects it); unset KUBECONFIG "
+            "or pass --scenario",
+        ),
+    ],
+)
+def test_a_fault_dev_cannot_inject_is_one_line(
+    tmp_path: Path, args: list[str], environment: dict[str, str], message: str
+) -> None:
+    completed = subprocess.run(
+        [PREEMPTCTL, "dev", "--once", "--temporal-port", "0", "--ui-port", "0", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+            **environment,
+        },
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.strip() == f"preemptctl dev: {message}"
+
+
+def test_help_names_every_fault_the_emulator_knows() -> None:
+    assert tuple(DEV_FAULTS) == FAULT_NAMES
+
+
+@pytest.fixture
+def dev_emulator() -> Iterator[Emulator]:
+    with running_emulator() as running:
+        yield running
+
+
+def test_the_fault_directory_turns_faults_on_and_off(
+    tmp_path: Path, dev_emulator: Emulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    switch = FaultSwitch(tmp_path, NamedFaults(dev_emulator.faults))
+    (tmp_path / "deny-delete").touch()
+    (tmp_path / "deny-everything").touch()
+    switch.sync()
+    switch.sync()
+    assert dev_emulator.faults.decide("delete", "pods", "default", "web").fault is not None
+    (tmp_path / "deny-delete").unlink()
+    switch.sync()
+    assert dev_emulator.faults.decide("delete", "pods", "default", "web").fault is None
+    said = capsys.readouterr().err.splitlines()
+    assert said[0].startswith("fault         ignoring ") and "deny-everything" in said[0]
+    assert said[1].startswith("fault on      deny-delete: the controller may not delete a victim")
+    assert said[-1] == (
+        "fault lifted  deny-delete: the controller may delete a victim again; a pod parked "
+        "meanwhile waits for `preemptctl retry NS/NAME` (or a change to the pod)"
+    )
+    assert sum("ignoring" in line for line in said) == 1
+
+
+def test_the_second_shell_line_never_carries_a_password() -> None:
+    line = _second_shell(
+        "/tmp/k", "127.0.0.1:7233", "http://127.0.0.1:8233", "postgresql://u:secret@db/ledger"
+    )
+    assert line == (
+        "export KUBECONFIG=/tmp/k PREEMPT_TEMPORAL_ADDRESS=127.0.0.1:7233 "
+        "PREEMPT_TEMPORAL_UI_URL=http://127.0.0.1:8233"
+    )
+    assert "PREEMPT_DATABASE_URL=sqlite:////x/l.sqlite" in _second_shell(
+        "/tmp/k", "a:1", "http://u", "sqlite:////x/l.sqlite"
+    )

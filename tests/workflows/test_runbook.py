@@ -12,20 +12,24 @@ Scenarios:
 - unsupported: ends at once, never a victim touched, and retrying cannot help;
 - dry run: decided and recorded, nothing touched;
 - the preemptor gone or replaced before the decision: aborted, nothing touched;
-- a preemption that goes through runs 3 + 2 x victims activities: select, nominate, mark and
-  delete each victim, record the end (the bind told by the trigger's signal);
+- a preemption that goes through runs 3 + 2 x victims activities, in rounds: select; then
+  nominate and mark every victim; then delete every victim but the last; then delete the
+  last; then record the end (the bind told by the trigger's signal);
 - a victim already gone, already terminating or replaced when marked is never deleted;
+- a mark refused for good fails the preemption before any victim is deleted;
 - a victim whose delete is refused for good (an RBAC denial) fails the preemption: the last
-  victim is never touched, the failure is recorded with the victim, retrying cannot help;
+  victim is never deleted, the failure is recorded with the victim, retrying cannot help;
 - the preemptor gone or bound elsewhere at a delete: the preemption is aborted and the last
-  victim is never touched;
+  victim is never deleted;
 - a victim marked but not deleted (failed, or spared when the run stopped) loses its
   DisruptionTarget condition before the end is recorded; a completed run unmarks nothing;
 - once the last victim is deleted, the `state` query no longer shows it pending;
 - a preemptor the signal never reports is polled; bound: completed with its node;
 - a preemptor not bound in time completes with that reason; one that vanishes while waited
   for completes with that reason;
-- with local activities, the same runbook runs the same steps.
+- with local activities, the same runbook runs the same steps, and a step refused for good
+  fails the preemption the same way (a local activity's failure reaches the workflow
+  without the `ActivityError` around it).
 """
 
 from __future__ import annotations
@@ -251,9 +255,30 @@ async def test_a_preemption_runs_three_plus_two_activities_per_victim(run: Run) 
     assert result.preemptor_node == NODE
     assert [v.fate for v in result.victims] == [Fate.DELETED] * 3
     assert len(script.calls) == 3 + 2 * len(VICTIMS)
-    assert script.calls[:2] == ["select", f"nominate:{NODE}"]
-    assert script.calls[-3:] == ["mark:victim-2", "delete:victim-2", "end:completed"]
+    rounds = [script.calls[:1], script.calls[1:5], script.calls[5:7], script.calls[7:]]
+    assert [sorted(r) for r in rounds] == [
+        ["select"],
+        ["mark:victim-0", "mark:victim-1", "mark:victim-2", f"nominate:{NODE}"],
+        ["delete:victim-0", "delete:victim-1"],
+        ["delete:victim-2", "end:completed"],
+    ]
+    assert script.calls[-1] == "end:completed"
     assert script.ends[0].scheduled_node == NODE
+
+
+async def test_a_mark_refused_for_good_fails_before_any_victim_is_deleted(run: Run) -> None:
+    script = Script(marks={"victim-1": rbac_denied()})
+    with pytest.raises(WorkflowFailureError) as failure:
+        await run(script)
+    result = result_of_failure(failure.value)
+    assert result is not None
+    assert (result.outcome, result.retryable) == (End.FAILED, False)
+    assert [v.fate for v in result.victims] == [Fate.SPARED, Fate.FAILED, Fate.SPARED]
+    assert not [c for c in script.calls if c.startswith("delete:")]
+    assert sorted(c for c in script.calls if c.startswith("unmark:")) == [
+        "unmark:victim-0",
+        "unmark:victim-2",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -283,16 +308,19 @@ async def test_a_victim_replaced_at_its_delete_ends_replaced(run: Run) -> None:
     assert [v.fate for v in result.victims] == [Fate.DELETED, Fate.REPLACED, Fate.DELETED]
 
 
-async def test_a_delete_refused_for_good_fails_and_spares_the_last_victim(run: Run) -> None:
+@pytest.mark.parametrize("local", [False, True], ids=["activities", "local-activities"])
+async def test_a_delete_refused_for_good_fails_and_spares_the_last_victim(
+    run: Run, local: bool
+) -> None:
     script = Script(deletes={"victim-0": rbac_denied()})
     with pytest.raises(WorkflowFailureError) as failure:
-        await run(script)
+        await run(script, local_activities=local)
     result = result_of_failure(failure.value)
     assert result is not None
     assert (result.outcome, result.retryable) == (End.FAILED, False)
     assert "victim default/victim-0 could not be preempted: forbidden" in result.message
     assert [v.fate for v in result.victims] == [Fate.FAILED, Fate.DELETED, Fate.SPARED]
-    assert "mark:victim-2" not in script.calls
+    assert "delete:victim-2" not in script.calls
     assert [(e.ending, e.failed_victim) for e in script.ends] == [(Ending.FAILED, VICTIMS[0])]
 
 
@@ -302,16 +330,19 @@ async def test_a_failed_victim_loses_its_disruption_target_before_the_end_is_rec
     script = Script(deletes={"victim-0": rbac_denied()})
     with pytest.raises(WorkflowFailureError):
         await run(script)
-    assert [c for c in script.calls if c.startswith("unmark:")] == ["unmark:victim-0"]
-    assert script.calls.index("unmark:victim-0") < script.calls.index("end:failed")
+    # victim-0 failed, victim-2 (the last) was spared; victim-1 was deleted.
+    unmarked = sorted(c for c in script.calls if c.startswith("unmark:"))
+    assert unmarked == ["unmark:victim-0", "unmark:victim-2"]
+    assert max(script.calls.index(c) for c in unmarked) < script.calls.index("end:failed")
 
 
 async def test_a_victim_spared_after_its_mark_loses_its_disruption_target(run: Run) -> None:
     stopped = VictimResult(Fate.SPARED, "stopped", stopped="the preemptor is gone")
     script = Script(deletes={"victim-0": stopped})
     await run(script)
-    # victim-1 was deleted alongside; victim-2, the last, was never marked.
-    assert [c for c in script.calls if c.startswith("unmark:")] == ["unmark:victim-0"]
+    # victim-1 was deleted alongside; victim-2, the last, was marked but never deleted.
+    unmarked = sorted(c for c in script.calls if c.startswith("unmark:"))
+    assert unmarked == ["unmark:victim-0", "unmark:victim-2"]
 
 
 async def test_a_completed_preemption_unmarks_nothing(run: Run) -> None:
@@ -347,7 +378,7 @@ async def test_a_preemptor_that_moved_on_aborts_before_the_last_victim(
     result = await run(script)
     assert (result.outcome, result.message) == (End.ABORTED, reason)
     assert result.victims[2].fate is Fate.SPARED
-    assert "mark:victim-2" not in script.calls
+    assert "delete:victim-2" not in script.calls
     assert script.ends == []  # the delete activity recorded the abort itself
 
 
