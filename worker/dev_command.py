@@ -41,7 +41,7 @@ import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import ExitStack, asynccontextmanager, contextmanager, suppress
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -55,6 +55,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from preemptctl.ledger.engine import configured_url, create_ledger_engine, display_url
 from preemptctl.migrations import upgrade
+from preemptctl.worker.cancellation import cancel_and_wait
 from preemptctl.worker.config import ConfigError, Settings, load_settings
 from preemptctl.worker.errors import UsageError
 from preemptctl.worker.retry_command import ui_link
@@ -388,9 +389,7 @@ async def _watching(faults: FaultSwitch | None) -> AsyncIterator[None]:
         yield
     finally:
         if task is not None:
-            task.cancel()
-            with suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait([task], what="the fault watcher")
 
 
 def free_port() -> int:

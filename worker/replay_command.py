@@ -143,10 +143,8 @@ async def replay(path: str) -> None:
     _check_shape(path, history)
     replayer = Replayer(workflows=[PreemptionWorkflow], workflow_runner=workflow_runner())
     try:
-        result = await asyncio.wait_for(
-            replayer.replay_workflow(history, raise_on_replay_failure=False),
-            timeout=REPLAY_TIMEOUT_SECONDS,
-        )
+        async with asyncio.timeout(REPLAY_TIMEOUT_SECONDS):
+            result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     except TimeoutError:
         raise UsageError(
             f"{path} did not finish replaying in {REPLAY_TIMEOUT_SECONDS:g}s: the history is "

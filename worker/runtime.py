@@ -36,6 +36,7 @@ from preemptctl.ledger.errors import LedgerError, LedgerUnavailableError
 from preemptctl.ledger.upstream import append_upstream
 from preemptctl.migrations import current_revision, schema_problem
 from preemptctl.preemption.default_preemption import PreemptionArgs
+from preemptctl.worker.cancellation import GRACE_SECONDS, cancel_and_wait, cancellation_requested
 from preemptctl.worker.config import ConfigError, Settings, temporal_tls
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.temporal_worker import build_worker
@@ -112,7 +113,8 @@ async def wait_for_ledger(
             log.warning("waiting for the ledger: %s", why)
             on_wait(f"waiting for the ledger: {error}")
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=delay)
+            async with asyncio.timeout(delay):
+                await stop.wait()
         if stop.is_set():
             return None
         delay, attempt = min(delay * 2, maximum), attempt + 1
@@ -139,17 +141,15 @@ async def connect_temporal(settings: Settings, runtime: Runtime | None = None) -
     except ConfigError as error:
         raise StartupError(str(error)) from None
     try:
-        return await asyncio.wait_for(
-            Client.connect(
+        async with asyncio.timeout(15):
+            return await Client.connect(
                 settings.temporal_address,
                 namespace=settings.temporal_namespace,
                 tls=tls,
                 api_key=settings.temporal_api_key or None,
                 identity=settings.identity,
                 runtime=runtime,
-            ),
-            timeout=15,
-        )
+            )
     except (RuntimeError, TimeoutError) as error:
         raise TemporalUnreachableError(
             f"cannot reach Temporal at {settings.temporal_address} "
@@ -245,12 +245,11 @@ class Supervisor:
         stopping the view ends its reflector threads)."""
         self._stopping = True
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = GRACE_SECONDS) -> None:
+        """Cancel every task and wait for them to end (cancelling again, within `grace`:
+        see `cancellation`), so that a task which lost a cancellation cannot hang the stop."""
         self._stopping = True
-        tasks = list(self._tasks.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks.values(), grace=grace, what="supervised tasks")
         self._tasks.clear()
 
     async def _keep(self, name: str, factory: Callable[[], Awaitable[None]]) -> None:
@@ -266,8 +265,8 @@ class Supervisor:
             except Exception as error:
                 why = f"{type(error).__name__}: {error}"[:300]
                 log.error("task %s crashed: %s", name, why, exc_info=error)
-            if self._stopping:
-                return
+            if self._stopping or cancellation_requested():
+                return  # asked to stop, even if the CancelledError itself was lost
             now = self._clock()
             if now - began > self._maximum:
                 delay = self._initial  # it ran healthy for a while: a fresh crash

@@ -65,16 +65,14 @@ async def _setup(settings: Settings) -> list[str]:
     except ConfigError as error:
         raise UsageError(str(error)) from None
     try:
-        client = await asyncio.wait_for(
-            Client.connect(
+        async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
+            client = await Client.connect(
                 address,
                 namespace=namespace,
                 tls=tls,
                 api_key=settings.temporal_api_key or None,
                 identity=settings.identity,
-            ),
-            timeout=CONNECT_TIMEOUT_SECONDS,
-        )
+            )
     except (RuntimeError, TimeoutError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else "timed out"
         raise Unavailable(f"cannot reach Temporal at {address}: {reason}") from None

@@ -48,6 +48,7 @@ from preemptctl.kube.view import ClusterView
 from preemptctl.preemption.decision import PodRef, Strategy
 from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.objects import PREEMPT_NEVER, Pod
+from preemptctl.worker.cancellation import cancel_and_wait
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.starter import start_preemption
@@ -290,12 +291,10 @@ class TriggerLoop:
         """Stop starting preemptions; with `drain`, wait for the ones followed to finish
         (they go on in Temporal regardless: another worker picks them up)."""
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait([self._task], what="the trigger loop")
         if drain and self._in_flight:
             await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
-        for task in self._in_flight.values():
-            task.cancel()
+        await cancel_and_wait(self._in_flight.values(), what="the preemptions followed")
 
     @property
     def idle(self) -> bool:
@@ -446,7 +445,8 @@ class TriggerLoop:
         last_resync = self._clock()
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self._tick)
+                async with asyncio.timeout(self._tick):  # not wait_for: see `cancellation`
+                    await self._wake.wait()
             self._wake.clear()
             if self._clock() - last_resync > self._resync_every:
                 await asyncio.to_thread(self.resync)
@@ -531,10 +531,10 @@ class TriggerLoop:
                     with self._lock:
                         self._book.hold(pod.uid, now + wait - ended_ago)
                     return
-            handle = await asyncio.wait_for(
-                start_preemption(self._client, request, task_queue=settings.task_queue, eager=True),
-                timeout=RPC_TIMEOUT.total_seconds(),
-            )
+            async with asyncio.timeout(RPC_TIMEOUT.total_seconds()):
+                handle = await start_preemption(
+                    self._client, request, task_queue=settings.task_queue, eager=True
+                )
         except Exception as error:  # Temporal unavailable or slow: try this pod later
             with self._lock:
                 delay = self._book.start_failed(pod.uid, now)

@@ -72,7 +72,8 @@ async def test_crashed_task_is_restarted_with_doubling_backoff_and_counted() -> 
         await asyncio.Event().wait()  # then runs for good
 
     supervisor.spawn("trigger-loop", flaky)
-    await asyncio.wait_for(done.wait(), timeout=5)
+    async with asyncio.timeout(5):
+        await done.wait()
     await supervisor.stop()
     assert sleep.waits == [0.5, 1, 2, 4, 4]
     assert restarts(metrics, "trigger-loop") == 5
@@ -93,7 +94,8 @@ async def test_task_that_returns_is_restarted() -> None:
             await asyncio.Event().wait()
 
     supervisor.spawn("signal-sender", returns_once)
-    await asyncio.wait_for(done.wait(), timeout=5)
+    async with asyncio.timeout(5):
+        await done.wait()
     await supervisor.stop()
     assert restarts(metrics, "signal-sender") == 1
 
@@ -131,7 +133,8 @@ async def test_gives_up_after_too_many_crashes_in_the_window() -> None:
         raise RuntimeError("broken for good")
 
     task = supervisor.spawn("trigger-loop", always)
-    await asyncio.wait_for(task, timeout=5)
+    async with asyncio.timeout(5):
+        await task
     assert restarts(metrics, "trigger-loop") == 3
     healthy, why = supervisor.healthy()
     assert not healthy
@@ -146,7 +149,8 @@ async def test_stopping_supervisor_does_not_restart_an_ending_task() -> None:
     async def ends() -> None:
         return
 
-    await asyncio.wait_for(supervisor.spawn("probes", ends), timeout=5)
+    async with asyncio.timeout(5):
+        await supervisor.spawn("probes", ends)
     assert restarts(metrics, "probes") == 0
 
 
@@ -238,9 +242,8 @@ async def test_unreachable_ledger_is_waited_for_with_one_line_per_attempt(
             stop.set()
 
     with caplog.at_level(logging.WARNING, logger="preemptctl"):
-        engine = await asyncio.wait_for(
-            wait_for_ledger(settings, stop, on_wait=on_wait, initial=0.01), timeout=30
-        )
+        async with asyncio.timeout(30):
+            engine = await wait_for_ledger(settings, stop, on_wait=on_wait, initial=0.01)
     assert engine is None
     lines = [r.getMessage() for r in caplog.records if "waiting for the ledger" in r.getMessage()]
     assert len(lines) == 2
