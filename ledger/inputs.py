@@ -9,7 +9,7 @@ activity records its decision's inputs once.
 Inputs larger than the configured limit (compressed) are not kept: a marker row says
 "too large: N bytes", so `preemptctl replay --decision` can say why it cannot replay.
 Rows are deleted only by retention (`prune`): on Postgres through the SECURITY DEFINER
-function `prune_decision_inputs(days)` that migration 0004 grants to the ledger's writers,
+function `prune_decision_inputs(days)` that migration 0003 grants to the ledger's writers,
 on SQLite by a plain DELETE.
 """
 

@@ -13,13 +13,14 @@ Scenarios:
 - `preemptctl history` of a release runs against a ledger one migration ahead of it
 - upstream_preemptions (0003) is append-only on Postgres (UPDATE, DELETE, TRUNCATE refused)
   and SQLite (UPDATE, DELETE refused); a second row for the same Event UID is refused
-- decision_inputs (0004) refuses UPDATE, TRUNCATE and an ad-hoc DELETE on Postgres, even to
+- decision_inputs (0003) refuses UPDATE, TRUNCATE and an ad-hoc DELETE on Postgres, even to
   its owner; `prune_decision_inputs(days)` deletes exactly the rows older than that, refuses
   fewer than one day, and a DELETE after it in the same transaction is refused again
 - on SQLite decision_inputs refuses UPDATE and allows the pruning DELETE
-- 0003 and 0004 grant what 0002 does: a role that appends to preemption_events appends to and
+- 0003 grants what 0002 does: a role that appends to preemption_events appends to and
   reads both tables and may prune; a role that reads it reads them; nobody else may prune
-- downgrading 0004 and 0003 removes their tables and functions, and upgrading again works
+- downgrading 0003 removes its tables and functions, and upgrading again works
+- the last release (head 0002) still starts against this release's schema (one migration ahead)
 """
 
 from __future__ import annotations
@@ -154,6 +155,13 @@ def test_revisions_are_numbered_in_sequence() -> None:
 
 def test_the_support_window_is_head_and_the_next_revision() -> None:
     assert migrations.supported_revisions("0007") == ("0007", "0008")
+
+
+def test_the_last_release_still_starts_against_this_releases_schema() -> None:
+    """0002 was the last release's head: this release adds one migration, not more, so a
+    `kubectl rollout undo` after `migrate` keeps working."""
+    assert migrations.head_revision() == "0003"
+    assert migrations.schema_problem(migrations.head_revision(), head="0002") is None
 
 
 @pytest.mark.parametrize(
