@@ -304,9 +304,21 @@ class BoundPodIndex:
                                 del self.anti_by_label[pair]
 
     def _add_labels(self, pod: Pod) -> None:
-        self.by_namespace.setdefault(pod.namespace, {})[pod.uid] = pod
+        # get-then-create, not setdefault: most keys exist, and setdefault would build (and
+        # drop) an empty dict for each; this runs for every label of 150,000 pods at warm.
+        uid, namespace = pod.uid, pod.namespace
+        in_namespace = self.by_namespace.get(namespace)
+        if in_namespace is None:
+            in_namespace = self.by_namespace[namespace] = {}
+        in_namespace[uid] = pod
+        by_label = self.by_label
         for key, value in pod.labels.items():
-            self.by_label.setdefault((pod.namespace, key, value), {})[pod.uid] = pod
+            label = (namespace, key, value)
+            labelled = by_label.get(label)
+            if labelled is None:
+                by_label[label] = {uid: pod}
+            else:
+                labelled[uid] = pod
 
     def build_labels(self, pods: Iterable[Pod]) -> None:
         """Index the bound pods by namespace and label, the first time a decision needs it
@@ -407,7 +419,7 @@ class ClusterSnapshot:
         self._sorted_nodes: list[NodeInfo] | None = None
         self._domains: dict[str, dict[str, str]] = {}
         self._sorted_pdbs: list[PodDisruptionBudget] | None = None
-        self._pdbs_by_namespace: dict[str, list[int]] | None = None
+        self._pdbs_by_namespace: dict[str, list[tuple[int, LabelSelector]]] | None = None
         self._pdb_positions: dict[str, int] = {}
         self._pdb_matches: dict[str, tuple[int, ...]] = {}
         self.pdb_generation = 0  # bumped when the budgets' selectors may match other pods
@@ -622,20 +634,21 @@ class ClusterSnapshot:
     # -- pods -------------------------------------------------------------------------------
 
     def upsert_pod(self, pod: Pod) -> None:
-        old = self.pods.get(pod.uid)
+        uid, key = pod.uid, pod.key
+        old = self.pods.get(uid)
         if old is not None:
             self._detach(old)
             if old.namespace != pod.namespace or old.labels != pod.labels:
-                self._pdb_matches.pop(pod.uid, None)
+                self._pdb_matches.pop(uid, None)
         else:
-            replaced_uid = self._uid_by_key.get(pod.key)
-            if replaced_uid is not None and replaced_uid != pod.uid:
+            replaced_uid = self._uid_by_key.get(key)
+            if replaced_uid is not None and replaced_uid != uid:
                 self.remove_pod(replaced_uid)
-        self.pods[pod.uid] = pod
-        self._uid_by_key[pod.key] = pod.uid
+        self.pods[uid] = pod
+        self._uid_by_key[key] = uid
         self._attach(pod)
         if self.rejected:
-            self._forget_rejection(pod.uid)
+            self._forget_rejection(uid)
 
     def remove_pod(self, uid: str, *, returning: bool = False) -> Pod | None:
         """Remove the pod; `returning` says the same object will be upserted again soon
@@ -738,10 +751,14 @@ class ClusterSnapshot:
         """The budgets in a fixed order; `matching_pdbs` indexes into this list."""
         if self._sorted_pdbs is None:
             self._sorted_pdbs = sorted(self.pdbs.values(), key=lambda pdb: pdb.key)
-            by_namespace: dict[str, list[int]] = {}
+            # Per namespace, the budgets that can select a pod at all: a nil, empty or
+            # invalid selector matches nothing upstream, so it is left out here, once.
+            by_namespace: dict[str, list[tuple[int, LabelSelector]]] = {}
             for index, pdb in enumerate(self._sorted_pdbs):
-                by_namespace.setdefault(pdb.namespace, []).append(index)
                 self._pdb_positions[pdb.key] = index
+                selector = pdb.selector
+                if selector is not None and selector.valid and not selector.is_empty():
+                    by_namespace.setdefault(pdb.namespace, []).append((index, selector))
             self._pdbs_by_namespace = by_namespace
         return self._sorted_pdbs
 
@@ -751,19 +768,19 @@ class ClusterSnapshot:
         cached = self._pdb_matches.get(pod.uid)
         if cached is not None:
             return cached
-        pdbs = self.sorted_pdbs()
-        assert self._pdbs_by_namespace is not None
+        if self._pdbs_by_namespace is None:
+            self.sorted_pdbs()
+            assert self._pdbs_by_namespace is not None
         matches: tuple[int, ...] = ()
         if pod.labels:
-            candidates = self._pdbs_by_namespace.get(pod.namespace, ())
-            found = []
-            for index in candidates:
-                selector = pdbs[index].selector
-                if selector is None or not selector.valid or selector.is_empty():
-                    continue
-                if label_selector_matches(selector, pod.labels):
-                    found.append(index)
-            matches = tuple(found)
+            labels = pod.labels
+            matches = tuple(
+                [
+                    index
+                    for index, selector in self._pdbs_by_namespace.get(pod.namespace, ())
+                    if label_selector_matches(selector, labels)
+                ]
+            )
         self._pdb_matches[pod.uid] = matches
         return matches
 
