@@ -6,7 +6,7 @@ import dataclasses
 import typing
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from temporalio.client import Client
 from temporalio.converter import (
@@ -63,10 +63,13 @@ class DataclassHints(JSONTypeConverter):
     annotations that compiles each field's annotation string again: about 5% of the worker's
     CPU at 20 preemptions/s (every activity's input, every result the workflow reads, and
     each `PodRef` inside them). Only reading changes: what is written, and so the histories,
-    stay byte for byte the same."""
+    stay byte for byte the same.
 
-    def __init__(self) -> None:
-        self._plans: dict[type, tuple[tuple[str, Any, bool], ...]] = {}
+    One cache for the process: the SDK makes a payload converter per workflow run (its
+    serialization context), and a cache per converter missed at each run's first reads. A
+    class's fields never change, and the classes read are the few the workflow names."""
+
+    _plans: ClassVar[dict[type, tuple[tuple[str, Any, bool], ...]]] = {}
 
     def to_typed_value(self, hint: type, value: Any) -> Any:
         if not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
@@ -94,11 +97,14 @@ class DataclassHints(JSONTypeConverter):
         return made
 
 
+_HINTS = DataclassHints()
+
+
 class _PayloadConverter(CompositePayloadConverter):
     """The SDK's default payload converters, JSON reading dataclasses with `DataclassHints`."""
 
     def __init__(self) -> None:
-        hints = DataclassHints()
+        hints = _HINTS
         super().__init__(
             *(
                 JSONPlainPayloadConverter(custom_type_converters=[hints])
