@@ -277,6 +277,12 @@ class TriggerLoop:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._finished: deque[dict[str, Any]] = deque(maxlen=FINISHED_KEPT)
+        # The pod gauges are counted when they are read (a scrape), not after every watch
+        # event: counting the pods in backoff walks every pending pod, ~0.2 ms per event
+        # with 1,000 pending, on the view's thread, for a figure read every few seconds.
+        metrics.pending_pods.set_function(self._count_pending)
+        metrics.parked_pods.set_function(self._count_parked)
+        metrics.backoff_pods.set_function(self._count_backoff)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -340,7 +346,6 @@ class TriggerLoop:
             ]
             for uid in uids:
                 self._book.unpark(uid)
-            self._update_gauges()
         if uids:
             self._wake_soon()
         return bool(uids)
@@ -363,7 +368,6 @@ class TriggerLoop:
             for uid in list(self._admissions_served):
                 if uid not in present:
                     del self._admissions_served[uid]
-            self._update_gauges()
 
     def _consider(self, pod: Pod) -> None:
         found = trigger_reason(pod, self._settings)
@@ -415,7 +419,6 @@ class TriggerLoop:
                 if pod.node_name and (pod.uid in self._handles or parked):
                     self._bound[pod.uid] = pod.node_name
                     self._bound_pods[pod.uid] = (pod.namespace, pod.name)
-            self._update_gauges()
         self._wake_soon()
 
     def _wake_soon(self) -> None:
@@ -423,19 +426,24 @@ class TriggerLoop:
             with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to wake
                 self._loop.call_soon_threadsafe(self._wake.set)
 
-    def _update_gauges(self) -> None:
-        """Under the lock."""
-        self._metrics.pending_pods.set(len(self._pending))
-        self._metrics.parked_pods.set(len(self._book.all_parked()))
-        self._metrics.backoff_pods.set(
-            sum(
+    def _count_pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def _count_parked(self) -> int:
+        with self._lock:
+            return len(self._book.all_parked())
+
+    def _count_backoff(self) -> int:
+        with self._lock:
+            now = self._clock()
+            return sum(
                 1
                 for uid in self._pending
                 if uid not in self._in_flight
                 and self._book.parked(uid) is None
-                and not self._book.due(uid, self._clock())
+                and not self._book.due(uid, now)
             )
-        )
 
     # -- starting and following preemptions -------------------------------------------------------
 
@@ -454,8 +462,6 @@ class TriggerLoop:
                 last_resync = self._clock()
             await self._signal_bound()
             await self._start_due()
-            with self._lock:
-                self._update_gauges()
 
     async def _recheck_parked(self) -> None:
         """Unpark a pod whose preemption a person ran again (`preemptctl retry`, from another
@@ -472,7 +478,6 @@ class TriggerLoop:
                 log.info("%s: its preemption was run again; no longer parked", parked.pod)
                 with self._lock:
                     self._book.unpark(parked.uid)
-                    self._update_gauges()
 
     async def _signal_bound(self) -> None:
         with self._lock:
@@ -660,4 +665,3 @@ class TriggerLoop:
                     reason,
                 )
             self._metrics.in_flight.set(len(self._in_flight))
-            self._update_gauges()
