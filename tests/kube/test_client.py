@@ -5,6 +5,9 @@ Scenarios:
 - without one, $KUBECONFIG is used;
 - the transport never retries on its own: a dropped delete reaches the server once and
   surfaces as a retryable error, leaving retries to the workflow;
+- a request reaches the API server as the official client would send it: its method, path,
+  query (values that need escaping included), content type and JSON body; an error answer
+  is the client's `ApiException` with the server's status and body;
 - each request carries the kubeconfig's bearer token, as the official client would send it;
 - the token is looked up at most once a second (the lookup is costly), so a token the
   configuration renews is sent from the next lookup on, and none is sent when there is none.
@@ -14,12 +17,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from preemptctl.emulator import Emulator
-from preemptctl.kube.client import TOKEN_LOOKUP_SECONDS, BearerToken, connect
+from preemptctl.kube.classify import Call
+from preemptctl.kube.client import STRATEGIC_MERGE_PATCH, TOKEN_LOOKUP_SECONDS, BearerToken, connect
 from preemptctl.kube.deletion import delete_victim
 from preemptctl.kube.outcomes import PodRef, Retryable
+from tests.support.emulator import pod
 
 
 def test_explicit_kubeconfig_is_used(emulator: Emulator) -> None:
@@ -78,3 +85,30 @@ def test_token_is_looked_up_at_most_once_a_second() -> None:
     now[0] += TOKEN_LOOKUP_SECONDS
     assert token.header(configuration) is None
     assert configuration.lookups == 3
+
+
+def test_a_request_reaches_the_server_as_sent(emulator: Emulator) -> None:
+    emulator.load(pod("web-1"))
+    kube = connect(emulator.kubeconfig_path)
+    path = "/api/v1/namespaces/default/pods/web-1"
+    body = {"metadata": {"labels": {"tier": "caf\u00e9 & more"}}}
+    query = {"fieldManager": "a b/c=d&e", "dryRun": "All"}
+    kube.request(
+        "PATCH",
+        path,
+        Call("patch", "pods", "default/web-1"),
+        body=body,
+        query=query,
+        content_type=STRATEGIC_MERGE_PATCH,
+    )
+    (sent,) = emulator.requests.matching("patch", "pods")
+    assert (sent.method, sent.path, sent.query) == ("PATCH", path, query)
+    assert (sent.content_type, sent.body) == (STRATEGIC_MERGE_PATCH, body)
+
+
+def test_an_error_answer_is_the_clients_api_exception(emulator: Emulator) -> None:
+    kube = connect(emulator.kubeconfig_path)
+    with pytest.raises(ApiException) as raised:
+        kube.send("GET", "/api/v1/namespaces/default/pods/no-such-pod")
+    assert raised.value.status == 404
+    assert orjson.loads(raised.value.body)["reason"] == "NotFound"
