@@ -24,6 +24,7 @@ Guarantees:
 - Once synced, the snapshot is warmed (`ClusterSnapshot.warm`: what decisions would compute
   on first use is computed then and kept current), and the first time, the process's heap
   as it stands is frozen (`gc.freeze`) so the cyclic collector's full passes skip the view.
+  Until then, each page of the initial list is frozen once applied, for the same reason.
 
 One thread per kind: the official client is synchronous, and per-kind threads keep a slow
 pod stream from delaying node updates. `start(spawn)` lets a supervisor run them.
@@ -147,7 +148,10 @@ class ClusterView(Sink):
             # complete, the cyclic collector's full passes skip it (gc.freeze), or one would
             # land every so often in some decision and cost it a few hundred milliseconds
             # at 150,000 pods. Objects the view drops later are still freed (by their
-            # reference counts); what is created later is collected as usual.
+            # reference counts); what is created later is collected as usual. What the
+            # initial list froze page by page is unfrozen first, so that this one full
+            # collection sees all of it.
+            gc.unfreeze()
             gc.collect()
             gc.freeze()
 
@@ -189,6 +193,13 @@ class ClusterView(Sink):
         with self._lock:
             for obj in objects:
                 self._upsert(kind, obj)
+        if not self.ready.is_set():
+            # Until the first sync the view only grows, and the cyclic collector's full
+            # passes would rescan all of it between pages: at 60,000 pods that made the
+            # initial list about 1.5 times as costly. Freezing what exists after each page
+            # leaves the collector only what is new; the first sync unfreezes it all for
+            # one full collection (see `_on_synced`), so no garbage frozen meanwhile stays.
+            gc.freeze()
 
     def finish_relist(self, kind: Kind, seen: set[str]) -> None:
         versions = self._versions[kind.name]

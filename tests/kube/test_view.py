@@ -3,6 +3,8 @@
 Scenarios:
 - the view is ready once Nodes, Pods and PDBs are all listed, and holds them, warmed (the
   label index built, each bound pod's PDB matches known), and keeps them warm as pods change;
+- while the initial list runs, each applied page is frozen out of the cyclic collector's
+  passes, and the first sync still collects the cyclic garbage frozen meanwhile;
 - the initial list is paginated with limit/continue, and the watch starts from its
   resourceVersion;
 - after a randomized burst of creates, updates and deletes, the view equals the emulator;
@@ -19,9 +21,11 @@ Scenarios:
 
 from __future__ import annotations
 
+import gc
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -30,7 +34,7 @@ import pytest
 from preemptctl.emulator import Emulator
 from preemptctl.emulator.resources import NODES, PDBS, PODS
 from preemptctl.kube.client import KubeClient
-from preemptctl.kube.reflector import Backoff
+from preemptctl.kube.reflector import NODE, POD, Backoff
 from preemptctl.kube.view import KINDS, ClusterView
 from tests.support.emulator import as_list, node, pdb, pod
 
@@ -174,6 +178,36 @@ def test_ready_view_is_warmed_and_stays_warm(
     with view.read() as snapshot:
         assert ("default", "app", "web") in snapshot.bound.by_label
         assert len(snapshot.bound.by_label[("default", "app", "web")]) == 2
+
+
+def test_initial_list_pages_are_frozen_and_the_first_sync_collects_their_garbage(
+    kube: KubeClient,
+) -> None:
+    """Driven as the reflectors drive it (the Sink calls), without threads."""
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+    view = ClusterView(kube, kinds=(NODE, POD))
+    garbage = Cycle()
+    collected = weakref.ref(garbage)
+    try:
+        view.replace_page(NODE, [node("n1")])
+        assert gc.get_freeze_count() > 0  # the page, and the cycle, are out of the passes
+        del garbage
+        view.replace_page(POD, [pod("a", node_name="n1")])
+        view.finish_relist(NODE, {"n1"})
+        view._on_synced(NODE)
+        assert collected() is not None and not view.ready.is_set()
+        view._on_synced(POD)
+        assert view.ready.is_set()
+        assert collected() is None
+        assert gc.get_freeze_count() > 0  # the complete view stays out of the passes
+        with view.read() as snapshot:
+            assert snapshot.warmed and snapshot.pod_by_key("default/a") is not None
+    finally:
+        gc.unfreeze()
 
 
 def test_initial_list_is_paginated_and_watch_starts_from_its_rv(
