@@ -210,64 +210,115 @@ def decision_summary(decision: Decision) -> dict[str, Any]:
 # -- to JSON (after the commit) --------------------------------------------------------------
 
 
-CACHE_ENTRIES = 200_000
-"""Pods and nodes whose JSON is kept between decisions (about 0.5 KiB each); then it starts
-over."""
-_JSON: dict[int, tuple[object, orjson.Fragment]] = {}
+CACHE_BYTES = 32 * 1024 * 1024
+"""The JSON an `EncodedCache` keeps between decisions, by default: a 5,000-node decision
+uses about 2 MiB for its nodes and 9 MiB for the 15,000 pods of its dry run."""
+ENTRY_OVERHEAD = 200
+"""Bytes an entry costs beyond its JSON (its slots in the dict, its tuple, Fragment and
+str)."""
 
 
-def _cached_json(obj: object) -> orjson.Fragment:
-    """An object's JSON, encoded once per object: the view replaces a changed pod or node
-    rather than mutating it, so one object always encodes the same, and successive
-    decisions read every node and dry-run many of the same. The entry holds the object, so
-    its id is not reused while it is cached."""
-    cached = _JSON.get(id(obj))
-    if cached is not None and cached[0] is obj:
-        return cached[1]
-    fragment = orjson.Fragment(orjson.dumps(encode(obj)))
-    if len(_JSON) >= CACHE_ENTRIES:
-        _JSON.clear()
-    _JSON[id(obj)] = (obj, fragment)
-    return fragment
+class EncodedCache:
+    """Pods' and nodes' JSON reused between decisions, least recently used dropped first
+    once over `max_bytes`.
+
+    The view replaces a changed pod or node rather than mutating it, so one object always
+    encodes the same: successive decisions read every node, and the dry runs of many cover
+    some of the same pods. Entries are keyed by the object's id and hold the object, so an
+    id is not reused while cached (a replaced object stays alive until its entry is
+    dropped). One thread at a time: the recorder's."""
+
+    def __init__(self, max_bytes: int = CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        """What the entries cost, their JSON and `ENTRY_OVERHEAD` each."""
+        self._entries: dict[int, tuple[object, orjson.Fragment, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def encoded(self, objs: Iterable[object]) -> list[orjson.Fragment]:
+        """Each object's JSON, in order: reused, or encoded and kept."""
+        entries = self._entries
+        pop = entries.pop
+        found = []
+        for obj in objs:
+            key = id(obj)
+            entry = pop(key, None)
+            if entry is None:
+                # As str: the bytes orjson returns keep its whole buffer (4 KiB of memory
+                # for a 0.5 KiB pod), and allocating a fresh one for each costs more than
+                # the encoding.
+                text = orjson.dumps(encode(obj)).decode()
+                entry = (obj, orjson.Fragment(text), len(text) + ENTRY_OVERHEAD)
+                self.bytes += entry[2]
+            entries[key] = entry  # the most recently used, last
+            found.append(entry[1])
+        if self.bytes > self.max_bytes:
+            self._drop_oldest()
+        return found
+
+    def _drop_oldest(self) -> None:
+        """Down to three quarters of the limit, least recently used first (one pass, so
+        that each decision does not pay for its own eviction)."""
+        target = self.max_bytes * 3 // 4
+        dropped = []
+        for key, (_, _, size) in self._entries.items():
+            if self.bytes <= target:
+                break
+            dropped.append(key)
+            self.bytes -= size
+        for key in dropped:
+            del self._entries[key]
 
 
-def dumps(captured: Captured) -> bytes:
+def dumps(captured: Captured, cache: EncodedCache | None = None) -> bytes:
     """The captured inputs as compact UTF-8 JSON (what `to_json` gives, serialised), each
-    pod's and node's part reused from earlier decisions when it has not changed since."""
-    return orjson.dumps(to_json(captured, _cached_json))
+    pod's and node's part reused from `cache` when an earlier decision encoded it."""
+    return orjson.dumps(to_json(captured, cache))
 
 
-def to_json(captured: Captured, encoder: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+def to_json(captured: Captured, cache: EncodedCache | None = None) -> dict[str, Any]:
     """The captured inputs as JSON-able data (see the module docstring for what is kept);
-    pods and nodes through `encoder` (`dumps` passes one that reuses their JSON)."""
-    encode_object = encoder or encode
+    pods' and nodes' as JSON fragments from `cache` when given."""
+    nodes: list[Any] = list(map(_FIRST, captured.nodes))
+    if cache is None:
+        nodes, pods = list(map(encode, nodes)), list(map(encode, captured.pods))
+    else:
+        nodes, pods = cache.encoded(nodes), cache.encoded(captured.pods)
     kept_on: dict[str, list[Pod]] = {}
     for pod in (*captured.pods, captured.preemptor):
         if pod.node_name and not pod.is_terminal():
             kept_on.setdefault(pod.node_name, []).append(pod)
     sums: dict[str, list[Any]] = {}
     for fields in captured.nodes:
+        node, cpu, memory, ephemeral, scalars, count, ports = fields
+        kept = kept_on.get(node.name)
+        if kept is None:  # most nodes: none of their pods kept whole
+            if count > 0:
+                shown = _requests_json(cpu, memory, ephemeral, scalars)
+                sums[node.name] = [count, shown, encode(ports) if ports else []]
+            continue
         total = NodeSums(*fields)
-        node = total.node
-        kept = kept_on.get(node.name, ())
-        count = total.pods - len(kept)
+        count -= len(kept)
         if count <= 0:
             continue
-        ports = list(total.ports)  # captured only when the preemptor asks for host ports
+        left = list(ports)  # captured only when the preemptor asks for host ports
         for pod in kept:
             for port in pod.host_ports:
-                if port in ports:
-                    ports.remove(port)
-        sums[node.name] = [count, encode(_rest(total, kept)), encode(tuple(ports))]
-    namespaces = {pod.namespace for pod in captured.pods} | {captured.preemptor.namespace}
+                if port in left:
+                    left.remove(port)
+        sums[node.name] = [count, encode(_rest(total, kept)), encode(tuple(left))]
+    namespaces = set(map(_NAMESPACE, captured.pods))
+    namespaces.add(captured.preemptor.namespace)
     document: dict[str, Any] = {
         "format": FORMAT,
         "plannerVersion": PLANNER_VERSION,
         "strategy": str(captured.strategy),
         "args": encode(captured.args),
         "preemptor": encode(captured.preemptor),
-        "nodes": [encode_object(fields[0]) for fields in captured.nodes],
-        "pods": [encode_object(pod) for pod in captured.pods],
+        "nodes": nodes,
+        "pods": pods,
         "podSums": sums,
         "pdbs": [encode(pdb) for pdb in captured.pdbs if pdb.namespace in namespaces],
         "namespaces": [encode(namespace) for namespace in captured.namespaces],
@@ -278,6 +329,29 @@ def to_json(captured: Captured, encoder: Callable[[Any], Any] | None = None) -> 
     if captured.storage is not None:
         document["storage"] = {kind: encode(objs) for kind, objs in captured.storage.items()}
     return document
+
+
+_NAMESPACE = operator.attrgetter("namespace")
+_FIRST = operator.itemgetter(0)
+
+
+def _requests_json(
+    milli_cpu: int, memory: int, ephemeral_storage: int, scalars: dict[str, int] | None
+) -> dict[str, Any]:
+    """`encode(_rest(...))` of a node none of whose pods is kept whole (most nodes, every
+    decision), without building the `Resources`."""
+    shown: dict[str, Any] = {}
+    if milli_cpu:
+        shown["milli_cpu"] = milli_cpu
+    if memory:
+        shown["memory"] = memory
+    if ephemeral_storage:
+        shown["ephemeral_storage"] = ephemeral_storage
+    if scalars:
+        nonzero = tuple(sorted((name, amount) for name, amount in scalars.items() if amount))
+        if nonzero:
+            shown["scalars"] = nonzero
+    return shown
 
 
 def _rest(total: NodeSums, kept: Iterable[Pod]) -> Resources:
@@ -426,7 +500,7 @@ def _victim(victim: Mapping[str, Any]) -> str:
 
 _FIELDS: dict[type, list[tuple[str, Any]]] = {}
 _PLANS: dict[type, list[tuple[str, Any, Any]]] = {}
-_GETTERS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+_ENCODERS: dict[type, Callable[[Any], dict[str, Any]]] = {}
 _HINTS: dict[type, dict[str, Any]] = {}
 _NO_DEFAULT = object()
 _PRIMITIVES = (str, int, float, bool, type(None))
@@ -504,10 +578,48 @@ def _plan(cls: type) -> list[tuple[str, Any, Any]]:
             if name in NOT_INPUTS:
                 continue
             found.append((name, default, _converter(hints[name])))
-        names = [name for name, _, _ in found]
-        _GETTERS[cls] = operator.attrgetter(names[0], names[0], *names[1:])  # always a tuple
         _PLANS[cls] = found
     return found
+
+
+def _encoder(cls: type) -> Callable[[Any], dict[str, Any]]:
+    """The function that encodes a `cls`, written out field by field from its plan (as
+    `dataclasses` writes `__init__`): a loop over the plan costs twice as much, and
+    a decision's inputs hold some 20,000 pods and nodes."""
+    found = _ENCODERS.get(cls)
+    if found is None:
+        plan = _plan(cls)
+        constants: dict[str, Any] = {}
+        lines = []
+        leading = 0  # required fields before the first optional one: one dict display
+        while leading < len(plan) and plan[leading][1] is _NO_DEFAULT:
+            leading += 1
+        shown = ", ".join(
+            f"{name!r}: {_converted(f'value.{name}', index, convert, constants)}"
+            for index, (name, _, convert) in enumerate(plan[:leading])
+        )
+        lines.append(f"    shown = {{{shown}}}")
+        for index, (name, default, convert) in enumerate(plan[leading:], leading):
+            item = _converted("item", index, convert, constants)
+            lines.append(f"    item = value.{name}")
+            if default is _NO_DEFAULT:
+                lines.append(f"    shown[{name!r}] = {item}")
+                continue
+            constants[f"default_{index}"] = default
+            lines.append(f"    if item is not default_{index} and item != default_{index}:")
+            lines.append(f"        shown[{name!r}] = {item}")
+        source = "def encoder(value):\n" + "\n".join(lines) + "\n    return shown\n"
+        exec(source, constants)  # the source names only the class's own fields
+        found = _ENCODERS[cls] = constants["encoder"]
+    return found
+
+
+def _converted(item: str, index: int, convert: Any, constants: dict[str, Any]) -> str:
+    """The expression for one field's JSON-able value in `_encoder`'s source."""
+    if convert is None:
+        return item
+    constants[f"convert_{index}"] = convert
+    return f"convert_{index}({item})"
 
 
 def encode(value: Any) -> Any:
@@ -516,19 +628,13 @@ def encode(value: Any) -> Any:
     kind = type(value)
     if kind in _PRIMITIVES:
         return value
-    plan = _PLANS.get(kind)
-    if plan is None and dataclasses.is_dataclass(value):
-        plan = _plan(kind)
-    if plan is not None:
-        shown = {}
-        # One C-level call fetches every field (the first twice, so even a one-field class
-        # gives a tuple).
-        for (name, default, convert), item in zip(plan, _GETTERS[kind](value)[1:], strict=True):
-            if default is _NO_DEFAULT or (item is not default and item != default):
-                shown[name] = item if convert is None else convert(item)
-        return shown
+    encoder = _ENCODERS.get(kind)
+    if encoder is not None:
+        return encoder(value)
     if isinstance(value, tuple | list):
         return [encode(item) for item in value]
+    if dataclasses.is_dataclass(value):
+        return _encoder(kind)(value)
     if isinstance(value, frozenset | set):
         return sorted(encode(item) for item in value)
     if isinstance(value, Mapping):

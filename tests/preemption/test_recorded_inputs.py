@@ -12,7 +12,10 @@ Scenarios:
 - on a node recorded as sums, a pod whose anti-affinity selects the preemptor is kept whole,
   one whose anti-affinity selects other pods is not
 - `dumps` (pods' JSON reused across decisions) serialises exactly what `to_json` gives,
-  and a pod the view replaced is encoded afresh
+  and a pod the view replaced is encoded afresh; the reused JSON stays within its limit,
+  the least recently used dropped first
+- each class's encoder (written out field by field) shows exactly the fields not at their
+  default
 - what the planner never reads (resourceVersion) is left out
 - every field of a pod survives the round trip; a field this version does not know is
   ignored, one it knows and the inputs lack reads as its default
@@ -27,6 +30,7 @@ import dataclasses
 import json
 from typing import Any
 
+import orjson
 import pytest
 
 from preemptctl.preemption.decision import Decision, Strategy, Verdict
@@ -35,6 +39,7 @@ from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.preemption.objects import Pod
 from preemptctl.preemption.planner import plan
 from preemptctl.preemption.recorded_inputs import (
+    EncodedCache,
     RecordedInputsError,
     capture,
     compare,
@@ -298,14 +303,64 @@ def test_dumps_reuses_pods_json_and_encodes_a_replaced_pod_afresh() -> None:
     incoming = view.pod_by_key("default/p")
     assert incoming is not None
     decision = plan(view, incoming.key)
+    cache = EncodedCache()
     first = capture(view, incoming, Strategy.DEFAULT, None, decision)
+    assert dumps(first, cache) == dumps(first) == orjson.dumps(to_json(first))
     assert json.loads(dumps(first)) == json.loads(json.dumps(to_json(first)))
+    kept = len(cache)
+    assert kept == len(first.nodes) + len(first.pods)
     victim = view.pod_by_key("default/low-0-0")
     assert victim is not None
     view.upsert_pod(dataclasses.replace(victim, priority=5))
     again = capture(view, incoming, Strategy.DEFAULT, None, decision)
-    [changed] = [p for p in json.loads(dumps(again))["pods"] if p["name"] == "low-0-0"]
+    [changed] = [p for p in json.loads(dumps(again, cache))["pods"] if p["name"] == "low-0-0"]
     assert changed["priority"] == 5
+    assert len(cache) == kept + 1  # the replaced pod's entry stays until it is the oldest
+    assert dumps(again, cache) == dumps(again)
+
+
+def test_the_encoded_cache_stays_within_its_limit_dropping_the_least_recently_used() -> None:
+    view = snapshot(*full_nodes(3), pod("p", priority=100, cpu="1"))
+    incoming = view.pod_by_key("default/p")
+    assert incoming is not None
+    captured = capture(view, incoming, Strategy.DEFAULT, None, plan(view, incoming.key))
+    pods = captured.pods
+    whole = EncodedCache()
+    whole.encoded(pods)
+    cache = EncodedCache(max_bytes=whole.bytes // 2)
+    # the same JSON, whatever is kept
+    assert orjson.dumps(cache.encoded(pods)) == orjson.dumps(whole.encoded(pods))
+    assert 0 < cache.bytes <= cache.max_bytes * 3 // 4
+    assert len(cache) < len(pods)
+    newest = len(cache)
+    cache.encoded(pods[-newest:])  # all still kept: nothing dropped, nothing added
+    assert len(cache) == newest
+
+
+def test_the_fields_of_a_pod_are_encoded_as_the_generic_codec_does() -> None:
+    """`encode` writes each class's encoder out field by field; the same JSON as a loop
+    over the fields (left out at their default, resourceVersion never) would give."""
+    full = _every_field_pod()
+    shown = encode(full)
+    expected: dict[str, Any] = {}
+    for field in dataclasses.fields(Pod):
+        value = getattr(full, field.name)
+        if field.default is not dataclasses.MISSING:
+            default = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            default = field.default_factory()
+        else:
+            default = object()  # required: always shown
+        if field.name != "resource_version" and value != default:
+            expected[field.name] = value
+    assert list(shown) == list(expected)
+    assert encode(Pod("ns", "bare", "uid-1", 0, full.requests)) == {
+        "namespace": "ns",
+        "name": "bare",
+        "uid": "uid-1",
+        "priority": 0,
+        "requests": encode(full.requests),
+    }
 
 
 def test_only_anti_affinity_that_selects_the_preemptor_keeps_its_pods_whole() -> None:
