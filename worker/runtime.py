@@ -39,7 +39,7 @@ from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.worker.cancellation import GRACE_SECONDS, cancel_and_wait, cancellation_requested
 from preemptctl.worker.config import ConfigError, Settings, temporal_tls
 from preemptctl.worker.metrics import Metrics
-from preemptctl.worker.temporal_worker import build_worker
+from preemptctl.worker.temporal_worker import build_worker, with_cached_hints
 from preemptctl.worker.trigger import Reporter, TriggerLoop
 
 log = logging.getLogger("preemptctl")
@@ -569,6 +569,10 @@ async def running_controller(
             inputs_max_bytes=settings.decision_inputs_max_bytes,
             inputs_retention_days=settings.decision_inputs_retention_days,
         )
+        # One client for the worker and the trigger loop, reading payloads with each
+        # dataclass's hints resolved once (the SDK's default converter re-resolves them on
+        # every read); it shares the connection, so eager starts still reach this worker.
+        client = with_cached_hints(client)
         async with build_worker(client, activities, task_queue=settings.task_queue):
             trigger = TriggerLoop(view, client, settings, metrics, report=report)
             trigger.start(supervisor.spawn)
