@@ -17,8 +17,9 @@ After the commit, outside the lock, what each planner run was given is recorded
 (`ledger.inputs`, for `preemptctl replay --decision`): under the lock only references are
 taken (`preemption.recorded_inputs.capture`); the encoding, compression and append happen
 on a background thread (`InputsRecorder`) with a bounded backlog, which also prunes inputs
-older than the retention about once an hour. A failure to record is logged, never fails
-the decision.
+older than the retention about once an hour, and at shutdown (`DecisionPath.close`)
+records what is queued for a bounded time, then stops. A failure to record is logged,
+never fails the decision.
 
 Step 1 (is the preemptor still there, unbound?) needs the API server and happens before,
 outside the lock, in the select activity. Nothing here knows Temporal: the path is also what
@@ -33,7 +34,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -56,7 +57,7 @@ from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.objects import Pod
 from preemptctl.preemption.planner import plan
-from preemptctl.preemption.recorded_inputs import Captured, capture, dumps
+from preemptctl.preemption.recorded_inputs import Captured, EncodedCache, capture, dumps
 from preemptctl.preemption.snapshot import ClusterSnapshot
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,8 @@ a burst of decisions must not wait for it)."""
 YIELD_SECONDS = 5.0
 """At most this long the recorder waits, per decision, for the decision path to be idle."""
 YIELD_POLL_SECONDS = 0.005
+CLOSE_SECONDS = 10.0
+"""At shutdown, at most this long the recorder goes on recording what is queued."""
 RECORDING_VERSION = f"{preemptctl.__version__} planner {PLANNER_VERSION}"[:64]
 
 SnapshotReader = Callable[[], AbstractContextManager[ClusterSnapshot]]
@@ -126,9 +129,10 @@ class InputsRecorder:
 
     Its backlog is bounded: a decision that finds it full is recorded as a marker row ("not
     recorded: ..."), so a burst of decisions costs no more than the recorder keeps up with,
-    and `replay --decision` says why it cannot replay those. Inputs still queued when the
-    process exits are lost the same way (no row: replay says none was recorded). A ledger
-    that refuses is logged: the decision stands without its inputs."""
+    and `replay --decision` says why it cannot replay those. `close` (at shutdown) records
+    what is queued for a bounded time and stops the thread; inputs still queued then are
+    lost (no row: replay says none was recorded), and a decision made after it gets a
+    marker row. A ledger that refuses is logged: the decision stands without its inputs."""
 
     def __init__(
         self,
@@ -143,16 +147,24 @@ class InputsRecorder:
         self._max_bytes = max_bytes
         self._retention_days = retention_days
         self._backlog = backlog
-        self._queue: queue.Queue[tuple[DecisionRequest, Captured]] = queue.Queue(backlog)
+        self._queue: queue.Queue[tuple[DecisionRequest, Captured] | None] = queue.Queue(backlog)
         self._start = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._closed = False
+        self._closing = threading.Event()  # no more yielding to decisions: shutting down
+        self._stop = threading.Event()  # past close's deadline: drop what is left
         self._pruned_at = -PRUNE_EVERY_SECONDS  # monotonic; the first recording prunes
+        self._encoded = EncodedCache()  # pods' and nodes' JSON, reused between decisions
         self.skipped = 0
         """Decisions whose inputs were not recorded because the backlog was full."""
+        self._dropped = 0  # queued when close's deadline passed
 
     def submit(self, request: DecisionRequest, captured: Captured) -> None:
-        """Queue one decision's inputs; a marker row instead when the backlog is full."""
-        self._started()
+        """Queue one decision's inputs; a marker row instead when the backlog is full or
+        the recorder is closed."""
+        if not self._started():
+            self._append(request, b"", omitted="not recorded: the worker was shutting down")
+            return
         try:
             self._queue.put_nowait((request, captured))
         except queue.Full:
@@ -167,23 +179,69 @@ class InputsRecorder:
         """Until every queued decision's inputs are recorded (tests; orderly shutdown)."""
         self._queue.join()
 
-    def _started(self) -> None:
+    def close(self, timeout: float = CLOSE_SECONDS) -> int:
+        """Record what is queued for at most `timeout` seconds (without waiting for the
+        decision path any more), then stop the thread; the number of decisions whose
+        inputs were left unrecorded. Later submissions get a marker row."""
         with self._start:
+            self._closed = True
+            thread = self._thread
+        if thread is None:
+            return 0
+        deadline = time.monotonic() + timeout
+        self._closing.set()
+        with suppress(queue.Full):  # after what is queued: the thread ends there
+            self._queue.put(None, timeout=timeout)
+        thread.join(max(0.0, deadline - time.monotonic()))
+        self._stop.set()  # what the thread has not taken yet is dropped
+        left = 0
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            left += item is not None
+            self._queue.task_done()
+        if thread.is_alive():  # recording one still: it ends after it
+            with suppress(queue.Full):
+                self._queue.put_nowait(None)
+        left += self._dropped
+        if left or thread.is_alive():
+            log.warning(
+                "decision inputs recorder closed: %d decision(s)' inputs not recorded%s",
+                left,
+                ", one still being appended" if thread.is_alive() else "",
+            )
+        return left
+
+    def _started(self) -> bool:
+        """The thread is running (started now if need be); False once closed."""
+        with self._start:
+            if self._closed:
+                return False
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="decision-inputs", daemon=True
                 )
                 self._thread.start()
+            return True
 
     def _run(self) -> None:
         while True:
-            request, captured = self._queue.get()
+            item = self._queue.get()
             try:
-                self._yield()
-                self._append(request, dumps(captured))
-                self._prune()
-            except Exception:  # a bug here must not stop recording for good
-                log.exception("recording the inputs of run %s failed", request.run_id)
+                if item is None:  # closed: everything before it is recorded
+                    return
+                if self._stop.is_set():  # past close's deadline
+                    self._dropped += 1
+                    continue
+                request, captured = item
+                try:
+                    self._yield()
+                    self._append(request, dumps(captured, self._encoded))
+                    self._prune()
+                except Exception:  # a bug here must not stop recording for good
+                    log.exception("recording the inputs of run %s failed", request.run_id)
             finally:
                 self._queue.task_done()
 
@@ -192,7 +250,7 @@ class InputsRecorder:
         small machine its cores. Bounded, so that a steady stream of decisions still gets
         its inputs recorded (or, once the backlog is full, marked as not recorded)."""
         deadline = time.monotonic() + YIELD_SECONDS
-        while self._busy() and time.monotonic() < deadline:
+        while not self._closing.is_set() and self._busy() and time.monotonic() < deadline:
             time.sleep(YIELD_POLL_SECONDS)
 
     def _append(self, request: DecisionRequest, raw: bytes, omitted: str | None = None) -> None:
@@ -276,6 +334,12 @@ class DecisionPath:
         self._decisions = 0
         self.holds: deque[tuple[float, int]] = deque(maxlen=10_000)
         """(seconds the decision lock was held, decisions made in that hold), newest last."""
+
+    def close(self, timeout: float = CLOSE_SECONDS) -> int:
+        """At shutdown, once no decision is under way: stop the inputs recorder after it
+        has recorded what is queued (for at most `timeout` seconds); the number of
+        decisions whose inputs were left unrecorded (`InputsRecorder.close`)."""
+        return 0 if self.inputs is None else self.inputs.close(timeout)
 
     def _busy(self) -> bool:
         """A decision is queued or under way in this process (the recorder waits for it)."""

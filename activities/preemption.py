@@ -172,6 +172,13 @@ class PreemptionActivities:
         """The decision path, for its lock hold figures (`DecisionPath.holds`)."""
         return self._decisions
 
+    def close(self) -> int:
+        """At shutdown, once the worker has stopped running activities: let the decision
+        path's inputs recorder finish what is queued, for a bounded time, and stop it
+        (blocking: from async code, in a thread). The decisions whose inputs were left
+        unrecorded."""
+        return self._decisions.close()
+
     def all(self) -> list[Callable[..., Any]]:
         """Every activity, for `Worker(activities=...)`."""
         return [

@@ -14,7 +14,11 @@ Scenarios:
 - a decision that finds the recorder's backlog full is recorded as a marker saying so;
 - a retried request (same run, same step) records its inputs once;
 - inputs over the size limit are recorded as a "too large" marker; a limit of 0 records none;
-- a ledger that refuses the inputs (no decision_inputs table) leaves the decision standing.
+- a ledger that refuses the inputs (no decision_inputs table) leaves the decision standing;
+- closing the recorder (shutdown) records what is queued without waiting for the decision
+  path, then stops its thread; past its deadline, what is still queued is dropped and
+  counted; a decision after it gets a "shutting down" marker; a recorder never started, or
+  none at all (recording off), closes at once.
 """
 
 from __future__ import annotations
@@ -274,3 +278,60 @@ def test_a_ledger_refusing_the_inputs_leaves_the_decision_standing(
     recorded(path)
     assert decided.decision.status is Verdict.PREEMPT
     assert "were not recorded" in caplog.text
+
+
+def test_closing_records_what_is_queued_then_stops_the_thread(ledger: Engine) -> None:
+    view, path = three_full_nodes(), DecisionPath(ledger)
+    assert path.inputs is not None
+    path.inputs._busy = lambda: True  # white box: decisions without end; closing stops waiting
+    path.decide(view.request("urgent-0", run="run-1"), view.read)
+    path.decide(view.request("urgent-1", run="run-2"), view.read)
+    thread = path.inputs._thread
+    assert thread is not None
+    assert path.close() == 0
+    assert not thread.is_alive()
+    assert _inputs_rows(ledger) == [("run-1", "json+zlib", None), ("run-2", "json+zlib", None)]
+
+
+def test_closing_past_its_deadline_drops_and_counts_what_is_still_queued(
+    ledger: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stuck, release = threading.Event(), threading.Event()
+    encode = deciding.dumps
+
+    def slow_dumps(*args: Any) -> bytes:
+        stuck.set()
+        release.wait(10)
+        return encode(*args)
+
+    monkeypatch.setattr(deciding, "dumps", slow_dumps)
+    view, path = three_full_nodes(), DecisionPath(ledger)
+    assert path.inputs is not None
+    for i in range(3):
+        path.decide(view.request(f"urgent-{i}", run=f"run-{i}"), view.read)
+    assert stuck.wait(10)  # the first is being recorded; two are queued
+    thread = path.inputs._thread
+    assert thread is not None
+    assert path.close(timeout=0.01) == 2
+    release.set()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert _inputs_rows(ledger) == [("run-0", "json+zlib", None)]
+
+
+def test_a_decision_after_closing_is_recorded_as_a_shutdown_marker(ledger: Engine) -> None:
+    view, path = three_full_nodes(), DecisionPath(ledger)
+    path.decide(view.request("urgent-0", run="run-1"), view.read)
+    path.close()
+    path.decide(view.request("urgent-1", run="run-2"), view.read)
+    assert _inputs_rows(ledger) == [
+        ("run-1", "json+zlib", None),
+        ("run-2", "omitted", "not recorded: the worker was shutting down"),
+    ]
+
+
+def test_a_recorder_never_started_or_recording_off_closes_at_once(ledger: Engine) -> None:
+    path = DecisionPath(ledger)
+    assert path.close() == 0
+    assert path.inputs is not None and path.inputs._thread is None
+    assert DecisionPath(ledger, inputs_max_bytes=0).close() == 0
