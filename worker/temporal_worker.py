@@ -130,11 +130,11 @@ def with_cached_hints(client: Client) -> Client:
 
 
 GRACEFUL_SHUTDOWN = timedelta(seconds=10)
-"""How long a stopping worker lets in-flight steps finish before cancelling them. Not zero:
-Temporal's core retries a cancelled local activity at once (sdk-rust#709), so with no grace
-a local activity in flight at shutdown was cancelled, retried and cancelled again until its
-deadline, minutes, and the worker never stopped (seen as a hung test). A step is one short
-Kubernetes call or ledger append; ten seconds lets it end on its own."""
+"""How long a stopping worker lets in-flight steps finish before cancelling them. A step is
+one short Kubernetes call or ledger append; ten seconds lets it end on its own rather than be
+cancelled halfway and retried by the next worker. (Not zero also because Temporal's core
+retries a cancelled local activity at once, sdk-rust#709. A hang once blamed on that was the
+trigger loop's lost cancellation: see `preemptctl.worker.cancellation`.)"""
 
 
 def build_worker(
