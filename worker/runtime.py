@@ -573,21 +573,26 @@ async def running_controller(
         # dataclass's hints resolved once (the SDK's default converter re-resolves them on
         # every read); it shares the connection, so eager starts still reach this worker.
         client = with_cached_hints(client)
-        async with build_worker(client, activities, task_queue=settings.task_queue):
-            trigger = TriggerLoop(view, client, settings, metrics, report=report)
-            trigger.start(supervisor.spawn)
-            controller.trigger = trigger
-            if probes is not None:
-                probes.parked = lambda: parked_report(trigger)
-            log.info(
-                "worker ready: task queue %s, %s",
-                settings.task_queue,
-                "dry run (shadow mode)" if settings.dry_run else "preempting",
-            )
-            try:
-                yield controller
-            finally:
-                await trigger.stop(drain=False)
+        try:
+            async with build_worker(client, activities, task_queue=settings.task_queue):
+                trigger = TriggerLoop(view, client, settings, metrics, report=report)
+                trigger.start(supervisor.spawn)
+                controller.trigger = trigger
+                if probes is not None:
+                    probes.parked = lambda: parked_report(trigger)
+                log.info(
+                    "worker ready: task queue %s, %s",
+                    settings.task_queue,
+                    "dry run (shadow mode)" if settings.dry_run else "preempting",
+                )
+                try:
+                    yield controller
+                finally:
+                    await trigger.stop(drain=False)
+        finally:
+            # No activity runs any more: the inputs recorder records what is queued (for a
+            # bounded time) and its thread stops, before the ledger is disposed of.
+            await asyncio.to_thread(activities.close)
     finally:
         supervisor.stopping()
         if owned is not None:
