@@ -165,10 +165,11 @@ def run(
         with ThreadPoolExecutor(max_workers=threads) as pool:
             list(pool.map(decide, range(1, decisions)))
         wall = time.perf_counter() - began
-        behind = 0.0
+        behind, skipped = 0.0, 0
         if path_.inputs is not None:  # the recorder catches up before the ledger goes
             path_.inputs.wait()
             behind = time.perf_counter() - began - wall
+            skipped = path_.inputs.skipped
         ledger.dispose()
     finally:
         gc.unfreeze()
@@ -184,7 +185,10 @@ def run(
     print(f"verdicts:            {dict(sorted(outcomes.items()))}")
     print(f"through the lock:    {(decisions - 1) / wall:.1f} decisions/s (target ≥ 40)")
     if record_inputs:
-        print(f"inputs recorder:     {behind:.1f} s more to record the last decisions' inputs")
+        print(
+            f"inputs recorder:     {decisions - skipped} recorded, {skipped} marked not recorded "
+            f"(backlog full); {behind:.1f} s more to record the last decisions' inputs"
+        )
     print(
         f"lock hold/decision:  median {statistics.median(holds):.1f} ms, "
         f"p99 {percentile(holds, 0.99):.1f} ms "
