@@ -165,14 +165,14 @@ def main() -> None:
     document = orjson.loads(raw)
     parse_s = time.perf_counter() - start
     del raw
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     snapshot = ClusterSnapshot.from_list(document)
-    build_s = time.perf_counter() - start
+    build_s, build_cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
     view_bytes = view_heap_bytes(document)
     del document
     release_free_memory()
     print(f"parse JSON (orjson):        {parse_s:.2f} s")
-    print(f"build view:                 {build_s:.2f} s   (target ≤ 3 s)")
+    print(f"build view:                 {build_s:.2f} s, {build_cpu_s:.2f} s cpu   (target ≤ 3 s)")
     print(
         f"view memory:                {view_bytes / 2**20:.0f} MiB "
         "(Python heap of a view built page by page, as the watch builds it, and warmed; "
