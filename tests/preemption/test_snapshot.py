@@ -13,7 +13,11 @@ Scenarios:
   each anti-affinity group's pods per node;
 - once warmed (as the cluster view warms it when synced), a snapshot decides with the
   budgets as they are now: a pod relabelled into a budget counts against it, a budget's new
-  status is what the victims spend, a budget reselected or removed stops selecting.
+  status is what the victims spend, a budget reselected or removed stops selecting;
+- a pod's budgets are those of its namespace whose selector selects it: a missing, empty or
+  invalid selector, and another namespace's budget, never do;
+- pods whose toleration lists are written alike share one decoded list; a toleration
+  holding a value of the wrong type is an input error naming the pod.
 """
 
 from __future__ import annotations
@@ -200,3 +204,38 @@ def test_a_warmed_snapshot_follows_a_budget_reselected_or_removed() -> None:
     assert _violations(cluster) == 1
     cluster.remove("PodDisruptionBudget", "default/budget")
     assert _violations(cluster) == 0
+
+
+def test_a_pods_budgets_are_its_namespaces_budgets_that_select_it() -> None:
+    cluster = snapshot(
+        node("n1"),
+        pod("web", node="n1", labels={"app": "web"}),
+        pdb("a-missing", no_selector=True),
+        pdb("b-empty", selector={}),
+        pdb("c-invalid", selector={"matchExpressions": [{"key": "app", "operator": "In"}]}),
+        pdb("d-other-namespace", namespace="other", match_labels={"app": "web"}),
+        pdb("e-web", match_labels={"app": "web"}),
+        pdb("f-db", match_labels={"app": "db"}),
+    )
+    web = cluster.pod_by_key("default/web")
+    assert web is not None
+    assert [cluster.sorted_pdbs()[i].name for i in cluster.matching_pdbs(web)] == ["e-web"]
+
+
+def test_toleration_lists_written_alike_share_one_decoded_list() -> None:
+    toleration = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+    cluster = ClusterSnapshot.from_list(
+        listing(pod("a", tolerations=[dict(toleration)]), pod("b", tolerations=[dict(toleration)]))
+    )
+    a, b = cluster.pod_by_key("default/a"), cluster.pod_by_key("default/b")
+    assert a is not None and b is not None
+    assert a.tolerations is b.tolerations
+    assert [(t.key, t.operator, t.value, t.effect) for t in a.tolerations] == [
+        ("gpu", "Exists", "", "NoSchedule")
+    ]
+
+
+def test_a_toleration_value_of_the_wrong_type_is_an_input_error_naming_the_pod() -> None:
+    odd = {"key": "gpu", "operator": "Equal", "value": ["x"], "effect": "NoSchedule"}
+    with pytest.raises(PlannerInputError, match="pod default/c: a field has the wrong type"):
+        ClusterSnapshot.from_list(listing(pod("c", tolerations=[odd])))
