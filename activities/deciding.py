@@ -157,6 +157,9 @@ class InputsRecorder:
         self._encoded = EncodedCache()  # pods' and nodes' JSON, reused between decisions
         self.skipped = 0
         """Decisions whose inputs were not recorded because the backlog was full."""
+        self._behind: deque[DecisionRequest] = deque()
+        """Decisions that found the backlog full, waiting for the thread to write their
+        marker rows (a transaction each, kept off the deciding thread)."""
         self._dropped = 0  # queued when close's deadline passed
 
     def submit(self, request: DecisionRequest, captured: Captured) -> None:
@@ -168,12 +171,10 @@ class InputsRecorder:
         try:
             self._queue.put_nowait((request, captured))
         except queue.Full:
+            # The backlog is full, so the thread has work queued: it writes the marker
+            # after its next item, before that item counts as done (`wait` sees it).
             self.skipped += 1
-            self._append(
-                request,
-                b"",
-                omitted=f"not recorded: the recorder was {self._backlog} decisions behind",
-            )
+            self._behind.append(request)
 
     def wait(self) -> None:
         """Until every queued decision's inputs are recorded (tests; orderly shutdown)."""
@@ -205,6 +206,7 @@ class InputsRecorder:
         if thread.is_alive():  # recording one still: it ends after it
             with suppress(queue.Full):
                 self._queue.put_nowait(None)
+        self._mark_behind()  # markers are cheap: every decision that found it full has one
         left += self._dropped
         if left or thread.is_alive():
             log.warning(
@@ -243,7 +245,21 @@ class InputsRecorder:
                 except Exception:  # a bug here must not stop recording for good
                     log.exception("recording the inputs of run %s failed", request.run_id)
             finally:
+                self._mark_behind()
                 self._queue.task_done()
+
+    def _mark_behind(self) -> None:
+        """Write the marker row of each decision that found the backlog full."""
+        while True:
+            try:
+                request = self._behind.popleft()
+            except IndexError:
+                return
+            self._append(
+                request,
+                b"",
+                omitted=f"not recorded: the recorder was {self._backlog} decisions behind",
+            )
 
     def _yield(self) -> None:
         """Let a decision queued or under way go first: encoding holds the GIL, and on a

@@ -221,15 +221,21 @@ def test_a_limit_of_zero_records_no_inputs(ledger: Engine) -> None:
 
 
 def test_a_full_backlog_records_a_marker_instead(ledger: Engine) -> None:
+    """The marker is written by the recorder's thread, not by the deciding one."""
     view, path = three_full_nodes(), DecisionPath(ledger, inputs_backlog=1)
     assert path.inputs is not None
     path.inputs._thread = threading.current_thread()  # white box: the recorder is stuck
     path.decide(view.request("urgent-0", run="run-1"), view.read)
     path.decide(view.request("urgent-1", run="run-2"), view.read)
-    assert _inputs_rows(ledger) == [
-        ("run-2", "omitted", "not recorded: the recorder was 1 decisions behind")
-    ]
+    assert _inputs_rows(ledger) == []  # the deciding thread wrote nothing
     assert path.inputs.skipped == 1
+    path.inputs._thread = None  # unstuck: the recorder starts on the next call
+    assert path.inputs._started()
+    recorded(path)
+    assert sorted(_inputs_rows(ledger)) == [
+        ("run-1", "json+zlib", None),
+        ("run-2", "omitted", "not recorded: the recorder was 1 decisions behind"),
+    ]
 
 
 def test_the_recorder_waits_while_a_decision_is_queued_or_under_way(ledger: Engine) -> None:
