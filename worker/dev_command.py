@@ -111,6 +111,13 @@ def register(subparsers: Any) -> None:
         help="take one permission away from the controller in the simulated cluster, as RBAC "
         f"would ({', '.join(FAULT_NAMES)}); repeatable; lifted by removing the file printed",
     )
+    parser.add_argument(
+        "--shadow",
+        action="store_true",
+        help="shadow mode, as when adopting: kube-scheduler preempts (the simulated one "
+        "the way the real one does), the worker only decides (dry run) and records the "
+        "scheduler's Preempted Events; `preemptctl compare` then sets the two side by side",
+    )
     parser.add_argument("--temporal-port", type=int, default=7233, help="0 picks a free port")
     parser.add_argument("--ui-port", type=int, default=8233, help="0 picks a free port")
     parser.add_argument("--database-url", help="ledger (default $PREEMPT_DATABASE_URL, SQLite)")
@@ -133,6 +140,7 @@ def _settings(args: argparse.Namespace, kubeconfig: str) -> Settings:
                 "scheduled_wait_seconds": 60.0,
                 # Its own queue: no other worker on this server takes this run's preemptions.
                 "task_queue": f"preemptctl-dev-{secrets.token_hex(4)}",
+                **({"dry_run": True} if args.shadow else {}),
             },
         )
     except ConfigError as error:
@@ -317,7 +325,9 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
             kubeconfig = os.environ["KUBECONFIG"]
             say(f"cluster       {kubeconfig} (KUBECONFIG)")
         else:
-            cluster = resources.enter_context(SimulatedCluster(max_grace_seconds=2.0))
+            cluster = resources.enter_context(
+                SimulatedCluster(max_grace_seconds=2.0, upstream_preemption=args.shadow)
+            )
             try:
                 loaded = cluster.load(args.scenario or ONLINE_OFFLINE)
             except Exception as error:
@@ -340,6 +350,11 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
         ledger = create_ledger_engine(url)
         resources.callback(ledger.dispose)
         say(f"ledger        {display_url(url)}  (preemptctl history / explain)")
+        if args.shadow:
+            say(
+                "mode          shadow: kube-scheduler preempts, the worker decides only "
+                "(dry run) and records its Preempted events (preemptctl compare)"
+            )
 
         with _stdout_to_stderr():  # the dev server's banner must not mix with our report
             env = await WorkflowEnvironment.start_local(

@@ -3,6 +3,8 @@
 Scenarios:
 - the default (online/offline) scenario: nginx-a preempts batch-1a and batch-1b on node-1 and
   is bound there; the report and the ledger agree;
+- --shadow: the simulated kube-scheduler preempts, the worker decides only (dry run) and
+  records the scheduler's Events; `compare` then shows the two agreeing on the scenario;
 - twenty 2-cpu preemptors over ten full 4-cpu nodes: every preemptor ends bound, all forty
   batch pods are taken, none twice;
 - --once with --no-worker is refused in one line;
@@ -105,6 +107,32 @@ def test_default_scenario_preempts_batch_pods_and_binds_nginx(tmp_path: Path) ->
     )
     rows = [json.loads(line) for line in history.stdout.splitlines()]
     assert rows and rows[0]["outcome"] == "completed"
+
+
+def test_shadow_mode_decides_only_and_compare_agrees_with_the_scheduler(tmp_path: Path) -> None:
+    """--shadow: the simulated kube-scheduler preempts as the real one does, the worker
+    only decides and records the scheduler's Preempted Events, and `compare` sets the two
+    side by side: on the default scenario they agree."""
+    report = dev_once(tmp_path, "--shadow")
+    assert "mode          shadow: kube-scheduler preempts" in report["stderr"]
+    nginx = last_outcome_by_preemptor(report)["default/nginx-a"]
+    assert (nginx["outcome"], nginx["node"]) == ("dry-run", "node-1")
+    assert sorted(nginx["victims"]) == ["default/batch-1a", "default/batch-1b"]
+    compare = subprocess.run(
+        [PREEMPTCTL, "compare"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+        },
+    )
+    assert (
+        "default/nginx-a   agree           both: node node-1, "
+        "victims default/batch-1a, default/batch-1b"
+    ) in compare.stdout
+    assert compare.stdout.splitlines()[-1] == ("Agreement: 2/2 (100%) of the preemptors compared.")
 
 
 def test_twenty_preemptors_over_ten_nodes_all_bind_and_take_no_victim_twice(
