@@ -119,6 +119,50 @@ class ReflectorCollector(Collector):
         yield from (listed, seconds, synced)
 
 
+class UpstreamStatsLike(Protocol):
+    """What the collector reads of `kube.upstream_events.RecorderStats`."""
+
+    seen: int
+    recorded: int
+    skipped: int
+    lists: int
+    relists_after_gone: int
+    reconnects: int
+    errors: int
+
+
+class UpstreamCollector(Collector):
+    """Shadow mode's recorder of kube-scheduler's own preemptions, read at scrape time: is it
+    seeing the scheduler's `Preempted` Events, and recording them for `compare`?"""
+
+    def __init__(self, stats: Callable[[], UpstreamStatsLike]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats()
+        counters = {
+            "seen": ("preemptctl_upstream_events_seen", "kube-scheduler Preempted Events seen."),
+            "recorded": (
+                "preemptctl_upstream_preemptions_recorded",
+                "Upstream preemptions recorded in the ledger (new rows; a replayed Event is not).",
+            ),
+            "skipped": (
+                "preemptctl_upstream_events_skipped",
+                "Preempted Events left out, unreadable (a message in neither of the "
+                "scheduler's forms, a field of the wrong type).",
+            ),
+            "lists": ("preemptctl_upstream_lists", "Complete lists of the Events (and relists)."),
+            "relists_after_gone": (
+                "preemptctl_upstream_relists",
+                "Relists forced by 410 Gone (the watch's resourceVersion expired).",
+            ),
+            "reconnects": ("preemptctl_upstream_reconnects", "Watches reopened after they ended."),
+            "errors": ("preemptctl_upstream_errors", "List or watch requests that failed."),
+        }
+        for attribute, (name, documentation) in counters.items():
+            yield CounterMetricFamily(name, documentation, value=float(getattr(stats, attribute)))
+
+
 class AttemptsCollector(Collector):
     """`scheduler_preemption_attempts_total`, upstream's unlabelled counter: the sum over
     outcomes of `preemptctl_preemption_attempts_total`, so the two can never disagree."""
@@ -245,6 +289,10 @@ class Metrics:
             self.registry.unregister(self._reflectors)
         self._reflectors = ReflectorCollector(stats)
         self.registry.register(self._reflectors)
+
+    def watch_upstream(self, stats: Callable[[], UpstreamStatsLike]) -> None:
+        """Export shadow mode's recorder of kube-scheduler's preemptions (read at scrape)."""
+        self.registry.register(UpstreamCollector(stats))
 
     def watch_ledger(self, engine: Engine) -> None:
         """Time every INSERT into the ledger's tables on `engine`, and count failed statements."""

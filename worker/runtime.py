@@ -557,8 +557,9 @@ async def running_controller(
             yield controller
             return
         if upstream is not None:
-            controller.upstream = upstream_recorder(kube, view, ledger, upstream)
-            supervisor.spawn_thread("upstream-preemptions", controller.upstream.run)
+            recorder = controller.upstream = upstream_recorder(kube, view, ledger, upstream)
+            metrics.watch_upstream(lambda: recorder.stats)
+            supervisor.spawn_thread("upstream-preemptions", recorder.run)
         activities = PreemptionActivities(
             kube,
             view,

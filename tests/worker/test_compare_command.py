@@ -329,6 +329,8 @@ async def test_shadow_mode_records_upstream_and_compare_agrees(
                 )
             await _until(lambda: len(upstream_since(engine)) == 2, "the recorded Events")
             assert controller.upstream.stats.recorded == 2
+            scraped = controller.metrics.registry.get_sample_value
+            assert scraped("preemptctl_upstream_preemptions_recorded_total") == 2
     finally:
         cluster.stop()
         engine.dispose()

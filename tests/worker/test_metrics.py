@@ -7,6 +7,7 @@ Scenarios:
 - the rest is `preemptctl_*`, the Python attributes other code uses keep their names;
 - the process and GC collectors are registered;
 - the reflectors' counters are read from the view at scrape time, per kind;
+- in shadow mode, the recorder of kube-scheduler's preemptions is read at scrape time too;
 - every ledger append is timed, and a statement the database refuses is counted.
 """
 
@@ -147,6 +148,30 @@ def test_a_rebuilt_view_replaces_the_old_one() -> None:
     assert (
         metrics.registry.get_sample_value("preemptctl_reflector_events_total", {"kind": "Pod"}) == 9
     )
+
+
+@dataclass
+class RecorderStats:
+    seen: int = 0
+    recorded: int = 0
+    skipped: int = 0
+    lists: int = 0
+    relists_after_gone: int = 0
+    reconnects: int = 0
+    errors: int = 0
+
+
+def test_the_upstream_recorder_is_read_at_scrape_time() -> None:
+    metrics = Metrics()
+    stats = RecorderStats(seen=3, recorded=2, lists=1)
+    metrics.watch_upstream(lambda: stats)
+    stats.recorded, stats.skipped = 3, 1
+    value = metrics.registry.get_sample_value
+    assert value("preemptctl_upstream_events_seen_total") == 3
+    assert value("preemptctl_upstream_preemptions_recorded_total") == 3
+    assert value("preemptctl_upstream_events_skipped_total") == 1
+    assert value("preemptctl_upstream_lists_total") == 1
+    assert value("preemptctl_upstream_errors_total") == 0
 
 
 def test_ledger_appends_are_timed_and_refusals_counted(tmp_path: Path) -> None:
