@@ -83,6 +83,20 @@ def dev_once(tmp_path: Path, *args: str) -> dict[str, Any]:
     return report
 
 
+def preemptctl(tmp_path: Path, *args: str) -> str:
+    """Another command on the ledger `dev_once` used; its standard output."""
+    return subprocess.run(
+        [PREEMPTCTL, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+        },
+    ).stdout
+
+
 def last_outcome_by_preemptor(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {record["preemptor"]: record for record in report["preemptions"]}
 
@@ -95,17 +109,8 @@ def test_default_scenario_preempts_batch_pods_and_binds_nginx(tmp_path: Path) ->
     assert sorted(nginx["victims"]) == ["default/batch-1a", "default/batch-1b"]
     assert nginx["message"] == "default/nginx-a bound to node-1"
     assert "temporal UI   http://127.0.0.1:" in report["stderr"]
-    history = subprocess.run(
-        [PREEMPTCTL, "history", "--pod", "default/nginx-a", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
-        },
-    )
-    rows = [json.loads(line) for line in history.stdout.splitlines()]
+    history = preemptctl(tmp_path, "history", "--pod", "default/nginx-a", "--json")
+    rows = [json.loads(line) for line in history.splitlines()]
     assert rows and rows[0]["outcome"] == "completed"
 
 
@@ -118,21 +123,12 @@ def test_shadow_mode_decides_only_and_compare_agrees_with_the_scheduler(tmp_path
     nginx = last_outcome_by_preemptor(report)["default/nginx-a"]
     assert (nginx["outcome"], nginx["node"]) == ("dry-run", "node-1")
     assert sorted(nginx["victims"]) == ["default/batch-1a", "default/batch-1b"]
-    compare = subprocess.run(
-        [PREEMPTCTL, "compare"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
-        },
-    )
+    compare = preemptctl(tmp_path, "compare")
     assert (
         "default/nginx-a   agree           both: node node-1, "
         "victims default/batch-1a, default/batch-1b"
-    ) in compare.stdout
-    assert compare.stdout.splitlines()[-1] == ("Agreement: 2/2 (100%) of the preemptors compared.")
+    ) in compare
+    assert compare.splitlines()[-1] == ("Agreement: 2/2 (100%) of the preemptors compared.")
 
 
 def test_twenty_preemptors_over_ten_nodes_all_bind_and_take_no_victim_twice(
