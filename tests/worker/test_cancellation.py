@@ -10,9 +10,9 @@ Scenarios:
   returned, so the stop itself ends;
 - a task that crashed before the stop does not make the stop raise;
 - the supervisor's stop ends a supervised task that swallowed its cancellation, and does
-  not restart it although its factory returned;
-- the trigger loop's wait is `asyncio.timeout`, which keeps a cancellation that lands as
-  the wake-up event is set (the race `wait_for` loses).
+  not restart it although its factory returned.
+
+The race itself, on the trigger loop, is in tests/worker/test_trigger_loop.py.
 """
 
 from __future__ import annotations
@@ -103,25 +103,3 @@ async def test_the_supervisor_stops_a_task_that_swallowed_its_cancellation() -> 
     assert task.done() and len(cancels) == 1
     async with asyncio.timeout(5):
         await supervisor.stop(grace=2.0)
-
-
-async def test_the_trigger_loops_wait_keeps_a_cancellation_landing_as_it_wakes() -> None:
-    """The race itself: the event is set and the waiting task cancelled in one loop pass."""
-    wake = asyncio.Event()
-
-    async def waits() -> None:
-        while True:
-            try:
-                async with asyncio.timeout(0.25):
-                    await wake.wait()
-            except TimeoutError:
-                pass
-            wake.clear()
-
-    for _ in range(20):
-        task = asyncio.create_task(waits())
-        await asyncio.sleep(0.01)
-        wake.set()
-        task.cancel()
-        await asyncio.wait([task], timeout=1.0)
-        assert task.cancelled()

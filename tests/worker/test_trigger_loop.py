@@ -21,7 +21,9 @@ Scenarios:
 - a preemption is started eagerly (the worker runs beside the loop), every step but the
   decision a local activity;
 - a parked pod bound after a person's retry: the loop signals that run `preemptor_bound`
-  at once, as it signals its own runs, so the retried run does not wait for its poll.
+  at once, as it signals its own runs, so the retried run does not wait for its poll;
+- a cancellation that lands as the loop is woken (a watch event as the controller stops)
+  ends the loop: Python 3.11's wait_for lost it, and the controller's exit hung (CI did).
 """
 
 from __future__ import annotations
@@ -412,3 +414,15 @@ async def test_a_parked_pod_bound_after_a_persons_retry_signals_that_run(
             harness.client.wake.clear()
             await harness.client.wake.wait()
     assert harness.client.signals == [(first.id, "node-1")]
+
+
+async def test_a_cancellation_landing_as_the_loop_wakes_ends_it() -> None:
+    # A tick long enough that the loop is waiting on its wake-up event, not between ticks.
+    trigger = TriggerLoop(FakeView(), FakeClient(), SETTINGS, Metrics(), tick=0.25)  # type: ignore[arg-type]
+    for _ in range(20):
+        task = asyncio.create_task(trigger.run())
+        await asyncio.sleep(0.01)
+        trigger._wake.set()  # white box: a watch event, in the same loop pass as the stop
+        task.cancel()
+        await asyncio.wait([task], timeout=1.0)
+        assert task.cancelled()
