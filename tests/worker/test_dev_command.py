@@ -37,6 +37,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,32 @@ from tests.support.emulator import as_list, node, pod, running_emulator
 PREEMPTCTL = str(Path(sys.executable).parent / "preemptctl")
 
 
+def ledger_env(tmp_path: Path) -> dict[str, str]:
+    """A bare environment with the test's own SQLite ledger."""
+    return {
+        "PATH": "/usr/bin:/bin",
+        "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+    }
+
+
+@contextmanager
+def dev_running(tmp_path: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """`preemptctl dev` in the background on the test's ledger, SIGTERM'd on the way out
+    (its exit code then in `returncode`)."""
+    process = subprocess.Popen(
+        [PREEMPTCTL, "dev", "--temporal-port", "0", "--ui-port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ledger_env(tmp_path),
+    )
+    try:
+        yield process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+
+
 def dev_once(tmp_path: Path, *args: str) -> dict[str, Any]:
     completed = subprocess.run(
         [PREEMPTCTL, "dev", "--once", "--temporal-port", "0", "--ui-port", "0", *args],
@@ -72,10 +99,7 @@ def dev_once(tmp_path: Path, *args: str) -> dict[str, Any]:
         text=True,
         check=False,
         timeout=240,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
-        },
+        env=ledger_env(tmp_path),
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     report: dict[str, Any] = json.loads(completed.stdout)
@@ -90,10 +114,7 @@ def preemptctl(tmp_path: Path, *args: str) -> str:
         capture_output=True,
         text=True,
         check=True,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
-        },
+        env=ledger_env(tmp_path),
     ).stdout
 
 
@@ -170,27 +191,14 @@ def test_once_without_a_worker_is_refused() -> None:
 
 
 def test_no_worker_starts_everything_but_the_worker_until_sigterm(tmp_path: Path) -> None:
-    process = subprocess.Popen(
-        [PREEMPTCTL, "dev", "--no-worker", "--temporal-port", "0", "--ui-port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
-        },
-    )
-    assert process.stderr is not None
     seen: list[str] = []
-    try:
+    with dev_running(tmp_path, "--no-worker") as process:
+        assert process.stderr is not None
         for line in process.stderr:
             seen.append(line)
             if line.startswith("running; Ctrl-C stops"):
                 break
-    finally:
-        process.send_signal(signal.SIGTERM)
-        code = process.wait(timeout=60)
-    assert code == 0
+    assert process.returncode == 0
     assert any(line.startswith("kubeconfig") for line in seen)
     assert any(line.startswith("task queue    preemptctl-dev-") for line in seen)
     assert not any(line.startswith("preemption started") for line in seen)
@@ -355,19 +363,9 @@ def test_deny_delete_fails_the_preemption_once_and_says_how_to_lift_it(tmp_path:
 
 
 def test_removing_the_fault_file_lifts_the_fault_while_dev_runs(tmp_path: Path) -> None:
-    process = subprocess.Popen(
-        [PREEMPTCTL, "dev", "--fault", "deny-delete", "--temporal-port", "0", "--ui-port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
-        },
-    )
-    assert process.stderr is not None
     seen: list[str] = []
-    try:
+    with dev_running(tmp_path, "--fault", "deny-delete") as process:
+        assert process.stderr is not None
         for line in process.stderr:
             seen.append(line)
             if line.startswith("  lift it:    rm "):
@@ -376,10 +374,7 @@ def test_removing_the_fault_file_lifts_the_fault_while_dev_runs(tmp_path: Path) 
                 fault_file.unlink()
             if line.startswith("fault lifted  deny-delete"):
                 break
-    finally:
-        process.send_signal(signal.SIGTERM)
-        code = process.wait(timeout=60)
-    assert code == 0
+    assert process.returncode == 0
     assert seen[-1].startswith("fault lifted  deny-delete: the controller may delete a victim")
     assert not fault_file.parent.exists()  # the run's directory is gone with it
 
