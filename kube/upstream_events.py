@@ -205,29 +205,27 @@ def parse_preempted(
 
 
 class UpstreamIndex:
-    """Which victims (by UID) upstream preempted for which preemptor (by UID), for the
-    latest `capacity` preemptors; thread-safe (the recorder writes, reads read)."""
+    """Which victims (by UID) upstream preempted, for the latest `capacity` preemptors;
+    thread-safe (the recorder adds, the dry run's reads read)."""
 
     def __init__(self, capacity: int = 2_000) -> None:
         self._capacity = capacity
-        self._by_preemptor: OrderedDict[str, tuple[str | None, frozenset[str]]] = OrderedDict()
-        self._victims: dict[str, str] = {}  # victim uid -> preemptor uid
+        # preemptor uid -> its victims' uids, the least recently added preemptor first
+        self._by_preemptor: OrderedDict[str, set[str]] = OrderedDict()
+        self._victims: set[str] = set()
         self._lock = threading.Lock()
 
     def add(self, preemption: UpstreamPreemption) -> None:
         if not preemption.preemptor_uid or not preemption.victim_uid:
             return
         with self._lock:
-            node, victims = self._by_preemptor.pop(preemption.preemptor_uid, (None, frozenset()))
-            self._by_preemptor[preemption.preemptor_uid] = (
-                preemption.node or node,
-                victims | {preemption.victim_uid},
-            )
-            self._victims[preemption.victim_uid] = preemption.preemptor_uid
+            victims = self._by_preemptor.pop(preemption.preemptor_uid, set())
+            victims.add(preemption.victim_uid)
+            self._by_preemptor[preemption.preemptor_uid] = victims
+            self._victims.add(preemption.victim_uid)
             while len(self._by_preemptor) > self._capacity:
-                _, (_, forgotten) = self._by_preemptor.popitem(last=False)
-                for uid in forgotten:
-                    self._victims.pop(uid, None)
+                _, forgotten = self._by_preemptor.popitem(last=False)
+                self._victims.difference_update(forgotten)
 
     def victims(self) -> list[str]:
         """Every victim's UID, of every preemptor remembered."""
@@ -237,13 +235,7 @@ class UpstreamIndex:
     def forget_victims(self, uids: Sequence[str]) -> None:
         """Stop showing these victims (gone from the cluster: nothing left to undo)."""
         with self._lock:
-            for uid in uids:
-                self._victims.pop(uid, None)
-
-    def of(self, preemptor_uid: str) -> tuple[str | None, frozenset[str]]:
-        """(the node, the victims' UIDs) upstream preempted for this preemptor."""
-        with self._lock:
-            return self._by_preemptor.get(preemptor_uid, (None, frozenset()))
+            self._victims.difference_update(uids)
 
 
 def undoing_all_upstream(snapshot: ClusterSnapshot, index: UpstreamIndex) -> list[Pod]:

@@ -7,10 +7,10 @@ history is its own (the failed run stays in the UI and in the ledger as the earl
 attempt), and its first step appends `retried` (by a person, why, after which run). The
 trigger loop notices the newer run and un-parks the pod.
 
-No trigger loop follows the new run at first (the worker's loop sees it at its next resync,
-within 30 s), so nobody signals it the moment its preemptor is bound: it is started polling
-the pod every `RETRY_POLL_SECONDS` instead of the trigger's 30 s, so its end, and the time
-to schedule the ledger records, trail the bind by seconds, not half a minute.
+The worker's trigger loop signals the new run `preemptor_bound` when it sees the (parked)
+pod bound, as it signals its own runs; in case no worker's loop is watching, the run is
+also started polling the pod every `RETRY_POLL_SECONDS` instead of the trigger's 30 s, so
+its end trails the bind by seconds, not half a minute.
 
 It refuses, in one line and without starting anything, when there is nothing to retry: no
 preemption of that pod on record, a run still open, the preemptor gone (or replaced by a
@@ -30,8 +30,6 @@ from urllib.parse import quote
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
@@ -45,7 +43,7 @@ from preemptctl.preemption.decision import PodRef
 from preemptctl.worker.config import ConfigError, Settings, load_settings
 from preemptctl.worker.errors import Unavailable, UsageError
 from preemptctl.worker.runtime import StartupError, TemporalUnreachableError, connect_temporal
-from preemptctl.workflows import search_attributes as sa
+from preemptctl.worker.starter import search_attributes_at_start
 from preemptctl.workflows.preemption import PreemptionWorkflow, workflow_id_for
 
 WORKFLOW_ID = re.compile(r"^preemption-[a-z0-9.-]+$")
@@ -148,29 +146,13 @@ async def retry(settings: Settings, target: str, reason: str, *, dry_run: bool) 
         task_queue=description.task_queue or settings.task_queue,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-        search_attributes=_search_attributes(request),
+        search_attributes=search_attributes_at_start(request),
         static_summary=f"Preempt for {pod.key} (priority {pod.priority}), retried",
         static_details=f"Retried by a person after run {description.run_id}: {reason or '-'}",
     )
     outcome["runId"] = new.result_run_id
     outcome["link"] = _link(settings, workflow_id, new.result_run_id)
     return outcome
-
-
-def _search_attributes(request: PreemptionRequest) -> TypedSearchAttributes:
-    """The attributes a run started by the trigger carries from its start (worker/starter.py),
-    so `PreemptorPod = "ns/name"` in the UI finds the retried run too."""
-    pod = request.preemptor
-    if not request.search_attributes:
-        return TypedSearchAttributes([])
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(sa.PREEMPTOR_POD, pod.key),
-            SearchAttributePair(sa.PREEMPTOR_NAMESPACE, pod.namespace),
-            SearchAttributePair(sa.PREEMPTOR_UID, pod.uid),
-            SearchAttributePair(sa.PREEMPTION_PHASE, "selecting"),
-        ]
-    )
 
 
 async def _connect(settings: Settings) -> Client:

@@ -446,13 +446,15 @@ def upstream_recorder(
     """The recorder of kube-scheduler's preemptions: each into `upstream_preemptions`, its
     preemptor named from the view when the view knows it."""
 
+    # The view's own snapshot (not ShadowView's read, which lays every remembered victim
+    # back as running first): a name lookup needs none of that.
     def name_of(uid: str) -> tuple[str, str] | None:
-        with view.read() as snapshot:
+        with ClusterView.read(view) as snapshot:
             pod = snapshot.pods.get(uid)
             return (pod.namespace, pod.name) if pod is not None else None
 
     def uid_of(namespace: str, name: str) -> str | None:
-        with view.read() as snapshot:
+        with ClusterView.read(view) as snapshot:
             pod = snapshot.pod_by_key(f"{namespace}/{name}")
             return pod.uid if pod is not None else None
 

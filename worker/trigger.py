@@ -65,12 +65,6 @@ INITIAL_BACKOFF = 1.0  # after a start that did not happen
 MAX_BACKOFF = 10.0  # cap of the start backoff; the first wait after a preemption ended
 FINISHED_KEPT = 1000  # finished preemptions kept for dev mode's report
 RPC_TIMEOUT = timedelta(seconds=10)
-# Every step but the decision runs as a local activity unless `Settings.local_activities` is
-# false (`PreemptionRequest.local_activities`): at 30/s offered it cut the Temporal server's
-# CPU per preemption from about 190 to 75 ms and the whole deployment's from 360 to 230 ms
-# (benchmarks/preemption_e2e.py). Starts ask for eager dispatch: the worker polling the task
-# queue runs in this process with this client, so the first workflow task comes back with
-# the start's answer.
 
 # Pod fields that change without the pod asking anything new of the cluster: a parked pod
 # stays parked across them.
@@ -514,6 +508,11 @@ class TriggerLoop:
             await self._start(pending, now)
 
     async def _start(self, pending: PendingPod, now: float) -> None:
+        # Every step but the decision runs as a local activity unless
+        # `Settings.local_activities` is false: it cuts the Temporal server's CPU per
+        # preemption by more than half (docs/scale-out.md). The start asks for eager
+        # dispatch: the worker polling the task queue runs in this process with this
+        # client, so the first workflow task comes back with the start's answer.
         pod, settings = pending.pod, self._settings
         request = PreemptionRequest(
             PodRef.of(pod),

@@ -11,7 +11,8 @@ Scenarios, the parser:
   uid, a field of the wrong type, an over-long name, an Event preemptctl itself reported.
 
 The index and the dry-run snapshot:
-- the index gathers a preemptor's victims and node;
+- the index gathers the victims of the latest `capacity` preemptors, forgets the oldest
+  preemptor's past it, and forgets victims gone from the cluster;
 - a `ShadowView` over the emulator shows every victim upstream's Events name as still
   running, in each read, while its own state keeps them terminating; a victim gone from
   the cluster is forgotten.
@@ -177,12 +178,19 @@ def _upstream(victim: str, event_uid: str) -> UpstreamPreemption:
     return parse_preempted(_event(victim=victim, uid=event_uid), observed_at=OBSERVED)
 
 
-def test_the_index_gathers_a_preemptors_victims_and_node() -> None:
-    index = UpstreamIndex()
+def test_the_index_gathers_the_victims_of_the_latest_preemptors() -> None:
+    index = UpstreamIndex(capacity=1)
     index.add(_upstream("low-a", "e1"))
     index.add(_upstream("low-b", "e2"))
-    assert index.of("uid-urgent") == ("n1", frozenset({"uid-low-a", "uid-low-b"}))
-    assert index.of("someone-else") == (None, frozenset())
+    assert sorted(index.victims()) == ["uid-low-a", "uid-low-b"]
+    other = parse_preempted(
+        _event("Preempted by pod uid-other on node n2", victim="low-c", uid="e3"),
+        observed_at=OBSERVED,
+    )
+    index.add(other)  # past capacity: the first preemptor's victims are forgotten
+    assert index.victims() == ["uid-low-c"]
+    index.forget_victims(["uid-low-c"])
+    assert index.victims() == []
 
 
 def _terminating(name: str) -> dict[str, Any]:
