@@ -186,7 +186,8 @@ def run(
     print(f"through the lock:    {(decisions - 1) / wall:.1f} decisions/s (target ≥ 40)")
     if record_inputs:
         print(
-            f"inputs recorder:     {decisions - skipped} recorded, {skipped} marked not recorded "
+            f"inputs recorder:     {decisions - 1 - skipped} of the {decisions - 1} recorded, "
+            f"{skipped} marked not recorded "
             f"(backlog full); {behind:.1f} s more to record the last decisions' inputs"
         )
     print(
