@@ -33,7 +33,6 @@ from urllib.parse import quote
 
 from kubernetes.client.exceptions import ApiException
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -68,7 +67,7 @@ from preemptctl.ledger.errors import LedgerError, LedgerNotMigratedError, Ledger
 from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import DeleteSent, Ended, Retried, Scheduled, VictimStep, Write
-from preemptctl.ledger.queries import earlier_run, events_of
+from preemptctl.ledger.queries import delete_sent, earlier_run
 from preemptctl.ledger.vocabulary import Fate
 from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import Decision, PodRef, Strategy, Verdict
@@ -384,20 +383,9 @@ class PreemptionActivities:
 
     def _delete_sent(self, request: VictimInput) -> bool:
         """Whether this run recorded the intent to delete this victim (`_intend_delete`)."""
-        run, uid = request.run, request.victim.uid
+        run = request.run
         with ledger_errors():
-            try:
-                with self._ledger.connect() as connection:
-                    recorded = events_of(connection, [run.preemption_id])
-            except SQLAlchemyError as error:
-                raise LedgerUnavailableError(str(error)) from error
-        return any(
-            e.kind is EventKind.VICTIM_DELETE_SENT
-            and e.run_id == run.run_id
-            and e.victim is not None
-            and e.victim.uid == uid
-            for e in recorded
-        )
+            return delete_sent(self._ledger, run.preemption_id, run.run_id, request.victim.uid)
 
     def _mark(self, request: VictimInput) -> VictimResult:
         victim = request.victim

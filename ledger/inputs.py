@@ -21,11 +21,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import Engine, Insert, delete, select, text
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Engine, delete, select, text
 
 from preemptctl.ledger.engine import translated_errors
 from preemptctl.ledger.models import decision_inputs
+from preemptctl.ledger.writer import insert_ignoring_duplicates
 from preemptctl.preemption.decision import PodRef
 
 ENCODING = "json+zlib"
@@ -97,17 +97,8 @@ def record(engine: Engine, row: InputsRow, *, max_bytes: int) -> bool:
             omitted=f"too large: {len(stored)} bytes compressed, over the limit of {max_bytes}",
         )
     with translated_errors(engine), engine.begin() as connection:
-        statement: Insert
-        if connection.dialect.name == "postgresql":
-            statement = postgresql.insert(decision_inputs).on_conflict_do_nothing(
-                index_elements=["idempotency_key"]
-            )
-        else:
-            statement = sqlite.insert(decision_inputs).on_conflict_do_nothing(
-                index_elements=["idempotency_key"]
-            )
-        result = connection.execute(statement.returning(decision_inputs.c.id), values)
-        return result.first() is not None
+        statement = insert_ignoring_duplicates(connection.dialect.name, decision_inputs)
+        return connection.execute(statement, values).first() is not None
 
 
 @dataclass(frozen=True, slots=True)

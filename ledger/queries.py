@@ -122,6 +122,23 @@ def earlier_run(engine: Engine, preemption_id: str, run_id: str) -> EarlierRun |
     return EarlierRun(str(latest), END_OF_KIND[EventKind(ended)] if ended else None)
 
 
+def delete_sent(engine: Engine, preemption_id: str, run_id: str, victim_uid: str) -> bool:
+    """Whether run `run_id` recorded its intent to delete this victim (`victim_delete_sent`).
+    One read on the preemption's index."""
+    with translated_errors(engine), engine.connect() as connection:
+        found = connection.execute(
+            select(events.c.id)
+            .where(
+                events.c.preemption_id == preemption_id,
+                events.c.run_id == run_id,
+                events.c.kind == EventKind.VICTIM_DELETE_SENT.value,
+                events.c.victim_uid == victim_uid,
+            )
+            .limit(1)
+        ).first()
+    return found is not None
+
+
 def events_of(connection: Connection, preemption_ids: Sequence[str]) -> list[RecordedEvent]:
     """All events of these preemptions, in ledger order."""
     if not preemption_ids:

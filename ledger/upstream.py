@@ -12,19 +12,17 @@ Rows are `preemption.upstream.UpstreamPreemption`, the one value the recorder pa
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, Insert, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Engine, select
 
 from preemptctl.ledger.engine import translated_errors
 from preemptctl.ledger.kinds import DECISION_KINDS, EventKind
 from preemptctl.ledger.models import events, upstream_preemptions
-from preemptctl.ledger.writer import without_nul
+from preemptctl.ledger.writer import insert_ignoring_duplicates, without_nul
 from preemptctl.preemption.upstream import UpstreamPreemption
 
 table = upstream_preemptions
@@ -37,21 +35,6 @@ class RecordedUpstream(UpstreamPreemption):
 
     id: int
     observed_at: datetime
-
-
-@functools.cache
-def _insert_ignoring_duplicates(dialect_name: str) -> Insert:
-    if dialect_name == "postgresql":
-        return (
-            postgresql.insert(table)
-            .on_conflict_do_nothing(index_elements=[table.c.event_uid])
-            .returning(table.c.id)
-        )
-    return (
-        sqlite.insert(table)
-        .on_conflict_do_nothing(index_elements=[table.c.event_uid])
-        .returning(table.c.id)
-    )
 
 
 def _row(fact: UpstreamPreemption, observed_at: datetime) -> dict[str, Any]:
@@ -87,7 +70,7 @@ def append_upstream(
         translated_errors(engine),
         engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection,
     ):
-        statement = _insert_ignoring_duplicates(connection.dialect.name)
+        statement = insert_ignoring_duplicates(connection.dialect.name, table, "event_uid")
         values = list(rows.values())
         result = connection.execute(statement, values[0] if len(values) == 1 else values)
         return len(result.all())

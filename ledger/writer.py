@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Engine, Insert
+from sqlalchemy import Connection, Engine, Insert, Table
 from sqlalchemy.dialects import postgresql, sqlite
 
 from preemptctl.ledger.engine import translated_errors
@@ -33,17 +33,16 @@ ROWS_PER_STATEMENT = 500
 
 
 @functools.cache
-def _insert_ignoring_duplicates(dialect_name: str) -> Insert:
-    """The dialect's `INSERT ... ON CONFLICT (idempotency_key) DO NOTHING RETURNING id`."""
+def insert_ignoring_duplicates(
+    dialect_name: str, table: Table = events, key: str = "idempotency_key"
+) -> Insert:
+    """The dialect's `INSERT INTO table ... ON CONFLICT (key) DO NOTHING RETURNING id`: an
+    append that a retry (or a second replica) cannot make twice, for every ledger table."""
     if dialect_name == "postgresql":
-        pg_insert = postgresql.insert(events).on_conflict_do_nothing(
-            index_elements=[events.c.idempotency_key]
-        )
-        return pg_insert.returning(events.c.id)
-    lite_insert = sqlite.insert(events).on_conflict_do_nothing(
-        index_elements=[events.c.idempotency_key]
-    )
-    return lite_insert.returning(events.c.id)
+        pg_insert = postgresql.insert(table).on_conflict_do_nothing(index_elements=[table.c[key]])
+        return pg_insert.returning(table.c.id)
+    lite_insert = sqlite.insert(table).on_conflict_do_nothing(index_elements=[table.c[key]])
+    return lite_insert.returning(table.c.id)
 
 
 def without_nul(value: Any) -> Any:
@@ -83,7 +82,7 @@ def _unique_rows(batch: Iterable[LedgerEvent]) -> list[dict[str, Any]]:
 def append_batch_on(connection: Connection, batch: Sequence[LedgerEvent]) -> int:
     """Append within the caller's transaction; the number of rows that were new."""
     rows = _unique_rows(batch)
-    statement = _insert_ignoring_duplicates(connection.dialect.name)
+    statement = insert_ignoring_duplicates(connection.dialect.name)
     inserted = 0
     for start in range(0, len(rows), ROWS_PER_STATEMENT):
         chunk = rows[start : start + ROWS_PER_STATEMENT]
