@@ -33,6 +33,7 @@ default in inputs recorded before it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import types
 import typing
@@ -504,33 +505,28 @@ def _victim(victim: Mapping[str, Any]) -> str:
 # -- the codec ----------------------------------------------------------------------------------
 
 
-_FIELDS: dict[type, list[tuple[str, Any]]] = {}
-_PLANS: dict[type, list[tuple[str, Any, Any]]] = {}
 _ENCODERS: dict[type, Callable[[Any], dict[str, Any]]] = {}
-_HINTS: dict[type, dict[str, Any]] = {}
 _NO_DEFAULT = object()
 _PRIMITIVES = (str, int, float, bool, type(None))
 NOT_INPUTS = frozenset({"resource_version"})
 """Fields the planner never reads (kept by the view for writes), left out of the inputs."""
 
 
-def _fields(cls: type) -> list[tuple[str, Any]]:
+@functools.cache
+def _fields(cls: type) -> tuple[tuple[str, Any], ...]:
     """A dataclass's init fields with their defaults (`_NO_DEFAULT` when required)."""
-    found = _FIELDS.get(cls)
-    if found is None:
-        found = []
-        for field in dataclasses.fields(cls):
-            if not field.init:
-                continue
-            if field.default is not dataclasses.MISSING:
-                default = field.default
-            elif field.default_factory is not dataclasses.MISSING:
-                default = field.default_factory()
-            else:
-                default = _NO_DEFAULT
-            found.append((field.name, default))
-        _FIELDS[cls] = found
-    return found
+    found = []
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            continue
+        if field.default is not dataclasses.MISSING:
+            default = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            default = field.default_factory()
+        else:
+            default = _NO_DEFAULT
+        found.append((field.name, default))
+    return tuple(found)
 
 
 def _is_primitive(hint: Any) -> bool:
@@ -574,18 +570,15 @@ def _converter(hint: Any) -> Any:
     return encode
 
 
-def _plan(cls: type) -> list[tuple[str, Any, Any]]:
+@functools.cache
+def _plan(cls: type) -> tuple[tuple[str, Any, Any], ...]:
     """How to encode each field of a dataclass: name, default, converter (None: as is)."""
-    found = _PLANS.get(cls)
-    if found is None:
-        hints = _hints(cls)
-        found = []
-        for name, default in _fields(cls):
-            if name in NOT_INPUTS:
-                continue
-            found.append((name, default, _converter(hints[name])))
-        _PLANS[cls] = found
-    return found
+    hints = _hints(cls)
+    return tuple(
+        (name, default, _converter(hints[name]))
+        for name, default in _fields(cls)
+        if name not in NOT_INPUTS
+    )
 
 
 def _encoder(cls: type) -> Callable[[Any], dict[str, Any]]:
@@ -648,11 +641,9 @@ def encode(value: Any) -> Any:
     raise TypeError(f"cannot encode {type(value).__name__}")
 
 
+@functools.cache
 def _hints(cls: type) -> dict[str, Any]:
-    found = _HINTS.get(cls)
-    if found is None:
-        found = _HINTS[cls] = typing.get_type_hints(cls)
-    return found
+    return typing.get_type_hints(cls)
 
 
 _T = typing.TypeVar("_T")
