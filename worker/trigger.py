@@ -261,8 +261,7 @@ class TriggerLoop:
         self._resync_every = resync_every
         self._lock = threading.Lock()
         self._pending: dict[str, PendingPod] = {}
-        self._bound: dict[str, str] = {}
-        self._bound_pods: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name)
+        self._bound: dict[str, Pod] = {}  # uid -> the pod as seen bound, to signal its run
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._handles: dict[str, WorkflowHandle[PreemptionWorkflow, PreemptionResult]] = {}
         self._book = RetryBook(settings.retry_backoff_max_seconds)
@@ -411,8 +410,7 @@ class TriggerLoop:
                 parked = self._book.parked(pod.uid) is not None
                 self._consider(pod)
                 if pod.node_name and (pod.uid in self._handles or parked):
-                    self._bound[pod.uid] = pod.node_name
-                    self._bound_pods[pod.uid] = (pod.namespace, pod.name)
+                    self._bound[pod.uid] = pod
         self._wake_soon()
 
     def _wake_soon(self) -> None:
@@ -476,20 +474,20 @@ class TriggerLoop:
     async def _signal_bound(self) -> None:
         with self._lock:
             bound, self._bound = self._bound, {}
-            named, self._bound_pods = self._bound_pods, {}
-        for uid, node in bound.items():
+        for uid, pod in bound.items():
             handle: WorkflowHandle[Any, Any] | None = self._handles.get(uid)
-            if handle is None and uid in named:
+            if handle is None:  # only a parked pod's uid is here without a handle
                 # Not a run this loop started: the latest run of the pod's workflow, which
                 # is the retried one when a person ran `preemptctl retry`.
-                handle = self._client.get_workflow_handle(workflow_id_for(*named[uid], uid))
-            if handle is not None:
-                try:
-                    await handle.signal(
-                        PreemptionWorkflow.preemptor_bound, node, rpc_timeout=RPC_TIMEOUT
-                    )
-                except Exception as error:  # finished meanwhile, or Temporal unavailable
-                    log.debug("could not signal %s: %s", handle.id, error)
+                handle = self._client.get_workflow_handle(
+                    workflow_id_for(pod.namespace, pod.name, uid)
+                )
+            try:
+                await handle.signal(
+                    PreemptionWorkflow.preemptor_bound, pod.node_name, rpc_timeout=RPC_TIMEOUT
+                )
+            except Exception as error:  # finished meanwhile, or Temporal unavailable
+                log.debug("could not signal %s: %s", handle.id, error)
 
     async def _start_due(self) -> None:
         now = self._clock()
