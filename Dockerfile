@@ -18,12 +18,14 @@ ENV PIP_NO_CACHE_DIR=1 \
 
 RUN python -m venv /opt/preemptctl
 WORKDIR /src
-# Only what the distribution is built from: preemptctl/ (links to the folders below, which
-# the wheel carries as preemptctl.*); .dockerignore keeps caches and virtualenvs out.
+# Only what the distribution is built from: namespace/ (the preemptctl package itself) and
+# the folders pyproject.toml's package-dir maps to preemptctl.*; .dockerignore keeps caches
+# and virtualenvs out.
 COPY pyproject.toml README.md ./
-COPY preemptctl/ preemptctl/
+COPY namespace/ namespace/
 COPY preemption/ preemption/
 COPY kube/ kube/
+COPY deciding/ deciding/
 COPY workflows/ workflows/
 COPY activities/ activities/
 COPY ledger/ ledger/
