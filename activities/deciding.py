@@ -514,7 +514,7 @@ class DecisionPath:
     def _budget(self, db: Connection, request: DecisionRequest, decision: Decision) -> float:
         """5) Seconds the eviction budget holds this decision back; 0 when it may go on."""
         budget = self._evictions_per_minute
-        if decision.status is not Verdict.PREEMPT or request.dry_run or not budget:
+        if decision.verdict is not Verdict.PREEMPT or request.dry_run or not budget:
             return 0.0
         recent = victims_chosen_since(db, request.occurred_at - WINDOW)
         return seconds_until_budget_allows(
@@ -531,9 +531,9 @@ class DecisionPath:
             request.preemption_id, request.run_id, request.preemptor, payload, request.occurred_at
         )
         end: EventKind | None = None
-        if decision.status is Verdict.FITS_WITHOUT_PREEMPTION:
+        if decision.verdict is Verdict.FITS_WITHOUT_PREEMPTION:
             end = EventKind.COMPLETED
-        elif decision.status is Verdict.PREEMPT and request.dry_run:
+        elif decision.verdict is Verdict.PREEMPT and request.dry_run:
             end = EventKind.DRY_RUN
         if end is not None:
             batch.append(
@@ -571,7 +571,7 @@ def _claim_of(request: DecisionRequest, decided: Decided | None) -> Claim | None
     if decided is None or decided.retry_after_seconds or request.dry_run:
         return None
     decision = decided.decision
-    if decision.status is not Verdict.PREEMPT or decision.nominated_node is None:
+    if decision.verdict is not Verdict.PREEMPT or decision.nominated_node is None:
         return None
     return Claim(
         decision.preemptor.uid, decision.nominated_node, frozenset(v.uid for v in decision.victims)

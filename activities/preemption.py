@@ -229,9 +229,9 @@ class PreemptionActivities:
         if decided.retry_after_seconds:
             selection.retry_after_seconds = decided.retry_after_seconds
             selection.message = decided.message
-        elif decision.status is Verdict.UNSUPPORTED:
+        elif decision.verdict is Verdict.UNSUPPORTED:
             self._tell_the_preemptor(request.preemptor, "PreemptionUnsupported", decision.message)
-        elif decision.status is Verdict.PREEMPT and not request.dry_run:
+        elif decision.verdict is Verdict.PREEMPT and not request.dry_run:
             victims = ", ".join(v.key for v in decision.victims)
             self._tell_the_preemptor(
                 request.preemptor,
@@ -670,7 +670,7 @@ def _selection(decision: Decision, scheduler_name: str) -> Selection:
     return Selection(
         preemptor=decision.preemptor,
         message=decision.message,
-        verdict=decision.status,
+        verdict=decision.verdict,
         node=decision.nominated_node,
         victims=list(decision.victims),
         nominations_to_clear=list(decision.nominated_pods_to_clear),

@@ -147,11 +147,11 @@ def run(
             began = time.perf_counter()
             decided = path_.decide(request, view.read)
             latencies.append(time.perf_counter() - began)
-            verdict = str(decided.decision.status)
+            verdict = str(decided.decision.verdict)
             ended: list[tuple[int, Decided]] = []
             with runs_lock:
                 outcomes[verdict] = outcomes.get(verdict, 0) + 1
-                if decided.decision.status is Verdict.PREEMPT:
+                if decided.decision.verdict is Verdict.PREEMPT:
                     open_runs.append((index, decided))
                 while len(open_runs) > in_flight:
                     ended.append(open_runs.popleft())

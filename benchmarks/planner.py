@@ -70,7 +70,7 @@ def decision_latencies(
         wall.append((time.perf_counter() - start) * 1000)
         candidates.append(len(decision.rationale.evaluated))
         snapshot.remove_pod(pod.uid)
-        assert decision.status == "Preempt", decision.message
+        assert decision.verdict == "Preempt", decision.message
     return wall, cpu, candidates
 
 

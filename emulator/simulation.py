@@ -246,7 +246,7 @@ class SimulatedScheduler:
             return 0
         del self._unschedulable_since[pod.uid]
         decision = preempt(snapshot, pod)
-        if decision.status is not Verdict.PREEMPT or decision.nominated_node is None:
+        if decision.verdict is not Verdict.PREEMPT or decision.nominated_node is None:
             return 0
         return self._carry_out(snapshot, pod, decision, decision.nominated_node)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from preemptctl.preemption.decision import (
     Decision,
-    NodeVerdict,
+    NodeEvaluation,
     PodRef,
     Rationale,
     Strategy,
@@ -250,16 +250,16 @@ def preempt_for_admission(
     try:
         victims = get_pods_to_preempt(pod, others, missing)
     except NoPodsToPreempt as error:
-        rationale.evaluated = [NodeVerdict(info.name, False, reasons=(str(error),))]
+        rationale.evaluated = [NodeEvaluation(info.name, False, reasons=(str(error),))]
         return decide(Verdict.UNSCHEDULABLE, str(error))
     if args and args.max_victims and len(victims) > args.max_victims:
         message = f"needs {len(victims)} victims, more than the cap of {args.max_victims}"
-        rationale.evaluated = [NodeVerdict(info.name, False, reasons=(message,))]
+        rationale.evaluated = [NodeEvaluation(info.name, False, reasons=(message,))]
         return decide(Verdict.UNSCHEDULABLE, message)
     violating, _ = filter_pods_with_pdb_violation(victims, snapshot)
     refs = tuple(PodRef.of(victim) for victim in victims)
     rationale.evaluated = [
-        NodeVerdict(
+        NodeEvaluation(
             info.name, True, victims=tuple(r.key for r in refs), num_pdb_violations=len(violating)
         )
     ]

@@ -62,7 +62,7 @@ class PodRef:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeVerdict:
+class NodeEvaluation:
     """What the dry run found on one node: a candidate (with victims) or why not."""
 
     node: str
@@ -112,7 +112,7 @@ class Rationale:
     potential_nodes: int = 0
     offset: int = 0
     candidates_wanted: int = 0
-    evaluated: list[NodeVerdict] = field(default_factory=list)
+    evaluated: list[NodeEvaluation] = field(default_factory=list)
     stopped_early: bool = False
     selection: list[SelectionStep] = field(default_factory=list)
     deciding_criterion: str = ""
@@ -149,7 +149,7 @@ class Decision:
     """The planner's answer for one preemptor (see DESIGN.md, the planner contract)."""
 
     preemptor: PodRef
-    status: Verdict
+    verdict: Verdict
     message: str
     rationale: Rationale
     nominated_node: str | None = None
@@ -160,17 +160,11 @@ class Decision:
     # no node: one of the two is out of date. Nothing is evicted; the pod is retried later.
     scheduler_disagrees: bool = False
 
-    @property
-    def verdict(self) -> Verdict:
-        """The planner's conclusion (the JSON carries it as `verdict` and, for the published
-        contract, as `status`)."""
-        return self.status
-
     def to_json(self) -> dict[str, Any]:
+        """The planner contract's JSON, under its names: the verdict is its `status`."""
         return {
             "preemptor": self.preemptor.key,
-            "verdict": str(self.status),
-            "status": str(self.status),
+            "status": str(self.verdict),
             "schedulerDisagrees": self.scheduler_disagrees,
             "nominatedNode": self.nominated_node,
             "victims": [victim.to_json() for victim in self.victims],

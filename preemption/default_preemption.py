@@ -22,7 +22,7 @@ from operator import attrgetter
 
 from preemptctl.preemption.decision import (
     Decision,
-    NodeVerdict,
+    NodeEvaluation,
     PodRef,
     Rationale,
     SelectionStep,
@@ -89,7 +89,7 @@ class DryRun:
 
     candidates: list[Candidate]
     rejected: dict[str, Status]
-    evaluated: list[NodeVerdict]
+    evaluated: list[NodeEvaluation]
     stopped_early: bool
 
 
@@ -537,7 +537,7 @@ def dry_run_preemption(
     non_violating: list[Candidate] = []
     violating: list[Candidate] = []
     rejected: dict[str, Status] = {}
-    evaluated: list[NodeVerdict] = []
+    evaluated: list[NodeEvaluation] = []
     stopped_early = False
     size = len(potential)
     for step in range(size):
@@ -555,7 +555,7 @@ def dry_run_preemption(
             kept = violating if num_violations else non_violating
             if len(kept) >= wanted:
                 evaluated.append(
-                    NodeVerdict(
+                    NodeEvaluation(
                         info.name,
                         False,
                         reasons=(f"{ERR_LIST_FULL} ({wanted})",),
@@ -565,7 +565,7 @@ def dry_run_preemption(
                 continue
             kept.append(Candidate(info.name, victims, num_violations))
             evaluated.append(
-                NodeVerdict(
+                NodeEvaluation(
                     info.name,
                     True,
                     victims=tuple([f"{v.namespace}/{v.name}" for v in victims]),
@@ -582,7 +582,7 @@ def dry_run_preemption(
             )
         rejected[info.name] = status
         evaluated.append(
-            NodeVerdict(info.name, False, reasons=status.reasons, filter=status.plugin)
+            NodeEvaluation(info.name, False, reasons=status.reasons, filter=status.plugin)
         )
     return DryRun(non_violating + violating, rejected, evaluated, stopped_early)
 

@@ -31,7 +31,7 @@ def render_explanation(decision: Decision) -> str:
     lines = [
         f"Preemptor   {p.key} (priority {p.priority}, uid {p.uid})",
         f"Strategy    {r.strategy}",
-        f"Decision    {decision.status}"
+        f"Decision    {decision.verdict}"
         + (f" on {decision.nominated_node}" if decision.nominated_node else ""),
         f"Message     {decision.message}",
         "",

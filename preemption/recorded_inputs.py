@@ -199,7 +199,7 @@ def capture(
 def decision_summary(decision: Decision) -> dict[str, Any]:
     """What a replay compares: verdict, node, victims, the criterion that decided."""
     return {
-        "verdict": str(decision.status),
+        "verdict": str(decision.verdict),
         "node": decision.nominated_node,
         "victims": [victim.to_json() for victim in decision.victims],
         "criterion": decision.rationale.deciding_criterion,

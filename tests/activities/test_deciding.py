@@ -116,7 +116,7 @@ def test_queued_requests_are_decided_in_one_acquisition_as_one_by_one(ledger: En
     answers = decide_while_the_lock_is_taken(path, view, requests)
     decisions = [a.decision for a in answers if isinstance(a, Decided)]
     victims = [v.uid for d in decisions for v in d.victims]
-    assert [d.status for d in decisions] == [Verdict.PREEMPT] * 6
+    assert [d.verdict for d in decisions] == [Verdict.PREEMPT] * 6
     assert len(victims) == len(set(victims)) == 12
     assert [made for _, made in path.holds] == [6]
     with ledger.connect() as connection:
@@ -130,7 +130,7 @@ def test_a_retried_run_does_not_meet_its_own_claim(ledger: Engine) -> None:
     view, path = three_full_nodes(), DecisionPath(ledger)
     first = path.decide(view.request("urgent-0"), view.read)
     again = path.decide(view.request("urgent-0"), view.read)
-    assert again.decision.status is Verdict.PREEMPT
+    assert again.decision.verdict is Verdict.PREEMPT
     assert [v.uid for v in again.decision.victims] == [v.uid for v in first.decision.victims]
 
 
@@ -155,7 +155,7 @@ def test_a_request_waiting_its_turn_heartbeats(ledger: Engine) -> None:
             future = pool.submit(path.decide, view.request("urgent-0"), view.read, beaten.set)
             assert beaten.wait(timeout=10)
             path._local.release()
-            assert future.result().decision.status is Verdict.PREEMPT
+            assert future.result().decision.verdict is Verdict.PREEMPT
     finally:
         if path._local.locked():
             path._local.release()
@@ -282,7 +282,7 @@ def test_a_ledger_refusing_the_inputs_leaves_the_decision_standing(
     view, path = three_full_nodes(), DecisionPath(ledger)
     decided = path.decide(view.request("urgent-0"), view.read)
     recorded(path)
-    assert decided.decision.status is Verdict.PREEMPT
+    assert decided.decision.verdict is Verdict.PREEMPT
     assert "were not recorded" in caplog.text
 
 

@@ -15,7 +15,7 @@ from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import Ended, Retried, VictimStep
 from preemptctl.preemption.decision import (
     Decision,
-    NodeVerdict,
+    NodeEvaluation,
     PodRef,
     Rationale,
     SelectionStep,
@@ -42,9 +42,9 @@ def four_candidate_decision(
         potential_nodes=5,
         candidates_wanted=5,
         evaluated=[
-            NodeVerdict(node, True, victims=tuple(v.key for v in victims)),
-            *(NodeVerdict(n, True, victims=(f"default/w-{n}",)) for n in others),
-            NodeVerdict("node-5", False, reasons=("Insufficient memory",)),
+            NodeEvaluation(node, True, victims=tuple(v.key for v in victims)),
+            *(NodeEvaluation(n, True, victims=(f"default/w-{n}",)) for n in others),
+            NodeEvaluation("node-5", False, reasons=("Insufficient memory",)),
         ],
         selection=[
             SelectionStep("minNumPDBViolations", tuple(sorted((node, *others)))),
@@ -54,7 +54,7 @@ def four_candidate_decision(
     )
     return Decision(
         preemptor=preemptor,
-        status=Verdict.PREEMPT,
+        verdict=Verdict.PREEMPT,
         message=f"preempt {len(victims)} pod(s) on {node} (0 PDB violation(s)); "
         "chosen by minHighestPriority among 4 candidate node(s)",
         rationale=rationale,
@@ -66,7 +66,7 @@ def four_candidate_decision(
 def unschedulable_decision(preemptor: PodRef = API) -> dict[str, Any]:
     return Decision(
         preemptor=preemptor,
-        status=Verdict.UNSCHEDULABLE,
+        verdict=Verdict.UNSCHEDULABLE,
         message="0/6 nodes are available: 6 Insufficient cpu.",
         rationale=Rationale(strategy=Strategy.DEFAULT, nodes_total=6),
     ).to_json()

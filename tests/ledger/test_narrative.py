@@ -89,7 +89,7 @@ def test_rejected_nodes_are_named_with_their_reasons() -> None:
 def test_a_critical_admission_node_is_the_pods_own() -> None:
     decision = Decision(
         preemptor=API,
-        status=Verdict.PREEMPT,
+        verdict=Verdict.PREEMPT,
         message="",
         rationale=Rationale(strategy=Strategy.CRITICAL_ADMISSION),
         nominated_node="node-9",

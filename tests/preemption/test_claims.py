@@ -36,7 +36,7 @@ def full_node() -> ClusterSnapshot:
 
 def claim_first_decision(cluster: ClusterSnapshot, book: ClaimBook, key: str) -> list[str]:
     decision = plan(cluster, key)
-    assert decision.status is Verdict.PREEMPT and decision.nominated_node == "node-1"
+    assert decision.verdict is Verdict.PREEMPT and decision.nominated_node == "node-1"
     preemptor = cluster.pod_by_key(key)
     assert preemptor is not None
     book.claim(Claim(preemptor.uid, "node-1", frozenset(v.uid for v in decision.victims)))
@@ -72,7 +72,7 @@ def test_capacity_freed_for_claims_is_not_claimed_twice() -> None:
     )
     with book.applied(cluster, deciding_for=uid_of(cluster, "default/p3")):
         third = plan(cluster, "default/p3")
-    assert third.status is Verdict.UNSCHEDULABLE
+    assert third.verdict is Verdict.UNSCHEDULABLE
 
 
 def test_a_preemptors_own_claim_is_ignored_when_it_decides_again() -> None:

@@ -63,7 +63,7 @@ def guaranteed(name: str, cpu: str, memory: str = "1Mi", **kwargs: Any) -> Json:
 
 
 def victims(decision: Decision) -> list[str]:
-    assert decision.status is Verdict.PREEMPT, decision.message
+    assert decision.verdict is Verdict.PREEMPT, decision.message
     return [victim.name for victim in decision.victims]
 
 
@@ -71,13 +71,13 @@ def test_a_pod_that_is_not_critical_is_ineligible() -> None:
     decision = admit(
         node("n", cpu="1"), burstable("b", cpu="1"), incoming=critical("1", priority=1000)
     )
-    assert decision.status is Verdict.INELIGIBLE
+    assert decision.verdict is Verdict.INELIGIBLE
     assert "not critical" in decision.message
 
 
 def test_an_unbound_pod_is_ineligible() -> None:
     decision = admit(node("n"), incoming=pod("critical", priority=CRITICAL))
-    assert decision.status is Verdict.INELIGIBLE
+    assert decision.verdict is Verdict.INELIGIBLE
 
 
 def test_a_mirror_pod_is_critical_at_any_priority() -> None:
@@ -91,7 +91,7 @@ def test_a_mirror_pod_is_critical_at_any_priority() -> None:
 
 def test_a_critical_pod_that_fits_is_admitted_without_preemption() -> None:
     decision = admit(node("n", cpu="2"), burstable("b", cpu="1"), incoming=critical("1"))
-    assert decision.status is Verdict.FITS_WITHOUT_PREEMPTION
+    assert decision.verdict is Verdict.FITS_WITHOUT_PREEMPTION
     assert decision.victims == ()
 
 
@@ -196,7 +196,7 @@ def test_critical_pods_of_equal_or_higher_priority_are_never_evicted() -> None:
         burstable("node-critical", cpu="1", priority=NODE_CRITICAL),
         incoming=critical("1"),
     )
-    assert decision.status is Verdict.UNSCHEDULABLE
+    assert decision.verdict is Verdict.UNSCHEDULABLE
     assert decision.message.startswith("no set of running pods found to reclaim resources")
 
 
@@ -225,7 +225,7 @@ def test_when_not_enough_can_be_reclaimed_the_pod_is_unschedulable() -> None:
         burstable("peer", cpu="1", priority=CRITICAL),
         incoming=critical("2"),
     )
-    assert decision.status is Verdict.UNSCHEDULABLE
+    assert decision.verdict is Verdict.UNSCHEDULABLE
     assert decision.message == "no set of running pods found to reclaim resources: [cpu 1000m]"
 
 
@@ -235,7 +235,7 @@ def test_an_untolerated_no_execute_taint_fails_admission_for_good() -> None:
         burstable("b", cpu="1"),
         incoming=critical("1"),
     )
-    assert decision.status is Verdict.UNSCHEDULABLE
+    assert decision.verdict is Verdict.UNSCHEDULABLE
     assert decision.victims == ()
     assert decision.rationale.unresolvable == {
         "node(s) had untolerated taint {maintenance: }": ["n"]
@@ -266,7 +266,7 @@ def test_an_affinity_the_node_does_not_match_fails_admission_for_good() -> None:
         burstable("b", cpu="1"),
         incoming=critical("1", node_selector={"zone": "b"}),
     )
-    assert decision.status is Verdict.UNSCHEDULABLE
+    assert decision.verdict is Verdict.UNSCHEDULABLE
     assert "preemption cannot help" in decision.message
 
 

@@ -29,7 +29,7 @@ def test_a_pod_that_fits_somewhere_needs_no_preemption() -> None:
         pod("p", cpu="2", priority=10),
         preemptor="p",
     )
-    assert decision.status is Verdict.FITS_WITHOUT_PREEMPTION
+    assert decision.verdict is Verdict.FITS_WITHOUT_PREEMPTION
     assert decision.victims == ()
     assert decision.nominated_node is None
     assert decision.rationale.fits == ["free"]
@@ -37,7 +37,7 @@ def test_a_pod_that_fits_somewhere_needs_no_preemption() -> None:
 
 def test_a_bound_pod_is_not_a_preemptor() -> None:
     decision = decide(node("n"), pod("p", node="n", priority=10), preemptor="p")
-    assert decision.status is Verdict.INELIGIBLE
+    assert decision.verdict is Verdict.INELIGIBLE
     assert "already bound to node n" in decision.message
 
 
@@ -48,7 +48,7 @@ def test_a_terminating_pod_is_not_a_preemptor() -> None:
         pod("p", cpu="1", priority=10, terminating=True),
         preemptor="p",
     )
-    assert decision.status is Verdict.INELIGIBLE
+    assert decision.verdict is Verdict.INELIGIBLE
     assert decision.message == "pod is terminating"
 
 
@@ -70,7 +70,7 @@ def test_preemption_policy_never_is_ineligible() -> None:
     decision = decide(
         *busy_node(), pod("p", cpu="2", priority=10, preemption_policy="Never"), preemptor="p"
     )
-    assert decision.status is Verdict.INELIGIBLE
+    assert decision.verdict is Verdict.INELIGIBLE
     assert decision.message == "not eligible due to preemptionPolicy=Never."
 
 
@@ -80,7 +80,7 @@ def test_a_victim_still_terminating_by_preemption_on_the_nominated_node_makes_it
         pod("p", cpu="2", priority=10, nominated="n1"),
         preemptor="p",
     )
-    assert decision.status is Verdict.INELIGIBLE
+    assert decision.verdict is Verdict.INELIGIBLE
     assert decision.message == "not eligible due to a terminating pod on the nominated node."
 
 
@@ -93,7 +93,7 @@ def test_it_is_eligible_again_once_the_nominated_node_is_unresolvable() -> None:
         pod("p", cpu="2", priority=10, nominated="n1"),
         preemptor="p",
     )
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
     assert decision.nominated_node == "n2"
 
 
@@ -103,7 +103,7 @@ def test_a_terminating_pod_without_the_preemption_condition_does_not_block() -> 
         pod("p", cpu="2", priority=10, nominated="n1"),
         preemptor="p",
     )
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
 
 
 def test_a_disruption_condition_without_deletion_does_not_block() -> None:
@@ -112,7 +112,7 @@ def test_a_disruption_condition_without_deletion_does_not_block() -> None:
         pod("p", cpu="2", priority=10, nominated="n1"),
         preemptor="p",
     )
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
 
 
 def test_a_terminating_pod_of_higher_priority_does_not_block() -> None:
@@ -123,7 +123,7 @@ def test_a_terminating_pod_of_higher_priority_does_not_block() -> None:
         pod("p", cpu="2", priority=10, nominated="n1"),
         preemptor="p",
     )
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
     assert [v.name for v in decision.victims] == ["low"]
 
 
@@ -135,7 +135,7 @@ def test_a_terminating_pod_on_another_node_does_not_block() -> None:
         pod("p", cpu="2", priority=10, nominated="n1"),
         preemptor="p",
     )
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
 
 
 def test_unresolvable_nodes_are_never_dry_run() -> None:
@@ -150,7 +150,7 @@ def test_unresolvable_nodes_are_never_dry_run() -> None:
         pod("p", cpu="2", priority=10),
         preemptor="p",
     )
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
     assert decision.rationale.potential_nodes == 1
     assert [verdict.node for verdict in decision.rationale.evaluated] == ["busy"]
     assert decision.rationale.unresolvable == {
@@ -167,7 +167,7 @@ def test_when_no_node_could_be_helped_the_message_says_preemption_is_not_helpful
         pod("p", cpu="1", priority=10),
         preemptor="p",
     )
-    assert decision.status is Verdict.UNSCHEDULABLE
+    assert decision.verdict is Verdict.UNSCHEDULABLE
     assert decision.message == (
         "0/2 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, "
         "1 node(s) were unschedulable. preemption: 0/2 nodes are available: "
@@ -188,7 +188,7 @@ def test_when_the_dry_run_finds_no_candidate_the_message_names_each_nodes_reason
         pod("p", cpu="2", priority=10),
         preemptor="p",
     )
-    assert decision.status is Verdict.UNSCHEDULABLE
+    assert decision.verdict is Verdict.UNSCHEDULABLE
     # upstream sorts the "<count> <reason>" strings themselves
     assert decision.message == (
         "0/4 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, "
@@ -205,11 +205,11 @@ def test_preemption_is_not_limited_to_the_preemptors_namespace() -> None:
         pod("p", namespace="web", cpu="1", priority=10),
         preemptor="web/p",
     )
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
     assert [v.key for v in decision.victims] == ["jobs/batch"]
 
 
 def test_a_cluster_without_nodes_has_no_nodes_available() -> None:
     decision = decide(pod("p", cpu="1", priority=10), preemptor="p")
-    assert decision.status is Verdict.UNSCHEDULABLE
+    assert decision.verdict is Verdict.UNSCHEDULABLE
     assert decision.message == "no nodes available to schedule pods"

@@ -163,7 +163,7 @@ def test_gt_against_a_non_numeric_node_label_is_no_match_not_a_crash() -> None:
         }
     }
     decision = plan(ClusterSnapshot.from_list(listing(*items)), "default/p")
-    assert decision.status is Verdict.UNSCHEDULABLE
+    assert decision.verdict is Verdict.UNSCHEDULABLE
 
 
 @pytest.mark.parametrize(

@@ -282,7 +282,7 @@ def test_the_pod_whose_anti_affinity_rejects_the_preemptor_is_the_only_victim() 
         pod("p", priority=100, cpu="1", labels={"foo": ""}),
         preemptor="p",
     )
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
     assert decision.nominated_node == "node1"
     assert victim_names(decision) == ["p1.1"]
 
@@ -295,7 +295,7 @@ def test_anti_affinity_against_a_higher_priority_pod_leaves_no_candidate() -> No
         pod("p", priority=100, cpu="1", pod_anti_affinity=[WANTS_DB]),
         preemptor="p",
     )
-    assert decision.status is Verdict.UNSCHEDULABLE
+    assert decision.verdict is Verdict.UNSCHEDULABLE
     assert ERR_ANTI_AFFINITY_RULES in decision.message
 
 
@@ -306,7 +306,7 @@ def test_an_affinity_mismatch_is_never_preempted_for() -> None:
         pod("p", priority=100, cpu="1", pod_affinity=[WANTS_DB]),
         preemptor="p",
     )
-    assert decision.status is Verdict.UNSCHEDULABLE
+    assert decision.verdict is Verdict.UNSCHEDULABLE
     assert decision.rationale.unresolvable == {ERR_AFFINITY_RULES: ["n1"]}
 
 
@@ -318,7 +318,7 @@ def test_affinity_met_only_by_lower_priority_pods_is_lost_in_the_dry_run() -> No
         pod("p", priority=100, cpu="1", pod_affinity=[WANTS_DB]),
         preemptor="p",
     )
-    assert decision.status is Verdict.UNSCHEDULABLE
+    assert decision.verdict is Verdict.UNSCHEDULABLE
     assert ERR_AFFINITY_RULES in decision.message
 
 
@@ -332,7 +332,7 @@ def test_the_dry_run_restores_the_state_between_nodes() -> None:
         pod("p", priority=100, cpu="1", pod_anti_affinity=[WANTS_DB_ZONE]),
         preemptor="p",
     )
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
     assert (decision.nominated_node, victim_names(decision)) == ("n1", ["db"])
 
 
@@ -350,7 +350,7 @@ def test_a_nominated_higher_priority_pods_anti_affinity_rejects_the_preemptor() 
         pod("p", priority=100, cpu="1", labels={"app": "web"}),
         preemptor="p",
     )
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
     assert (decision.nominated_node, victim_names(decision)) == ("n2", ["low"])
     assert decision.rationale.filtered[ERR_EXISTING_ANTI_AFFINITY] == 1
 

@@ -22,7 +22,7 @@ def test_an_equal_priority_nomination_takes_its_capacity_in_the_filter_pass() ->
         pod("p", cpu="1", priority=10),
         preemptor="p",
     )
-    assert decision.status is Verdict.UNSCHEDULABLE
+    assert decision.verdict is Verdict.UNSCHEDULABLE
     assert decision.rationale.filtered == {"Insufficient cpu": 1}
 
 
@@ -34,7 +34,7 @@ def test_a_higher_priority_nomination_takes_its_host_ports() -> None:
         pod("p", priority=10, host_ports=[80]),
         preemptor="p",
     )
-    assert decision.status is Verdict.UNSCHEDULABLE
+    assert decision.verdict is Verdict.UNSCHEDULABLE
     assert decision.rationale.evaluated[0].reasons == (
         "node(s) didn't have free ports for the requested pod ports",
     )
@@ -47,7 +47,7 @@ def test_a_lower_priority_nomination_does_not_count() -> None:
         pod("p", cpu="2", priority=10),
         preemptor="p",
     )
-    assert decision.status is Verdict.FITS_WITHOUT_PREEMPTION
+    assert decision.verdict is Verdict.FITS_WITHOUT_PREEMPTION
 
 
 def test_a_higher_priority_nomination_makes_the_dry_run_take_more_victims() -> None:
@@ -75,7 +75,7 @@ def test_lower_priority_nominations_on_the_chosen_node_are_to_be_cleared() -> No
         pod("p", cpu="2", priority=10),
         preemptor="p",
     )
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
     assert [v.name for v in decision.victims] == ["low"]
     assert [ref.key for ref in decision.nominated_pods_to_clear] == [
         "default/more-important",
@@ -105,6 +105,6 @@ def test_the_preemptors_own_nomination_does_not_count_against_it() -> None:
         pod("p", cpu="2", priority=10, nominated="n"),
         preemptor="p",
     )
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
     assert [v.name for v in decision.victims] == ["low"]
     assert decision.nominated_pods_to_clear == ()

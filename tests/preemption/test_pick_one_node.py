@@ -47,7 +47,7 @@ def choose(*nodes: list[Json], extra: tuple[Json, ...] = ()) -> Decision:
     """The decision for a preemptor that needs a whole node (every pod on it must go)."""
     flat = [item for items in nodes for item in items]
     decision = decide(*flat, *extra, pod("p", cpu="6", priority=1000), preemptor="p")
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
     assert len(decision.rationale.evaluated) == len(nodes)
     return decision
 

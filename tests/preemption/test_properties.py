@@ -249,7 +249,7 @@ def test_victims_are_lower_priority_pods_on_the_chosen_node_most_important_first
         assert victim.node_name == decision.nominated_node
     assert victims == sorted(victims, key=importance_key)  # type: ignore[arg-type]
     assert decision.num_pdb_violations <= len(victims)
-    assert (decision.status is Verdict.PREEMPT) == bool(victims)
+    assert (decision.verdict is Verdict.PREEMPT) == bool(victims)
 
 
 @SETTINGS
@@ -258,7 +258,7 @@ def test_without_the_victims_the_preemptor_fits_and_each_victim_was_needed(
     items: list[Json],
 ) -> None:
     _, decision = _decide(items)
-    if decision.status is not Verdict.PREEMPT:
+    if decision.verdict is not Verdict.PREEMPT:
         return
     assert decision.nominated_node is not None
     victims = {v.key for v in decision.victims}
@@ -291,7 +291,7 @@ def test_fits_without_preemption_exactly_when_some_node_passes_the_filters(
     preemptor = cluster.pod_by_key(PREEMPTOR)
     assert preemptor is not None
     fits_somewhere = any(filter_node(cluster, preemptor, info).ok for info in cluster.nodes())
-    assert (decision.status is Verdict.FITS_WITHOUT_PREEMPTION) == fits_somewhere
+    assert (decision.verdict is Verdict.FITS_WITHOUT_PREEMPTION) == fits_somewhere
 
 
 @SETTINGS
@@ -310,7 +310,7 @@ def test_the_filter_pass_judges_each_node_as_judging_it_alone_does(items: list[J
 @given(any_clusters)
 def test_unschedulable_only_when_no_node_could_take_the_preemptor(items: list[Json]) -> None:
     cluster, decision = _decide(items)
-    if decision.status is not Verdict.UNSCHEDULABLE:
+    if decision.verdict is not Verdict.UNSCHEDULABLE:
         return
     preemptor = cluster.pod_by_key(PREEMPTOR)
     assert preemptor is not None

@@ -438,7 +438,7 @@ def test_the_same_decision_has_no_differences() -> None:
 
 def test_a_changed_planner_argument_is_a_named_difference() -> None:
     decision, document, _ = recorded([*full_nodes(3), pod("p", priority=100, cpu="2")], "p")
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
     document["args"]["max_victims"] = 1
     lines = compare(document["decision"], decision_summary(replay(document)))
     assert lines == [

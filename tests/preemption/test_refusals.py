@@ -57,7 +57,7 @@ def unschedulable(made: Json, message: str) -> Json:
 )
 def test_a_preemptor_needing_an_unmodeled_filter_is_refused(spec: Json, named: str) -> None:
     decision = decide(*CROWDED, preemptor(**spec), preemptor="p")
-    assert decision.status is Verdict.UNSUPPORTED
+    assert decision.verdict is Verdict.UNSUPPORTED
     assert named in decision.message
     assert decision.victims == () and decision.nominated_node is None
 
@@ -70,7 +70,7 @@ def test_volumes_no_filter_looks_at_are_judged_as_usual() -> None:
         {"name": "d", "projected": {"sources": []}},
     ]
     decision = decide(*CROWDED, preemptor(volumes=volumes), preemptor="p")
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
 
 
 def test_a_namespace_selector_without_namespaces_in_the_snapshot_is_refused() -> None:
@@ -78,7 +78,7 @@ def test_a_namespace_selector_without_namespaces_in_the_snapshot_is_refused() ->
     decision = decide(
         *CROWDED, pod("p", cpu="1", priority=100, pod_anti_affinity=[chosen]), preemptor="p"
     )
-    assert decision.status is Verdict.UNSUPPORTED
+    assert decision.verdict is Verdict.UNSUPPORTED
     assert "namespaceSelector" in decision.message
 
 
@@ -87,7 +87,7 @@ def test_an_invalid_affinity_selector_is_refused() -> None:
     decision = decide(
         *CROWDED, pod("p", cpu="1", priority=100, pod_affinity=[broken]), preemptor="p"
     )
-    assert decision.status is Verdict.UNSUPPORTED
+    assert decision.verdict is Verdict.UNSUPPORTED
     assert "invalid label selector" in decision.message
 
 
@@ -111,7 +111,7 @@ def test_a_reason_from_an_unmodeled_filter_makes_the_pod_unsupported() -> None:
         "persistent volumes to bind."
     )
     decision = decide(*CROWDED, unschedulable(preemptor(), message), preemptor="p")
-    assert decision.status is Verdict.UNSUPPORTED
+    assert decision.verdict is Verdict.UNSUPPORTED
     assert "node(s) didn't find available persistent volumes to bind" in decision.message
     assert decision.victims == ()
 
@@ -122,13 +122,13 @@ def test_reasons_of_modeled_filters_change_nothing() -> None:
         "conflict, 1 node(s) didn't match pod topology spread constraints."
     )
     decision = decide(*CROWDED, unschedulable(preemptor(), message), preemptor="p")
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
 
 
 def test_fitting_while_the_scheduler_found_no_node_is_marked() -> None:
     message = "0/1 nodes are available: 1 Insufficient cpu."
     decision = decide(node("n1", cpu="2"), unschedulable(preemptor(), message), preemptor="p")
-    assert decision.status is Verdict.FITS_WITHOUT_PREEMPTION
+    assert decision.verdict is Verdict.FITS_WITHOUT_PREEMPTION
     assert decision.scheduler_disagrees is True
     assert decision.to_json()["schedulerDisagrees"] is True
     assert "the scheduler found no node" in decision.message
@@ -137,5 +137,5 @@ def test_fitting_while_the_scheduler_found_no_node_is_marked() -> None:
 
 def test_fitting_without_a_scheduler_verdict_is_not_marked() -> None:
     decision = decide(node("n1", cpu="2"), preemptor(), preemptor="p")
-    assert decision.status is Verdict.FITS_WITHOUT_PREEMPTION
+    assert decision.verdict is Verdict.FITS_WITHOUT_PREEMPTION
     assert decision.scheduler_disagrees is False

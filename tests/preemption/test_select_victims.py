@@ -230,7 +230,7 @@ def test_a_node_protected_pods_fill_is_no_candidate() -> None:
     )
     args = PreemptionArgs(protected_namespaces=frozenset({"kube-system"}))
     decision = plan(cluster, "default/urgent", args=args)
-    assert decision.status is Verdict.UNSCHEDULABLE
+    assert decision.verdict is Verdict.UNSCHEDULABLE
     assert ERR_NO_VICTIMS in decision.message
 
 
@@ -252,7 +252,7 @@ def test_victim_cap_prefers_a_node_within_it_and_refuses_the_rest() -> None:
     assert uncapped.nominated_node == "n1"  # minHighestPriority: priority 0 beats 50
     assert capped.nominated_node == "n2"
     assert victim_names(capped) == ["big"]
-    assert refused.status is Verdict.UNSCHEDULABLE
+    assert refused.verdict is Verdict.UNSCHEDULABLE
     assert "needs 4 victims, more than the cap of 3" in refused.message
 
 
@@ -273,7 +273,7 @@ def _kept_answer_cluster() -> Any:
 
 def _decided(cluster: Any, name: str = "p") -> tuple[list[str], int]:
     decision = plan(cluster, f"default/{name}")
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
     return victim_names(decision), decision.num_pdb_violations
 
 

@@ -100,7 +100,7 @@ def test_an_unreadable_pod_keeps_its_node_out_of_the_candidates() -> None:
     status = filter_nodes(cluster, incoming)["n1"]
     assert status.code is Code.UNRESOLVABLE
     assert "uid-default-a" in status.reasons[0]
-    assert plan(cluster, "default/p").status is Verdict.UNSCHEDULABLE
+    assert plan(cluster, "default/p").verdict is Verdict.UNSCHEDULABLE
 
 
 def test_the_node_is_judged_again_once_the_pod_is_readable() -> None:
@@ -108,20 +108,20 @@ def test_the_node_is_judged_again_once_the_pod_is_readable() -> None:
     cluster.reject_pod("uid-default-a", "n1")
     cluster.apply("Pod", pod("a", node="n1", cpu="1"))
     decision = plan(cluster, "default/p")
-    assert (decision.status, [v.name for v in decision.victims]) == (Verdict.PREEMPT, ["a"])
+    assert (decision.verdict, [v.name for v in decision.victims]) == (Verdict.PREEMPT, ["a"])
 
 
 def test_the_node_is_judged_again_once_the_pod_is_removed() -> None:
     cluster = snapshot(node("n1", cpu="1"), pod("p", cpu="1", priority=9))
     cluster.reject_pod("uid-default-a", "n1")
     cluster.remove("Pod", "uid-default-a")
-    assert plan(cluster, "default/p").status is Verdict.FITS_WITHOUT_PREEMPTION
+    assert plan(cluster, "default/p").verdict is Verdict.FITS_WITHOUT_PREEMPTION
 
 
 def test_a_rejected_pod_without_a_node_blocks_nothing() -> None:
     cluster = snapshot(node("n1", cpu="1"), pod("p", cpu="1"))
     cluster.reject_pod("uid-x", None)
-    assert plan(cluster, "default/p").status is Verdict.FITS_WITHOUT_PREEMPTION
+    assert plan(cluster, "default/p").verdict is Verdict.FITS_WITHOUT_PREEMPTION
 
 
 def test_the_bound_index_follows_binding_moving_finishing_and_removal() -> None:
@@ -172,7 +172,7 @@ def _one_victim_cluster(
 
 def _violations(cluster: ClusterSnapshot) -> int:
     decision = plan(cluster, "default/preemptor")
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
     return decision.num_pdb_violations
 
 

@@ -219,7 +219,7 @@ def test_preemption_resolves_a_spread_failure_with_one_victim_per_zone1_node() -
 
 def test_the_spread_decision_preempts_one_pod() -> None:
     decision = decide(*SPREAD_BY_ZONE_AND_HOST, preemptor="p")
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
     assert decision.nominated_node in ("node-a", "node-b")
     assert len(decision.victims) == 1
     assert decision.rationale.filtered[ERR_SPREAD] == 3

@@ -91,7 +91,7 @@ def test_preemption_evicts_the_lower_priority_holder_on_its_node() -> None:
         with_claims(pod("p", priority=100), "data"),
         preemptor="p",
     )
-    assert decision.status is Verdict.PREEMPT
+    assert decision.verdict is Verdict.PREEMPT
     assert (decision.nominated_node, victim_names(decision)) == ("n1", ["holder"])
 
 
@@ -105,7 +105,7 @@ def test_a_higher_priority_holder_leaves_no_candidate() -> None:
         with_claims(pod("p", priority=100), "data"),
         preemptor="p",
     )
-    assert decision.status is Verdict.UNSCHEDULABLE
+    assert decision.verdict is Verdict.UNSCHEDULABLE
 
 
 def test_read_write_once_claims_are_shared() -> None:
@@ -180,7 +180,7 @@ def test_an_unbound_wait_for_first_consumer_claim_restricting_topology_is_refuse
         with_claims(pod("p"), "data"),
         preemptor="p",
     )
-    assert decision.status is Verdict.UNSUPPORTED
+    assert decision.verdict is Verdict.UNSUPPORTED
     assert "WaitForFirstConsumer claim data" in decision.message
 
 
@@ -188,7 +188,7 @@ def test_an_unbound_wait_for_first_consumer_claim_provisioned_anywhere_is_judged
     decision = decide(
         node("n1"), storage_class(), claim("data"), with_claims(pod("p"), "data"), preemptor="p"
     )
-    assert decision.status is Verdict.FITS_WITHOUT_PREEMPTION
+    assert decision.verdict is Verdict.FITS_WITHOUT_PREEMPTION
 
 
 # -- VolumeZone ---------------------------------------------------------------------------------
@@ -278,10 +278,10 @@ LIMITED = (
 
 def test_preempting_the_volumes_user_frees_the_attachment() -> None:
     decision = decide(*LIMITED, preemptor="p")
-    assert (decision.status, victim_names(decision)) == (Verdict.PREEMPT, ["user"])
+    assert (decision.verdict, victim_names(decision)) == (Verdict.PREEMPT, ["user"])
 
 
 def test_an_attachment_that_outlives_the_victim_leaves_no_candidate() -> None:
     decision = decide(*LIMITED, attachment("va-old", "n1", "pv-old"), preemptor="p")
-    assert decision.status is Verdict.UNSCHEDULABLE
+    assert decision.verdict is Verdict.UNSCHEDULABLE
     assert ERR_MAX_VOLUMES in decision.message

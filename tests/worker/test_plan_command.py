@@ -33,7 +33,6 @@ SCENARIO = Path(__file__).resolve().parents[2] / "worker" / "scenarios" / "onlin
 PREEMPTCTL = Path(sys.executable).parent / "preemptctl"
 CONTRACT_FIELDS = {
     "preemptor",
-    "verdict",
     "status",
     "schedulerDisagrees",
     "nominatedNode",
@@ -83,7 +82,7 @@ def test_the_output_has_exactly_the_contract_fields(
     decided = plan_json(capsys, write(tmp_path, TWO_VICTIMS), "default/p")
     assert set(decided) == CONTRACT_FIELDS | {"rationale"}
     assert decided["preemptor"] == "default/p"
-    assert decided["verdict"] == decided["status"] == "Preempt"
+    assert decided["status"] == "Preempt"
     assert decided["schedulerDisagrees"] is False
     assert decided["nominatedNode"] == "n"
     assert decided["numPDBViolations"] == 0
@@ -223,7 +222,7 @@ def test_kinds_the_planner_does_not_read_are_skipped(
     volume = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-1"}}
     items = listing(node("n"), service, volume, pod("p", cpu="1"))
     decided = plan_json(capsys, write(tmp_path, items), "default/p")
-    assert decided["verdict"] == "FitsWithoutPreemption"
+    assert decided["status"] == "FitsWithoutPreemption"
 
 
 def test_two_pods_with_one_uid_are_a_usage_error(
@@ -262,7 +261,7 @@ def test_a_null_nominated_node_is_no_nomination(
     pending = pod("p", cpu="1")
     pending["status"]["nominatedNodeName"] = None
     decided = plan_json(capsys, write(tmp_path, listing(node("n"), pending)), "default/p")
-    assert decided["verdict"] == "FitsWithoutPreemption"
+    assert decided["status"] == "FitsWithoutPreemption"
 
 
 def test_a_huge_quantity_exponent_is_bad_input_at_once(
