@@ -57,9 +57,10 @@ from preemptctl.ledger.engine import configured_url, create_ledger_engine, displ
 from preemptctl.migrations import upgrade
 from preemptctl.worker.cancellation import cancel_and_wait
 from preemptctl.worker.config import ConfigError, Settings, load_settings
+from preemptctl.worker.connections import StartupError, connect_cluster
 from preemptctl.worker.errors import UsageError
 from preemptctl.worker.retry_command import ui_link
-from preemptctl.worker.runtime import StartupError, connect_cluster, running_controller
+from preemptctl.worker.runtime import running_controller
 from preemptctl.worker.scenarios import ONLINE_OFFLINE
 from preemptctl.worker.temporal_binary import temporal_cli
 from preemptctl.workflows import search_attributes

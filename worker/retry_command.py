@@ -41,8 +41,8 @@ from preemptctl.kube.outcomes import KubeCallError
 from preemptctl.kube.pods import Presence, get_pod
 from preemptctl.preemption.decision import PodRef
 from preemptctl.worker.config import ConfigError, Settings, load_settings
+from preemptctl.worker.connections import StartupError, TemporalUnreachableError, connect_temporal
 from preemptctl.worker.errors import Unavailable, UsageError
-from preemptctl.worker.runtime import StartupError, TemporalUnreachableError, connect_temporal
 from preemptctl.worker.starter import search_attributes_at_start
 from preemptctl.workflows.preemption import PreemptionWorkflow, workflow_id_for
 

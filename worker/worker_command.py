@@ -16,20 +16,20 @@ import signal
 from typing import Any
 
 from preemptctl.worker.config import ConfigError, Settings, load_settings
-from preemptctl.worker.errors import Unavailable, UsageError
-from preemptctl.worker.logs import configure_logging
-from preemptctl.worker.metrics import Metrics
-from preemptctl.worker.runtime import (
+from preemptctl.worker.connections import (
     LedgerUnreachableError,
     StartupError,
     TemporalUnreachableError,
     connect_cluster,
     connect_temporal,
-    open_probe_server,
-    running_controller,
     sdk_runtime,
     wait_for_ledger,
 )
+from preemptctl.worker.errors import Unavailable, UsageError
+from preemptctl.worker.logs import configure_logging
+from preemptctl.worker.metrics import Metrics
+from preemptctl.worker.probes import open_probe_server
+from preemptctl.worker.runtime import running_controller
 
 log = logging.getLogger("preemptctl")
 

@@ -24,7 +24,7 @@ import pytest
 
 from preemptctl.worker.cancellation import cancel_and_wait
 from preemptctl.worker.metrics import Metrics
-from preemptctl.worker.runtime import Supervisor
+from preemptctl.worker.supervisor import Supervisor
 
 
 async def _swallows_one_cancellation(started: asyncio.Event, cancels: list[int]) -> None:

@@ -57,8 +57,9 @@ from preemptctl.preemption.decision import PodRef
 from preemptctl.preemption.upstream import UpstreamPreemption
 from preemptctl.worker.cli import main
 from preemptctl.worker.config import load_settings
+from preemptctl.worker.connections import connect_cluster
 from preemptctl.worker.dev_command import free_port
-from preemptctl.worker.runtime import connect_cluster, running_controller
+from preemptctl.worker.runtime import running_controller
 from tests.support.emulator import as_list, node, pod
 
 NOW = datetime.now(UTC).replace(microsecond=0)

@@ -24,8 +24,9 @@ from preemptctl.emulator import SimulatedCluster
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.migrations import upgrade
 from preemptctl.worker.config import load_settings
+from preemptctl.worker.connections import connect_cluster
 from preemptctl.worker.dev_command import free_port
-from preemptctl.worker.runtime import connect_cluster, running_controller
+from preemptctl.worker.runtime import running_controller
 from preemptctl.worker.scenarios import ONLINE_OFFLINE
 from tests.support.temporal import wait_until_closed
 

@@ -30,16 +30,16 @@ from collections.abc import Iterator
 import pytest
 
 from preemptctl.worker.config import Settings
+from preemptctl.worker.connections import wait_for_ledger
 from preemptctl.worker.dev_command import free_port
 from preemptctl.worker.metrics import Metrics
-from preemptctl.worker.runtime import (
+from preemptctl.worker.probes import (
     MAX_REQUEST_THREADS,
     ProbeServer,
-    Supervisor,
     loop_answers,
     open_probe_server,
-    wait_for_ledger,
 )
+from preemptctl.worker.supervisor import Supervisor
 
 
 class FakeSleep:
