@@ -55,14 +55,14 @@ from preemptctl.emulator.status import ApiError
 from preemptctl.emulator.store import Obj, Store, now_rfc3339
 from preemptctl.preemption.decision import Decision, Verdict
 from preemptctl.preemption.decode import parse_time
-from preemptctl.preemption.default_preemption import (
-    ERR_NO_NODES,
-    filter_nodes,
-    preempt,
-    scheduling_fit_error,
-)
+from preemptctl.preemption.default_preemption import preempt
 from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.filters import Status
+from preemptctl.preemption.find_nodes_that_fit import (
+    ERR_NO_NODES,
+    filter_nodes,
+    scheduling_fit_error,
+)
 from preemptctl.preemption.objects import Pod
 from preemptctl.preemption.snapshot import ClusterSnapshot
 

@@ -1,10 +1,11 @@
 """kube-scheduler's DefaultPreemption, step by step, over a `ClusterSnapshot`.
 
-`preempt` runs upstream's fixed sequence (`Evaluator.Preempt`): filter the nodes, check the
-preemptor is eligible, find the nodes where preemption might help, dry-run preemption on a
-window of them, pick one, and list the lower-priority nominations to clear. Each step is a
-function named for its upstream counterpart; each returns what it found, and `preempt`
-alone assembles the rationale from those results.
+`preempt` runs upstream's fixed sequence (`Evaluator.Preempt`) after the scheduling cycle
+that failed (`find_nodes_that_fit`, step 0): check the preemptor is eligible, find the nodes
+where preemption might help, dry-run preemption on a window of them, pick one, and list the
+lower-priority nominations to clear. Each step is a function named for its upstream
+counterpart; each returns what it found, and `preempt` alone assembles the rationale from
+those results.
 
 Deliberate differences, all for reproducibility: the dry-run window's offset is derived from
 the preemptor's UID instead of drawn at random, the dry run walks the window in order (so its
@@ -15,8 +16,7 @@ by name instead of by Go's map order or unstable sort.
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -29,30 +29,35 @@ from preemptctl.preemption.decision import (
     Strategy,
     Verdict,
 )
-from preemptctl.preemption.diagnosis import unmodeled_scheduler_reasons
 from preemptctl.preemption.filters import (
     ERR_PORTS,
     SUCCESS,
     Code,
     Status,
-    fits_request,
     node_ports,
     node_resources_fit,
     ports_conflict,
-    static_filters,
     status_of,
+)
+from preemptctl.preemption.find_nodes_that_fit import (
+    ERR_NO_NODES,
+    PREFILTER,
+    NominatedExtra,
+    Prefilter,
+    filter_nodes,
+    fit_error_message,
+    nominated_extra,
+    summarise_filters,
+    unsupported_needs,
 )
 from preemptctl.preemption.objects import PREEMPT_NEVER, HostPort, Node, Pod, Resources
 from preemptctl.preemption.pod_constraints import PodConstraints
 from preemptctl.preemption.snapshot import ClusterSnapshot, NodeInfo, importance_key
 
 ERR_NO_VICTIMS = "No preemption victims found for incoming pod"
-ERR_NOT_HELPFUL = "Preemption is not helpful for scheduling"
 ERR_EXPECTED_VICTIM = "expected at least one victim pod on node"
 ERR_LIST_FULL = "a candidate violating PDBs, not kept: that candidate list is full"
-UNREADABLE_POD = "ClusterView"
 DEFAULT_PREEMPTION = "DefaultPreemption"
-ERR_NO_NODES = "no nodes available to schedule pods"
 
 _UNLIMITED = 1 << 62
 _NEVER_STARTED = float("inf")  # upstream's GetPodStartTime falls back to "now": the newest
@@ -91,44 +96,6 @@ class DryRun:
     rejected: dict[str, Status]
     evaluated: list[NodeEvaluation]
     stopped_early: bool
-
-
-@dataclass(slots=True)
-class FilterSummary:
-    """The filter pass for people: failures counted by reason, each reason's filter, the
-    nodes that fit and those preemption cannot help (by their first reason)."""
-
-    filtered: dict[str, int]
-    filters: dict[str, str]
-    fits: list[str]
-    unresolvable: dict[str, list[str]]
-
-
-@dataclass(slots=True)
-class _Extra:
-    """What nominated pods of equal or higher priority add to a node (`addGENominatedPods`)."""
-
-    requests: Resources
-    count: int
-    ports: tuple[HostPort, ...]
-    pods: tuple[Pod, ...]
-
-    @classmethod
-    def of(cls, pods: Sequence[Pod]) -> _Extra:
-        total = Resources()
-        for pod in pods:
-            total = total + pod.requests
-        return cls(total, len(pods), tuple(p for pod in pods for p in pod.host_ports), tuple(pods))
-
-
-_NO_EXTRA = _Extra(Resources(), 0, (), ())
-
-
-class _Prefilter:
-    """Marks "compute the PreFilter state here" where a caller has none to pass."""
-
-
-PREFILTER = _Prefilter()
 
 
 # -- the sequence ----------------------------------------------------------------------------
@@ -251,198 +218,6 @@ def preempt(
     )
 
 
-# -- step 0: the scheduling cycle's filter pass ------------------------------------------------
-
-
-def unsupported_needs(snapshot: ClusterSnapshot, preemptor: Pod) -> str:
-    """What the preemptor needs judged that the planner does not model ("" if nothing): its
-    own spec (DRA claims, volumes), a namespaceSelector with no Namespace objects to read,
-    or a reason the scheduler gave from a filter the planner does not run."""
-    if preemptor.unsupported:
-        return preemptor.unsupported
-    if not snapshot.namespaces and any(
-        term.namespace_selector is not None
-        for term in (*preemptor.pod_affinity, *preemptor.pod_anti_affinity)
-    ):
-        return (
-            "a namespaceSelector without Namespace objects (add namespaces to the snapshot: "
-            "kubectl get nodes,pods,pdb,namespaces -A -o json)"
-        )
-    unmodeled = unmodeled_scheduler_reasons(preemptor.scheduler_message)
-    if unmodeled:
-        return f"the scheduler's reason {unmodeled[0]!r} (from a filter the planner does not run)"
-    return ""
-
-
-def nominated_extra(snapshot: ClusterSnapshot, preemptor: Pod, node: str) -> _Extra:
-    """`addGENominatedPods`: pods nominated here at >= the preemptor's priority count as placed."""
-    if not snapshot.has_nominations(node):
-        return _NO_EXTRA
-    nominated = [
-        pod
-        for pod in snapshot.nominated_pods(node)
-        if pod.priority >= preemptor.priority and pod.uid != preemptor.uid
-    ]
-    return _Extra.of(nominated) if nominated else _NO_EXTRA
-
-
-def filter_node(
-    snapshot: ClusterSnapshot,
-    preemptor: Pod,
-    info: NodeInfo,
-    constraints: PodConstraints | _Prefilter | None = PREFILTER,
-) -> Status:
-    """`RunFilterPluginsWithNominatedPods` on one node, as it stands."""
-    if isinstance(constraints, _Prefilter):
-        constraints = PodConstraints.prefilter(snapshot, preemptor)
-    node = info.node
-    assert node is not None
-    if (
-        node.unschedulable
-        or node.taints
-        or preemptor.node_selector
-        or preemptor.required_affinity is not None  # no terms at all matches no node
-    ):
-        status = static_filters(preemptor, node)
-        if not status.ok:
-            return status
-    extra = nominated_extra(snapshot, preemptor, info.name)
-    if preemptor.host_ports:
-        status = node_ports(preemptor.host_ports, [*info.used_ports(), *extra.ports])
-        if not status.ok:
-            return status
-    nominated = extra.requests
-    status = fits_request(
-        preemptor.requests,
-        node,
-        info.milli_cpu + nominated.milli_cpu,
-        info.memory + nominated.memory,
-        info.ephemeral_storage + nominated.ephemeral_storage,
-        {
-            name: info.scalars.get(name, 0) + nominated.get(name)
-            for name, _ in preemptor.requests.scalars
-        },
-        len(info.pods) + extra.count,
-    )
-    if status.ok and constraints is not None:
-        status = constraints.filter_with_nominated(node, extra.pods)
-    return status
-
-
-def filter_nodes(
-    snapshot: ClusterSnapshot,
-    preemptor: Pod,
-    constraints: PodConstraints | _Prefilter | None = PREFILTER,
-) -> dict[str, Status]:
-    """The scheduling cycle's `Diagnosis.NodeToStatus`: each node's filter status.
-
-    Most nodes need only the resource check (no taints, no nominations, a pod without
-    selectors, host ports or extended resources); it is made inline (the loop runs over
-    every node of the cluster), then the PreFilter state answers when the pod has spread or
-    pod-affinity rules to judge. A node with a pod the cluster view could not read is
-    unresolvable: its load is unknown.
-    """
-    if isinstance(constraints, _Prefilter):
-        constraints = PodConstraints.prefilter(snapshot, preemptor)
-    if constraints is not None and constraints.prefilter_failure is not None:
-        # A PreFilter failure ends the cycle before any Filter: every node has its status.
-        failure = constraints.prefilter_failure
-        return {info.name: failure for info in snapshot.nodes()}
-    statuses: dict[str, Status] = {}
-    want = preemptor.requests
-    plain_pod = not (
-        preemptor.node_selector
-        or preemptor.required_affinity is not None
-        or preemptor.host_ports
-        or want.scalars
-    )
-    if not plain_pod:
-        for info in snapshot.nodes():
-            statuses[info.name] = filter_node(snapshot, preemptor, info, constraints)
-    else:
-        want_cpu, want_memory, want_ephemeral = want.milli_cpu, want.memory, want.ephemeral_storage
-        nominated = snapshot.nominated_node_names()
-        # A failed resource check's status depends only on which checks failed and whether
-        # the request exceeds the node's allocatable: one per combination, from fits_request.
-        failures: dict[int, Status] = {}
-        for info in snapshot.nodes():
-            node = info.node
-            assert node is not None
-            if node.unschedulable or node.taints or info.name in nominated:
-                statuses[info.name] = filter_node(snapshot, preemptor, info, constraints)
-                continue
-            allocatable = node.allocatable
-            failed = 0
-            if len(info.pods) >= node.allowed_pods:
-                failed = 1
-            if want_cpu > 0 and want_cpu > allocatable.milli_cpu - info.milli_cpu:
-                failed |= 2 | (32 if want_cpu > allocatable.milli_cpu else 0)
-            if want_memory > 0 and want_memory > allocatable.memory - info.memory:
-                failed |= 4 | (32 if want_memory > allocatable.memory else 0)
-            if want_ephemeral > 0 and want_ephemeral > (
-                allocatable.ephemeral_storage - info.ephemeral_storage
-            ):
-                failed |= 8 | (32 if want_ephemeral > allocatable.ephemeral_storage else 0)
-            if failed:
-                status = failures.get(failed)
-                if status is None:
-                    status = failures[failed] = fits_request(
-                        want,
-                        node,
-                        info.milli_cpu,
-                        info.memory,
-                        info.ephemeral_storage,
-                        {},
-                        len(info.pods),
-                    )
-            elif constraints is not None:
-                status = constraints.filter(node)
-            else:
-                status = SUCCESS
-            statuses[info.name] = status
-    if snapshot.rejected:
-        for name in statuses:
-            unreadable = snapshot.unreadable_pods(name)
-            if unreadable:
-                statuses[name] = status_of(
-                    Code.UNRESOLVABLE,
-                    (f"node(s) had a pod the cluster view could not read (uid {unreadable[0]})",),
-                    UNREADABLE_POD,
-                )
-    return statuses
-
-
-def summarise_filters(statuses: dict[str, Status]) -> FilterSummary:
-    """Count failures by reason; name the nodes that fit and those preemption cannot help."""
-    # Thousands of nodes share a handful of (interned) statuses: count them by identity,
-    # and walk the nodes by name only when some status names them in the summary.
-    values = statuses.values()
-    counts = Counter(map(id, values))
-    distinct = dict(zip(map(id, values), values, strict=True))
-    filtered: Counter[str] = Counter()
-    filters: dict[str, str] = {}
-    named: set[int] = set()
-    for key, count in counts.items():
-        status = distinct[key]
-        for reason in status.reasons:
-            filtered[reason] += count
-            if status.plugin:
-                filters.setdefault(reason, status.plugin)
-        if status.code is not Code.UNSCHEDULABLE:
-            named.add(key)
-    fits: list[str] = []
-    unresolvable: dict[str, list[str]] = {}
-    if named:
-        for name, status in statuses.items():
-            if id(status) not in named:
-                continue
-            if status.code is Code.SUCCESS:
-                fits.append(name)
-            elif status.code is Code.UNRESOLVABLE:
-                unresolvable.setdefault(status.reasons[0], []).append(name)
-    return FilterSummary(dict(sorted(filtered.items())), filters, fits, unresolvable)
-
-
 # -- step 1: eligibility --------------------------------------------------------------------------
 
 
@@ -520,7 +295,7 @@ def dry_run_preemption(
     offset: int,
     wanted: int,
     args: PreemptionArgs | None = None,
-    constraints: PodConstraints | _Prefilter | None = PREFILTER,
+    constraints: PodConstraints | Prefilter | None = PREFILTER,
 ) -> DryRun:
     """`Evaluator.DryRunPreemption`: select victims on each node from the offset on.
 
@@ -531,7 +306,7 @@ def dry_run_preemption(
     are kept is dropped (the walk goes on, looking for a non-violating one). A node needing
     more victims than `args.max_victims` allows is rejected, not a candidate.
     """
-    if isinstance(constraints, _Prefilter):
+    if isinstance(constraints, Prefilter):
         constraints = PodConstraints.prefilter(snapshot, preemptor)
     max_victims = args.max_victims if args else 0
     non_violating: list[Candidate] = []
@@ -592,7 +367,7 @@ def select_victims_on_node(
     preemptor: Pod,
     info: NodeInfo,
     args: PreemptionArgs | None = None,
-    constraints: PodConstraints | _Prefilter | None = PREFILTER,
+    constraints: PodConstraints | Prefilter | None = PREFILTER,
 ) -> tuple[list[Pod], int, Status]:
     """`DefaultPreemption.SelectVictimsOnNode`: the fewest, least important pods to remove.
 
@@ -607,7 +382,7 @@ def select_victims_on_node(
     remove, the resource answer is kept on the node and reused by the next preemptor of the
     same priority and request while the node, its pods and every budget are unchanged.
     """
-    if isinstance(constraints, _Prefilter):
+    if isinstance(constraints, Prefilter):
         constraints = PodConstraints.prefilter(snapshot, preemptor)
     want = preemptor.requests
     if (
@@ -727,7 +502,7 @@ def _reprieve_pods(
     wanted_ports: tuple[HostPort, ...],
     constraints: PodConstraints | None,
     node: Node,
-    extra: _Extra,
+    extra: NominatedExtra,
 ) -> tuple[list[Pod], int]:
     """`reprievePod`, the one routine: put each pod back if the preemptor still fits beside
     it; the pods that cannot be put back are the victims (and how many violate a PDB).
@@ -783,7 +558,7 @@ def _also_fits_beside(
     wanted_ports: tuple[HostPort, ...],
     constraints: PodConstraints | None,
     node: Node,
-    extra: _Extra,
+    extra: NominatedExtra,
 ) -> bool:
     """The rest of the reprieve check once cpu, memory, storage and the pod slot fit: extended
     resources, host ports, and (AddPod, then Filter) spread and pod affinity. On success the
@@ -826,7 +601,7 @@ class _Free:
 def _free_after_removal(
     preemptor: Pod,
     info: NodeInfo,
-    extra: _Extra,
+    extra: NominatedExtra,
     removed: list[Pod],
     freed: tuple[int, int, int],
 ) -> _Free:
@@ -875,7 +650,9 @@ def _free_after_removal(
     return _Free(cpu, memory, ephemeral, scalars, slots)
 
 
-def _ports_blocked(preemptor: Pod, info: NodeInfo, extra: _Extra, removed: list[Pod]) -> bool:
+def _ports_blocked(
+    preemptor: Pod, info: NodeInfo, extra: NominatedExtra, removed: list[Pod]
+) -> bool:
     removed_uids = {pod.uid for pod in removed}
     remaining = [
         port for pod in info.pods.values() if pod.uid not in removed_uids for port in pod.host_ports
@@ -883,7 +660,7 @@ def _ports_blocked(preemptor: Pod, info: NodeInfo, extra: _Extra, removed: list[
     return not node_ports(preemptor.host_ports, [*remaining, *extra.ports]).ok
 
 
-def _why_not(preemptor: Pod, info: NodeInfo, extra: _Extra, removed: list[Pod]) -> Status:
+def _why_not(preemptor: Pod, info: NodeInfo, extra: NominatedExtra, removed: list[Pod]) -> Status:
     """The filter status with every potential victim gone (computed only on rejection)."""
     assert info.node is not None
     if preemptor.host_ports and _ports_blocked(preemptor, info, extra, removed):
@@ -1006,44 +783,3 @@ def lower_priority_nominated_pods(
         if pod.priority < preemptor.priority and pod.uid != preemptor.uid
     ]
     return sorted(pods, key=importance_key)
-
-
-def fit_error_message(
-    num_nodes: int, statuses: dict[str, Status], rejected: dict[str, Status]
-) -> str:
-    """`FitError.Error()` of the scheduling cycle, then `preemption: ` and the `FitError` that
-    `Evaluator.Preempt` returns: the dry run's rejections, every other node "not helpful".
-
-    Like upstream's `sortReasonsHistogram`, each part lists `<count> <reason>` strings sorted
-    as strings.
-    """
-    counts: Counter[str] = Counter()
-    for status in statuses.values():
-        for reason in status.reasons:
-            counts[reason] += 1
-    preemption: Counter[str] = Counter()
-    for name in statuses:
-        found = rejected.get(name)
-        if found is None:
-            preemption[ERR_NOT_HELPFUL] += 1
-        else:
-            for reason in found.reasons:
-                preemption[reason] += 1
-    return f"{_histogram(num_nodes, counts)} preemption: {_histogram(num_nodes, preemption)}"
-
-
-def _histogram(num_nodes: int, counts: Counter[str]) -> str:
-    reasons = sorted(f"{count} {reason}" for reason, count in counts.items())
-    return f"0/{num_nodes} nodes are available: " + ", ".join(reasons) + "."
-
-
-def scheduling_fit_error(num_nodes: int, statuses: Mapping[str, Status]) -> str:
-    """The scheduling cycle's own `FitError.Error()`, before any PostFilter: what the
-    scheduler writes into PodScheduled when no node fits and it does not preempt."""
-    if num_nodes == 0:
-        return ERR_NO_NODES
-    counts: Counter[str] = Counter()
-    for status in statuses.values():
-        for reason in status.reasons:
-            counts[reason] += 1
-    return _histogram(num_nodes, counts)

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from preemptctl.preemption.default_preemption import filter_node
 from preemptctl.preemption.filters import Code, Status, node_name
+from preemptctl.preemption.find_nodes_that_fit import filter_node
 from tests.preemption.builders import (
     as_node,
     as_pod,

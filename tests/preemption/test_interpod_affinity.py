@@ -26,8 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 from preemptctl.preemption.decision import Verdict
-from preemptctl.preemption.default_preemption import filter_node, filter_nodes
 from preemptctl.preemption.filters import Code, Status
+from preemptctl.preemption.find_nodes_that_fit import filter_node, filter_nodes
 from preemptctl.preemption.pod_constraints import (
     ERR_AFFINITY_RULES,
     ERR_ANTI_AFFINITY_RULES,

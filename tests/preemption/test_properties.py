@@ -40,7 +40,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from preemptctl.preemption.decision import Decision, Verdict
-from preemptctl.preemption.default_preemption import filter_node, filter_nodes
+from preemptctl.preemption.find_nodes_that_fit import filter_node, filter_nodes
 from preemptctl.preemption.planner import plan
 from preemptctl.preemption.snapshot import ClusterSnapshot, importance_key
 from tests.preemption.builders import (

@@ -25,9 +25,9 @@ from __future__ import annotations
 import pytest
 
 from preemptctl.preemption.decision import Verdict
-from preemptctl.preemption.default_preemption import filter_nodes
 from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.filters import Code
+from preemptctl.preemption.find_nodes_that_fit import filter_nodes
 from preemptctl.preemption.planner import plan
 from preemptctl.preemption.snapshot import ClusterSnapshot
 from tests.preemption.builders import listing, namespace, node, pdb, pod, snapshot, term

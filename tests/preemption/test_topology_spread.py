@@ -23,8 +23,9 @@ from __future__ import annotations
 from typing import Any
 
 from preemptctl.preemption.decision import Verdict
-from preemptctl.preemption.default_preemption import dry_run_preemption, filter_node, filter_nodes
+from preemptctl.preemption.default_preemption import dry_run_preemption
 from preemptctl.preemption.filters import Code, Status
+from preemptctl.preemption.find_nodes_that_fit import filter_node, filter_nodes
 from preemptctl.preemption.pod_constraints import ERR_SPREAD, ERR_SPREAD_LABEL, SPREAD
 from tests.preemption.builders import decide, node, pod, snapshot, spread, taint
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 from preemptctl.preemption.decision import Verdict
-from preemptctl.preemption.default_preemption import filter_nodes
 from preemptctl.preemption.filters import Code, Status
+from preemptctl.preemption.find_nodes_that_fit import filter_nodes
 from preemptctl.preemption.volumes import (
     ERR_MAX_VOLUMES,
     ERR_MISSING_PV,
