@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.objects import (
     PREEMPT_LOWER_PRIORITY,
+    ZERO,
     AffinityTerm,
     CSINode,
     HostPort,
@@ -201,6 +202,8 @@ def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping
     if type(uid) is not str:
         uid = _string(uid, "metadata.uid")
     labels = _labels(meta.get("labels"), "metadata.labels")
+    if phase in _TERMINAL_PHASES:
+        return _terminal_pod(namespace, name, uid, priority, node_name, labels, phase, meta)
     node_selector = _labels(spec.get("nodeSelector"), "spec.nodeSelector")
     pod_affinity: tuple[AffinityTerm, ...] = ()
     pod_anti_affinity: tuple[AffinityTerm, ...] = ()
@@ -254,6 +257,36 @@ def _decode_pod(obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping
         scheduler_message,
         claims,
         inline_csi,
+    )
+
+
+_TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def _terminal_pod(
+    namespace: str,
+    name: str,
+    uid: str,
+    priority: int,
+    node_name: str,
+    labels: Mapping[str, str],
+    phase: str,
+    meta: Mapping[str, Any],
+) -> Pod:
+    """A Succeeded or Failed pod: it holds nothing on its node (the scheduler's cache drops
+    it, and the snapshot never counts it), so nothing of its spec is read; a quantity no
+    node could hold, or one malformed, in a pod that is done can then fail no decision."""
+    return Pod(
+        namespace,
+        name,
+        uid,
+        priority,
+        ZERO,
+        node_name,
+        labels=labels,
+        phase=phase,
+        terminating=meta.get("deletionTimestamp") is not None,
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 

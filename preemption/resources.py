@@ -154,7 +154,11 @@ def _pod_requests(spec: Mapping[str, Any]) -> Resources:
     _add(total, resource_amounts(spec.get("overhead")))
     for name, amount in total.items():
         if amount > MAX_VALUE:
-            raise QuantityError(f"the pod's total {name} request is beyond 64-bit range")
+            # Each amount is within int64 (the parser refuses others); their sum may not be.
+            # Upstream's arithmetic saturates at the largest int64 instead of failing, so a
+            # pod asking for more than any node has simply fits nowhere: never an error
+            # that would take its node, or the whole snapshot, out of every decision.
+            total[name] = MAX_VALUE
     return to_resources(total)
 
 

@@ -1,0 +1,112 @@
+"""Bad objects of other tenants never fail a decision, nor steer it (issue 20, finding 1).
+
+Scenarios:
+- a Failed pod bound to node-1 whose two containers each request `ephemeral-storage: 5E`
+  (each value valid, their sum beyond int64) changes nothing: the same decision as without
+  it, read from a snapshot file and fed one object at a time as the cluster view feeds it;
+- a running pod whose requests overflow is counted saturated at the largest int64 (as
+  upstream's quantity arithmetic caps), not refused: its node stays a candidate for a
+  preemptor that does not ask for that resource;
+- a terminal pod (Succeeded or Failed) holds nothing, so even a malformed quantity in it is
+  never read: it decodes with no request and its node is judged as if it were gone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from preemptctl.preemption.decision import Verdict
+from preemptctl.preemption.decode import decode_pod
+from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.preemption.objects import Resources
+from preemptctl.preemption.planner import plan
+from preemptctl.preemption.quantity import MAX_VALUE
+from preemptctl.preemption.snapshot import ClusterSnapshot
+from tests.preemption.builders import container, listing, node, pod, victim_names
+
+Json = dict[str, Any]
+
+OVERFLOWING = [
+    container(extra={"ephemeral-storage": "5E"}, name="a"),
+    container(extra={"ephemeral-storage": "5E"}, name="b"),
+]
+
+
+def two_nodes() -> list[Json]:
+    """node-1's victim is the cheaper one (lower priority): without interference the
+    planner preempts on node-1."""
+    return [
+        node("node-1", cpu="2"),
+        node("node-2", cpu="2"),
+        pod("low-1", cpu="2", node="node-1", priority=1, start=0),
+        pod("low-2", cpu="2", node="node-2", priority=2, start=0),
+        pod("p", cpu="2", priority=10),
+    ]
+
+
+def hostile(phase: str) -> Json:
+    return pod("hostile", node="node-1", containers=OVERFLOWING, phase=phase, priority=100)
+
+
+def test_without_the_hostile_pod_node_1_is_chosen() -> None:
+    decision = plan(ClusterSnapshot.from_list(listing(*two_nodes())), "default/p")
+    assert (decision.verdict, decision.nominated_node, victim_names(decision)) == (
+        Verdict.PREEMPT,
+        "node-1",
+        ["low-1"],
+    )
+
+
+def test_a_failed_pod_whose_requests_overflow_changes_no_decision() -> None:
+    decision = plan(
+        ClusterSnapshot.from_list(listing(*two_nodes(), hostile("Failed"))), "default/p"
+    )
+    assert (decision.verdict, decision.nominated_node, victim_names(decision)) == (
+        Verdict.PREEMPT,
+        "node-1",
+        ["low-1"],
+    )
+
+
+def feed(snapshot: ClusterSnapshot, obj: Json) -> None:
+    """What `kube.view` does with a watched pod: apply it, or leave out one it cannot read
+    (and keep its node from being a candidate)."""
+    try:
+        snapshot.apply("Pod", obj)
+    except PlannerInputError:
+        snapshot.reject_pod(obj["metadata"]["uid"], obj["spec"].get("nodeName"))
+
+
+def test_a_failed_overflowing_pod_fed_as_the_view_feeds_it_changes_no_decision() -> None:
+    snapshot = ClusterSnapshot.from_list(listing(*two_nodes()))
+    feed(snapshot, hostile("Failed"))
+    decision = plan(snapshot, "default/p")
+    assert (decision.nominated_node, victim_names(decision), snapshot.rejected) == (
+        "node-1",
+        ["low-1"],
+        {},
+    )
+
+
+def test_a_running_pod_whose_requests_overflow_is_counted_saturated() -> None:
+    running = decode_pod(hostile("Running"))
+    assert running.requests == Resources(ephemeral_storage=MAX_VALUE)
+
+
+def test_a_saturated_pod_keeps_its_node_a_candidate_for_other_resources() -> None:
+    items = [*two_nodes(), hostile("Running")]
+    items[2] = pod("low-1", cpu="2", node="node-1", priority=1, start=0)
+    decision = plan(ClusterSnapshot.from_list(listing(*items)), "default/p")
+    assert (decision.nominated_node, victim_names(decision)) == ("node-1", ["low-1"])
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_a_terminal_pod_holds_nothing_even_with_a_malformed_quantity(phase: str) -> None:
+    done = pod("done", cpu="5x", node="node-1", phase=phase)
+    assert decode_pod(done).requests == Resources()
+    snapshot = ClusterSnapshot.from_list(listing(*two_nodes(), done))
+    info = snapshot.node("node-1")
+    assert info is not None
+    assert (sorted(p.name for p in info.pods.values()), info.milli_cpu) == (["low-1"], 2000)
