@@ -234,6 +234,13 @@ class Pod:
     # claim is `<pod>-<volume>`), and inline CSI volumes as (driver, volume handle).
     claims: tuple[str, ...] = ()
     inline_csi: tuple[tuple[str, str], ...] = ()
+    # The PodGroup it joins (`spec.schedulingGroup.podGroupName`, same namespace); "" if none.
+    group: str = ""
+    # Its own `spec.priority` when `priority` holds its group's instead (a member's priority
+    # is its group's: the snapshot sets it); None while `priority` is its own.
+    spec_priority: int | None = None
+    # The annotations a setting asks to keep (e.g. a label-named group's size); no others.
+    annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
 
     @property
     def key(self) -> str:
@@ -247,6 +254,36 @@ class Pod:
     def is_terminal(self) -> bool:
         """Succeeded or Failed: the scheduler no longer counts the pod on its node."""
         return self.phase in ("Succeeded", "Failed")
+
+
+PREEMPTOR_POLICY_UNSET = ""
+
+
+@dataclass(slots=True, eq=False)
+class PodGroup:
+    """A `scheduling.k8s.io/v1beta1` PodGroup as preemption reads it (KEP-4671, KEP-5710).
+
+    `min_count` is the gang's `schedulingPolicy.gang.minCount`, 1 for `basic` (at least one
+    member placed). `disruption_all` is `disruptionMode: {all: {}}`: every scheduled member,
+    on any node, is one victim unit. `preemption_policy` is "" when the group sets none (its
+    members' then decide). `unsupported` names what the planner does not judge for it
+    (topology constraints, resource claims), "" when nothing.
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    priority: int = 0
+    gang: bool = False
+    min_count: int = 1
+    disruption_all: bool = False
+    preemption_policy: str = PREEMPTOR_POLICY_UNSET
+    unsupported: str = ""
+    resource_version: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 @dataclass(slots=True, eq=False)

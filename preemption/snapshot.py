@@ -10,6 +10,7 @@ importance, PDB matches) cached until the objects they depend on change.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import gc
 from array import array
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
@@ -22,6 +23,7 @@ from preemptctl.preemption.decode import (
     decode_node,
     decode_pdb,
     decode_pod,
+    decode_pod_group,
     decode_storage_class,
     decode_volume,
     decode_volume_attachment,
@@ -39,6 +41,7 @@ from preemptctl.preemption.objects import (
     PersistentVolumeClaim,
     Pod,
     PodDisruptionBudget,
+    PodGroup,
     Resources,
     StorageClass,
     VolumeAttachment,
@@ -50,7 +53,7 @@ from preemptctl.preemption.selectors import label_selector_matches
 CLUSTER_SCOPED_KINDS = frozenset(
     {"Node", "Namespace", "PersistentVolume", "StorageClass", "CSINode", "VolumeAttachment"}
 )
-NAMESPACED_KINDS = frozenset({"Pod", "PodDisruptionBudget", "PersistentVolumeClaim"})
+NAMESPACED_KINDS = frozenset({"Pod", "PodDisruptionBudget", "PersistentVolumeClaim", "PodGroup"})
 # Kinds accepted and not kept (none today; a kind the planner stops reading goes here, so
 # an older feed keeps working).
 IGNORED_KINDS: frozenset[str] = frozenset()
@@ -58,15 +61,17 @@ IGNORED_KINDS: frozenset[str] = frozenset()
 _NEVER_STARTED = float("inf")
 
 
-def importance_key(pod: Pod) -> tuple[int, float, str, str]:
-    """Sort key for `MoreImportantPod`: higher priority first, then earlier start.
+def importance_key(pod: Pod) -> tuple[int, int, float, str]:
+    """Sort key for `MoreImportantVictim` applied to a victim of one pod: higher priority
+    first, then a pod that names a pod group before one that does not (upstream ranks it as
+    a group member), then earlier start, then the smaller UID (upstream's last tie-break).
 
-    Upstream breaks the remaining ties by Go's unstable sort; ours by namespace and name,
-    so a decision is the same every time. A pod without a start time counts as the newest,
-    as upstream's `GetPodStartTime` (which falls back to "now") makes it.
+    A pod without a start time counts as the newest, as upstream's `GetPodStartTime` (which
+    falls back to "now") makes it. Victims of several pods (a group taken whole) are ordered
+    by `victim_units.importance`, which agrees with this key on pods alone.
     """
     start = pod.start_time if pod.start_time is not None else _NEVER_STARTED
-    return (-pod.priority, start, pod.namespace, pod.name)
+    return (-pod.priority, 0 if pod.group else 1, start, pod.uid)
 
 
 def _compact(values: list[int]) -> Sequence[int]:
@@ -89,6 +94,7 @@ class NodeInfo:
         "_pdb_matches",
         "_suffix_sums",
         "ephemeral_storage",
+        "grouped",
         "memory",
         "milli_cpu",
         "name",
@@ -105,6 +111,7 @@ class NodeInfo:
         self.memory = 0
         self.ephemeral_storage = 0
         self.scalars: dict[str, int] = {}
+        self.grouped = 0  # how many of its pods name a pod group
         self._by_importance: list[Pod] | None = None
         self._descending_priorities: Sequence[int] = ()
         # Summed cpu, memory and ephemeral storage of the pods from each position on.
@@ -116,11 +123,15 @@ class NodeInfo:
     def add_pod(self, pod: Pod) -> None:
         self.pods[pod.uid] = pod
         self._account(pod.requests, 1)
+        if pod.group:
+            self.grouped += 1
 
     def remove_pod(self, uid: str) -> Pod | None:
         pod = self.pods.pop(uid, None)
         if pod is not None:
             self._account(pod.requests, -1)
+            if pod.group:
+                self.grouped -= 1
         return pod
 
     def _account(self, requests: Resources, sign: int) -> None:
@@ -409,6 +420,14 @@ class ClusterSnapshot:
         self.storage_classes: dict[str, StorageClass] = {}
         self.csinodes: dict[str, CSINode] = {}
         self.volume_attachments: dict[str, VolumeAttachment] = {}
+        self.pod_groups: dict[str, PodGroup] = {}
+        # The non-terminal pods naming each pod group ("namespace/name"), bound or pending.
+        self._group_members: dict[str, dict[str, Pod]] = {}
+        # Per pod label that names groups (a setting), the non-terminal pods by
+        # "namespace/value"; built on first use (`label_group_members`), then kept current.
+        self._label_groups: dict[str, dict[str, dict[str, Pod]]] = {}
+        # Annotations decoded pods keep (a setting reads them); every other one is dropped.
+        self.kept_annotations: frozenset[str] = frozenset()
         self.bound = BoundPodIndex()
         # Pods the feeder could not read, by UID, with the node they were on (if known):
         # that node's capacity is unknown, so it is no candidate until the pod is readable.
@@ -447,13 +466,15 @@ class ClusterSnapshot:
         return snapshot
 
     @classmethod
-    def from_list(cls, document: Any) -> ClusterSnapshot:
+    def from_list(cls, document: Any, kept_annotations: Iterable[str] = ()) -> ClusterSnapshot:
         """A snapshot from a `v1 List` (kubectl get nodes,pods,pdb,namespaces,... -A -o json).
 
         Kinds the planner does not read are skipped. Two pods with one UID are an error: a
-        decision about one of them could name the other.
+        decision about one of them could name the other. Pods keep only the annotations in
+        `kept_annotations`.
         """
         snapshot = cls()
+        snapshot.kept_annotations = frozenset(kept_annotations)
         # Building allocates hundreds of thousands of objects and frees none; the cyclic
         # collector would rescan the whole (large) document again and again meanwhile.
         collecting = gc.isenabled()
@@ -461,7 +482,7 @@ class ClusterSnapshot:
         try:
             for kind, item in iter_list_items(document):
                 if kind == "Pod":
-                    pod = decode_pod(item)
+                    pod = decode_pod(item, snapshot.kept_annotations)
                     seen = snapshot.pods.get(pod.uid)
                     if seen is not None:
                         raise PlannerInputError(
@@ -480,7 +501,7 @@ class ClusterSnapshot:
         """Add or replace one object given as Kubernetes JSON; kinds in `IGNORED_KINDS` are
         accepted and not kept. Raises `PlannerInputError` for an object it cannot read."""
         if kind == "Pod":
-            self.upsert_pod(decode_pod(obj))
+            self.upsert_pod(decode_pod(obj, self.kept_annotations))
         elif kind == "Node":
             self.upsert_node(decode_node(obj))
         elif kind == "PodDisruptionBudget":
@@ -502,6 +523,8 @@ class ClusterSnapshot:
         elif kind == "VolumeAttachment":
             attachment = decode_volume_attachment(obj)
             self.volume_attachments[attachment.name] = attachment
+        elif kind == "PodGroup":
+            self.upsert_pod_group(decode_pod_group(obj))
         elif kind not in IGNORED_KINDS:
             raise ValueError(f"unsupported kind {kind}")
 
@@ -517,6 +540,8 @@ class ClusterSnapshot:
             self.remove_pdb(key)
         elif kind == "Namespace":
             self.namespaces.pop(key, None)
+        elif kind == "PodGroup":
+            self.remove_pod_group(key)
         elif kind in _STORES:
             getattr(self, _STORES[kind]).pop(key, None)
         elif kind not in IGNORED_KINDS:
@@ -634,6 +659,8 @@ class ClusterSnapshot:
     # -- pods -------------------------------------------------------------------------------
 
     def upsert_pod(self, pod: Pod) -> None:
+        if pod.group or pod.spec_priority is not None:
+            pod = self._with_group_priority(pod)
         uid, key = pod.uid, pod.key
         old = self.pods.get(uid)
         if old is not None:
@@ -666,6 +693,13 @@ class ClusterSnapshot:
     def _attach(self, pod: Pod) -> None:
         if pod.is_terminal():
             return
+        if pod.group:
+            members = self._group_members.get(f"{pod.namespace}/{pod.group}")
+            if members is None:
+                members = self._group_members[f"{pod.namespace}/{pod.group}"] = {}
+            members[pod.uid] = pod
+        if self._label_groups:
+            self._index_label_groups(pod, 1)
         if pod.node_name:
             info = self.node_infos.get(pod.node_name)
             if info is None:
@@ -680,6 +714,10 @@ class ClusterSnapshot:
             self._nominated.setdefault(pod.nominated_node_name, {})[pod.uid] = pod
 
     def _detach(self, pod: Pod) -> None:
+        if pod.group:
+            _discard(self._group_members, f"{pod.namespace}/{pod.group}", pod.uid)
+        if self._label_groups:
+            self._index_label_groups(pod, -1)
         if pod.node_name:
             info = self.node_infos.get(pod.node_name)
             self.bound.discard(pod)
@@ -714,6 +752,76 @@ class ClusterSnapshot:
     def nominated_node_names(self) -> Collection[str]:
         """The nodes some pending pod is nominated to (a live view: do not keep it)."""
         return self._nominated.keys()
+
+    # -- pod groups -------------------------------------------------------------------------
+
+    def upsert_pod_group(self, group: PodGroup) -> None:
+        """Add or replace a PodGroup; its members' priority follows the group's."""
+        key = group.key
+        old = self.pod_groups.get(key)
+        self.pod_groups[key] = group
+        if old is None or old.priority != group.priority:
+            self._reprioritise_members(key)
+
+    def remove_pod_group(self, key: str) -> None:
+        """Forget a PodGroup (`namespace/name`); its members take back their own priority."""
+        if self.pod_groups.pop(key, None) is not None:
+            self._reprioritise_members(key)
+
+    def _reprioritise_members(self, key: str) -> None:
+        for pod in list(self._group_members.get(key, {}).values()):
+            self.upsert_pod(pod)
+
+    def _with_group_priority(self, pod: Pod) -> Pod:
+        """The pod with its effective priority: its group's when the group is known
+        (upstream `getPodPriority`), else its own (kept in `spec_priority` meanwhile)."""
+        own = pod.spec_priority if pod.spec_priority is not None else pod.priority
+        group = self.pod_groups.get(f"{pod.namespace}/{pod.group}") if pod.group else None
+        if group is None or group.priority == own:
+            if pod.spec_priority is None:
+                return pod
+            return dataclasses.replace(pod, priority=own, spec_priority=None)
+        if pod.priority == group.priority and pod.spec_priority == own:
+            return pod
+        return dataclasses.replace(pod, priority=group.priority, spec_priority=own)
+
+    def pod_group(self, key: str) -> PodGroup | None:
+        return self.pod_groups.get(key)
+
+    def group_members(self, key: str) -> list[Pod]:
+        """The non-terminal pods naming the pod group `namespace/name`, bound or pending."""
+        members = self._group_members.get(key)
+        return list(members.values()) if members else []
+
+    def label_group_members(self, label: str, key: str) -> list[Pod]:
+        """The non-terminal pods whose `label` has the value `name`, in `namespace` (key
+        `namespace/name`): a group named by a label (a setting), bound or pending."""
+        groups = self._label_groups.get(label)
+        if groups is None:
+            groups = self._label_groups[label] = {}
+            for pod in self.pods.values():
+                value = pod.labels.get(label)
+                if value is not None and not pod.is_terminal():
+                    groups.setdefault(f"{pod.namespace}/{value}", {})[pod.uid] = pod
+        members = groups.get(key)
+        return list(members.values()) if members else []
+
+    def _index_label_groups(self, pod: Pod, sign: int) -> None:
+        labels = pod.labels
+        if not labels:
+            return
+        for label, groups in self._label_groups.items():
+            value = labels.get(label)
+            if value is None:
+                continue
+            key = f"{pod.namespace}/{value}"
+            if sign > 0:
+                members = groups.get(key)
+                if members is None:
+                    members = groups[key] = {}
+                members[pod.uid] = pod
+            else:
+                _discard(groups, key, pod.uid)
 
     # -- budgets ----------------------------------------------------------------------------
 
@@ -792,4 +900,4 @@ _STORES = {
     "CSINode": "csinodes",
     "VolumeAttachment": "volume_attachments",
 }
-_DECODERS = frozenset({"Node", "Pod", "PodDisruptionBudget", "Namespace", *_STORES})
+_DECODERS = frozenset({"Node", "Pod", "PodDisruptionBudget", "Namespace", "PodGroup", *_STORES})

@@ -5,7 +5,9 @@ added to `Pod` out of order, or two fields of one type swapped, would type-check
 wrongly. Every field here has a value of its own, so a swap shows.
 
 Scenarios:
-- a pod with every field set decodes each into its own named field;
+- a pod with every field set decodes each into its own named field (its pod group and the
+  annotations a setting asks for included);
+- only the annotations a setting reads are kept, none by default;
 - each of the flags (terminating, disrupted by the scheduler, unschedulable, static or
   mirror) is set alone by its own part of the manifest;
 - `Pod` has the fields `decode_pod` passes, in that order (a new field fails here until the
@@ -33,7 +35,7 @@ MANIFEST = {
         "resourceVersion": "rv-d",
         "labels": {"app": "e"},
         "deletionTimestamp": "2026-11-24T10:00:00Z",
-        "annotations": {"kubernetes.io/config.source": "file"},
+        "annotations": {"kubernetes.io/config.source": "file", "example.com/size": "n"},
     },
     "spec": {
         "priority": 7,
@@ -50,6 +52,7 @@ MANIFEST = {
             }
         ],
         "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+        "schedulingGroup": {"podGroupName": "group-m"},
     },
     "status": {
         "phase": "Running",
@@ -100,11 +103,14 @@ DECODED_IN_ORDER = (
     "scheduler_message",
     "claims",
     "inline_csi",
+    "group",
+    "spec_priority",
+    "annotations",
 )
 
 
 def test_every_field_lands_in_the_field_that_names_it() -> None:
-    pod = decode_pod(MANIFEST)
+    pod = decode_pod(MANIFEST, kept_annotations=("example.com/size",))
     assert (pod.namespace, pod.name, pod.uid, pod.resource_version) == (
         "ns-a",
         "pod-b",
@@ -135,6 +141,15 @@ def test_every_field_lands_in_the_field_that_names_it() -> None:
     assert [port.port for port in pod.host_ports] == [8080]
     assert [toleration.key for toleration in pod.tolerations] == ["k"]
     assert pod.requests.milli_cpu == 250
+    assert (pod.group, pod.spec_priority, dict(pod.annotations)) == (
+        "group-m",
+        None,
+        {"example.com/size": "n"},
+    )
+
+
+def test_only_the_annotations_a_setting_reads_are_kept() -> None:
+    assert dict(decode_pod(MANIFEST).annotations) == {}
 
 
 def _only(flag: str) -> dict[str, Any]:
