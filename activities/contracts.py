@@ -139,6 +139,7 @@ class VictimResult:
     replaced_by_uid: str | None = None
     stopped: str = ""
     answer_lost: bool = False  # deleted by an earlier attempt whose answer never arrived
+    terminating: bool = False  # already gone: it was on its way out when marked
 
 
 @dataclass

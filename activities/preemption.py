@@ -22,16 +22,13 @@ worker runs them on a thread pool. Decisions are serialized by the ledger's deci
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import quote
 
-from kubernetes.client.exceptions import ApiException
 from sqlalchemy import Engine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -57,11 +54,9 @@ from preemptctl.activities.deciding import (
     DecisionRequest,
 )
 from preemptctl.kube import conditions, deletion, events, nomination
-from preemptctl.kube.classify import Call, api_status, classify_status
 from preemptctl.kube.client import KubeClient
-from preemptctl.kube.outcomes import KubeCallError, WriteOutcome
-from preemptctl.kube.outcomes import Verdict as WriteVerdict
 from preemptctl.kube.pods import Presence, get_pod
+from preemptctl.kube.results import KubeCallError, WriteEffect, WriteResult
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.errors import LedgerError, LedgerNotMigratedError, LedgerUnavailableError
 from preemptctl.ledger.events import LedgerEvent
@@ -75,8 +70,6 @@ from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.preemption.errors import PlannerInputError
 
 logger = logging.getLogger(__name__)
-
-TERMINATING = "victim is already terminating"
 
 KIND_OF_FATE = {
     Fate.MARKED: EventKind.VICTIM_MARKED,
@@ -310,14 +303,14 @@ class PreemptionActivities:
         tells its own story), else one per pod and reason. Best effort: the ledger already
         has it all."""
         try:
-            _pod_event(
+            events.record_pod_event(
                 self._kube,
                 preemptor,
                 reason,
                 note,
                 self._identity,
-                kind="Normal" if normal else "Warning",
-                key=run.run_id if run is not None else "",
+                key=(reason, run.run_id if run is not None else ""),
+                normal=normal,
             )
         except KubeCallError as error:
             logger.warning("could not record %s on %s: %s", reason, preemptor.key, error)
@@ -336,7 +329,7 @@ class PreemptionActivities:
         try:
             with kube_errors():
                 outcome = nomination.nominate(self._kube, request.preemptor, node, overwrite=True)
-            result = NominationResult(outcome.verdict.value, outcome.message, outcome.previous)
+            result = NominationResult(outcome.effect.value, outcome.message, outcome.previous)
             payload = Write(result.verdict, result.message, result.previous)
         except ApplicationError as error:
             if not error.non_retryable:
@@ -349,7 +342,7 @@ class PreemptionActivities:
             try:
                 with kube_errors():
                     cleared = nomination.clear_nomination(self._kube, pod, node)
-                payload = Write(cleared.verdict.value, cleared.message, pod=pod.key, uid=pod.uid)
+                payload = Write(cleared.effect.value, cleared.message, pod=pod.key, uid=pod.uid)
             except ApplicationError as error:
                 if not error.non_retryable:
                     raise
@@ -388,22 +381,11 @@ class PreemptionActivities:
             return delete_sent(self._ledger, run.preemption_id, run.run_id, request.victim.uid)
 
     def _mark(self, request: VictimInput) -> VictimResult:
-        victim = request.victim
         with self._failure_recorded(request):
-            lookup = get_pod(self._kube, victim)
-            if lookup.found and lookup.pod and lookup.pod["metadata"].get("deletionTimestamp"):
-                result = VictimResult(Fate.ALREADY_GONE, TERMINATING)
-            elif lookup.presence is Presence.REPLACED:
-                result = VictimResult(
-                    Fate.REPLACED,
-                    "victim was replaced by a pod with another UID; left alone",
-                    replaced_by_uid=_uid(lookup.pod),
-                )
-            else:
-                outcome = conditions.add_disruption_target(
-                    self._kube, victim, request.scheduler_name
-                )
-                result = self._victim_result(outcome, Fate.MARKED)
+            written = conditions.add_disruption_target(
+                self._kube, request.victim, request.scheduler_name
+            )
+            result = _victim_result(written, Fate.MARKED)
         _remember(result)
         return result
 
@@ -456,7 +438,7 @@ class PreemptionActivities:
                 grace_period_seconds=request.grace_period_seconds,
                 use_eviction=request.use_eviction,
             )
-            result = self._victim_result(outcome, Fate.DELETED)
+            result = _victim_result(outcome, Fate.DELETED)
         if result.fate is Fate.ALREADY_GONE and sent_before:
             result = VictimResult(
                 Fate.DELETED,
@@ -532,13 +514,6 @@ class PreemptionActivities:
             lookup = get_pod(self._kube, preemptor)
         return _status_of(lookup.presence, lookup.pod)
 
-    def _victim_result(self, outcome: WriteOutcome, done: Fate) -> VictimResult:
-        if outcome.verdict is WriteVerdict.ALREADY_GONE:
-            return VictimResult(Fate.ALREADY_GONE, outcome.message)
-        if outcome.verdict is WriteVerdict.REPLACED:
-            return VictimResult(Fate.REPLACED, outcome.message, replaced_by_uid=None)
-        return VictimResult(done, outcome.message)
-
     @contextmanager
     def _failure_recorded(self, request: VictimInput) -> Iterator[None]:
         """A write that failed for good is recorded as the victim's fate, then raised."""
@@ -552,13 +527,11 @@ class PreemptionActivities:
 
     def _record_victim(self, request: VictimInput, result: VictimResult) -> None:
         victim = request.victim
-        if result.fate is Fate.REPLACED and result.replaced_by_uid is None:
-            result.replaced_by_uid = self._replacement_uid(victim)
         failed = result.fate is Fate.FAILED
         payload = VictimStep(
             message=None if failed else result.message,
             error=result.message if failed else None,
-            terminating=result.message == TERMINATING,
+            terminating=result.terminating,
             replaced_by_uid=result.replaced_by_uid,
             answer_lost=result.answer_lost,
         ).to_json()
@@ -574,14 +547,6 @@ class PreemptionActivities:
                 )
             ]
         )
-
-    def _replacement_uid(self, victim: PodRef) -> str | None:
-        """The UID of the pod that now has the victim's name, if the API server says."""
-        try:
-            lookup = get_pod(self._kube, victim)
-        except KubeCallError:
-            return None
-        return _uid(lookup.pod) if lookup.presence is Presence.REPLACED else None
 
     # -- the ledger -------------------------------------------------------------------------
 
@@ -679,9 +644,15 @@ def _selection(decision: Decision, scheduler_name: str) -> Selection:
     )
 
 
-def _uid(pod: dict[str, Any] | None) -> str | None:
-    uid = ((pod or {}).get("metadata") or {}).get("uid")
-    return str(uid) if uid else None
+def _victim_result(written: WriteResult, done: Fate) -> VictimResult:
+    """The victim's fate from what the write settled as (`done` when it happened)."""
+    if written.effect is WriteEffect.ALREADY_GONE:
+        return VictimResult(Fate.ALREADY_GONE, written.message)
+    if written.effect is WriteEffect.TERMINATING:
+        return VictimResult(Fate.ALREADY_GONE, written.message, terminating=True)
+    if written.effect is WriteEffect.REPLACED:
+        return VictimResult(Fate.REPLACED, written.message, replaced_by_uid=written.replaced_by_uid)
+    return VictimResult(done, written.message)
 
 
 def _status_of(presence: Presence, pod: dict[str, Any] | None) -> PreemptorStatus:
@@ -701,21 +672,26 @@ def _remember(result: VictimResult) -> None:
     if activity.info().is_local:
         return
     activity.heartbeat(
-        result.fate.value, result.message, result.replaced_by_uid or "", result.answer_lost
+        result.fate.value,
+        result.message,
+        result.replaced_by_uid or "",
+        result.answer_lost,
+        result.terminating,
     )
 
 
 def _answered() -> VictimResult | None:
     """The answer an earlier attempt got from the cluster, if it heartbeat one."""
     details = activity.info().heartbeat_details
-    if len(details) not in (3, 4):  # 3: a worker from before `answer_lost`
+    if len(details) not in (3, 4, 5):  # 3, 4: a worker from before `answer_lost`, `terminating`
         return None
-    fate, message, replaced_by, *lost = details
+    fate, message, replaced_by, *flags = details
     return VictimResult(
         Fate(str(fate)),
         str(message),
         replaced_by_uid=str(replaced_by) or None,
-        answer_lost=bool(lost and lost[0]),
+        answer_lost=bool(flags and flags[0]),
+        terminating=len(flags) > 1 and bool(flags[1]),
     )
 
 
@@ -727,45 +703,3 @@ def _failure_note(message: str, *, retryable: bool) -> str:
         f"{message}. Retrying cannot help until this is fixed (grant the permission named, "
         "or correct the request); the pod is tried again once it changes."
     )
-
-
-def _pod_event(
-    kube: KubeClient,
-    pod: PodRef,
-    reason: str,
-    note: str,
-    reporting_instance: str,
-    *,
-    kind: str = "Warning",
-    key: str = "",
-) -> None:
-    """Record an event about `pod` (events.k8s.io/v1): one per pod, reason and `key`, so a
-    retried activity finds its event already there instead of recording it twice."""
-    digest = hashlib.sha256(f"{pod.uid}/{reason}/{key}".encode()).hexdigest()[:16]
-    body = {
-        "apiVersion": "events.k8s.io/v1",
-        "kind": "Event",
-        "metadata": {"name": f"{pod.name[:200]}.{digest}", "namespace": pod.namespace},
-        "eventTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-        "reportingController": events.REPORTING_CONTROLLER,
-        "reportingInstance": reporting_instance,
-        "action": "Preempting",
-        "reason": reason,
-        "type": kind,
-        "note": note[:1024],
-        "regarding": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "namespace": pod.namespace,
-            "name": pod.name,
-            "uid": pod.uid,
-        },
-    }
-    call = Call("create", "events", pod.key, group="events.k8s.io")
-    path = f"/apis/events.k8s.io/v1/namespaces/{quote(pod.namespace, safe='')}/events"
-    try:
-        kube.request("POST", path, call, body=body)
-    except ApiException as error:
-        status = api_status(error)
-        if not (status.code == 409 and status.reason == "AlreadyExists"):
-            raise classify_status(status, call) from None

@@ -6,6 +6,7 @@ details.retryAfterSeconds) rather than the HTTP reason phrase, and the Retry-Aft
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ import orjson
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
-from preemptctl.kube.outcomes import (
+from preemptctl.kube.results import (
     ErrorKind,
     KubeCallError,
     PermissionDenied,
@@ -86,6 +87,25 @@ def is_uid_precondition_conflict(status: ApiStatus) -> bool:
     return status.code == 409 and (
         "UID in the precondition" in status.message or "UID in precondition" in status.message
     )
+
+
+# The object's current UID as each wording names it: `rest.BeforeDelete`'s "... does not
+# match the UID in record (Y)" and storage's `Preconditions.Check`, "Precondition failed: UID
+# in precondition: X, UID in object meta: Y".
+_CURRENT_UID = (
+    re.compile(r"the UID in record \(([^()\s]+)\)"),
+    re.compile(r"UID in object meta: ([^\s,;()]+)"),
+)
+
+
+def replacement_uid(status: ApiStatus) -> str | None:
+    """The UID of the object that now has the name, read from a refused UID precondition's
+    message; None when the answer does not name it (an empty UID names nothing)."""
+    for pattern in _CURRENT_UID:
+        found = pattern.search(status.message)
+        if found is not None:
+            return found.group(1)
+    return None
 
 
 def classify(error: BaseException, call: Call) -> KubeCallError:

@@ -24,10 +24,18 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from preemptctl.kube.classify import ApiStatus, Call, api_status, classify_status
+from preemptctl.kube.classify import (
+    ApiStatus,
+    Call,
+    api_status,
+    classify_status,
+    is_uid_precondition_conflict,
+    replacement_uid,
+)
 from preemptctl.kube.client import APPLY_PATCH, STRATEGIC_MERGE_PATCH, KubeClient
-from preemptctl.kube.outcomes import PodRef, Verdict, WriteOutcome
-from preemptctl.kube.pods import get_pod, pod_path, settled_by_absence
+from preemptctl.kube.pods import get_pod, pod_path, replaced, result_if_absent
+from preemptctl.kube.results import WriteEffect, WriteResult
+from preemptctl.preemption.decision import PodRef
 
 DISRUPTION_TARGET = "DisruptionTarget"
 FIELD_MANAGER = "preemptctl"
@@ -44,9 +52,10 @@ def _identical(condition: dict[str, Any], wanted: dict[str, Any]) -> bool:
     return all(condition.get(key) == wanted[key] for key in ("type", "status", "reason", "message"))
 
 
-def add_disruption_target(kube: KubeClient, victim: PodRef, scheduler_name: str) -> WriteOutcome:
+def add_disruption_target(kube: KubeClient, victim: PodRef, scheduler_name: str) -> WriteResult:
     """Mark `victim` as about to be preempted by a scheduler named `scheduler_name` (the
-    preemptor's `spec.schedulerName`, as upstream)."""
+    preemptor's `spec.schedulerName`, as upstream). A victim already terminating is left
+    as it is: it is on its way out."""
     wanted = {
         "type": DISRUPTION_TARGET,
         "status": "True",
@@ -54,36 +63,38 @@ def add_disruption_target(kube: KubeClient, victim: PodRef, scheduler_name: str)
         "message": preemption_message(scheduler_name),
     }
     lookup = get_pod(kube, victim)
-    settled = settled_by_absence(lookup, victim, "victim")
-    if settled is not None:
-        return settled
-    conditions = lookup.status.get("conditions") or []
+    absent = result_if_absent(lookup, victim, "victim")
+    if absent is not None:
+        return absent
+    if lookup.terminating:
+        return WriteResult(WriteEffect.TERMINATING, victim.key, "victim is already terminating")
+    conditions = lookup.conditions
     if any(_identical(condition, wanted) for condition in conditions):
-        return WriteOutcome(Verdict.UNCHANGED, victim.key, "DisruptionTarget already set")
+        return WriteResult(WriteEffect.UNCHANGED, victim.key, "DisruptionTarget already set")
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     call = Call("patch", "pods/status", victim.key)
     try:
         _apply_status(kube, victim, [dict(wanted, lastTransitionTime=now)], call)
     except ApiException as error:
         return _refused(kube, victim, api_status(error), call)
-    return WriteOutcome(Verdict.DONE, victim.key, "DisruptionTarget condition added")
+    return WriteResult(WriteEffect.DONE, victim.key, "DisruptionTarget condition added")
 
 
-def remove_disruption_target(kube: KubeClient, victim: PodRef) -> WriteOutcome:
+def remove_disruption_target(kube: KubeClient, victim: PodRef) -> WriteResult:
     """Clear the `DisruptionTarget` this controller set on `victim` (a victim the preemption
     spared, or left behind when it failed); one set for another reason is left alone."""
     lookup = get_pod(kube, victim)
-    settled = settled_by_absence(lookup, victim, "victim")
-    if settled is not None:
-        return settled
+    absent = result_if_absent(lookup, victim, "victim")
+    if absent is not None:
+        return absent
     ours = [
         condition
-        for condition in lookup.status.get("conditions") or []
+        for condition in lookup.conditions
         if condition.get("type") == DISRUPTION_TARGET
         and condition.get("reason") == PREEMPTION_BY_SCHEDULER
     ]
     if not ours:
-        return WriteOutcome(Verdict.UNCHANGED, victim.key, "no DisruptionTarget to remove")
+        return WriteResult(WriteEffect.UNCHANGED, victim.key, "no DisruptionTarget to remove")
     call = Call("patch", "pods/status", victim.key)
     try:
         answer = _apply_status(kube, victim, [], call)
@@ -110,7 +121,7 @@ def remove_disruption_target(kube: KubeClient, victim: PodRef) -> WriteOutcome:
             )
     except ApiException as error:
         return _refused(kube, victim, api_status(error), call)
-    return WriteOutcome(Verdict.DONE, victim.key, "DisruptionTarget condition removed")
+    return WriteResult(WriteEffect.DONE, victim.key, "DisruptionTarget condition removed")
 
 
 def _apply_status(
@@ -133,12 +144,15 @@ def _apply_status(
     )
 
 
-def _refused(kube: KubeClient, victim: PodRef, status: ApiStatus, call: Call) -> WriteOutcome:
-    """A refused status write: gone and replaced victims are outcomes, the rest errors."""
+def _refused(kube: KubeClient, victim: PodRef, status: ApiStatus, call: Call) -> WriteResult:
+    """A refused status write: gone and replaced victims are results, the rest errors."""
     if status.code == 404:
-        return WriteOutcome(Verdict.ALREADY_GONE, victim.key, "victim is already gone")
+        return WriteResult(WriteEffect.ALREADY_GONE, victim.key, "victim is already gone")
+    current_uid = replacement_uid(status) if is_uid_precondition_conflict(status) else None
+    if current_uid:  # the answer names the pod now under the name: no need to read it
+        return replaced(victim, "victim", current_uid)
     if status.code == 409:
-        settled = settled_by_absence(get_pod(kube, victim), victim, "victim")
-        if settled is not None:
-            return settled
+        absent = result_if_absent(get_pod(kube, victim), victim, "victim")
+        if absent is not None:
+            return absent
     raise classify_status(status, call) from None

@@ -2,7 +2,9 @@
 
 The delete carries a UID precondition, so the API server itself refuses to delete a pod
 recreated under the victim's name (a StatefulSet's `web-1`); that refusal, like a 404, means
-the victim is gone and the preemption may go on. Neither is ever retried into a delete.
+the victim is gone and the preemption may go on. Neither is ever retried into a delete. The
+refusal names the pod now under the name, whose UID the result carries (`replaced_by_uid`),
+so nobody needs to read it again.
 
 With `use_eviction`, the policy/v1 Eviction API is used instead of DELETE, so the API server
 enforces PodDisruptionBudgets at the moment of deletion (the planner's PDB check works on a
@@ -15,10 +17,17 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from preemptctl.kube.classify import Call, api_status, classify_status, is_uid_precondition_conflict
+from preemptctl.kube.classify import (
+    Call,
+    api_status,
+    classify_status,
+    is_uid_precondition_conflict,
+    replacement_uid,
+)
 from preemptctl.kube.client import KubeClient
-from preemptctl.kube.outcomes import PodRef, Verdict, WriteOutcome
 from preemptctl.kube.pods import pod_path
+from preemptctl.kube.results import WriteEffect, WriteResult
+from preemptctl.preemption.decision import PodRef
 
 
 def delete_victim(
@@ -27,7 +36,7 @@ def delete_victim(
     *,
     grace_period_seconds: int | None = None,
     use_eviction: bool = False,
-) -> WriteOutcome:
+) -> WriteResult:
     """Delete (or evict) exactly the pod `victim` names, UID included."""
     options: dict[str, Any] = {
         "apiVersion": "v1",
@@ -53,13 +62,14 @@ def delete_victim(
     except ApiException as error:
         status = api_status(error)
         if status.code == 404:
-            return WriteOutcome(Verdict.ALREADY_GONE, victim.key, "victim is already gone")
+            return WriteResult(WriteEffect.ALREADY_GONE, victim.key, "victim is already gone")
         if is_uid_precondition_conflict(status):
-            return WriteOutcome(
-                Verdict.REPLACED,
+            return WriteResult(
+                WriteEffect.REPLACED,
                 victim.key,
                 f"victim was replaced by a pod with another UID; not deleted ({status.message})",
+                replaced_by_uid=replacement_uid(status),
             )
         raise classify_status(status, call) from None
     verb = "evicted" if use_eviction else "deleted"
-    return WriteOutcome(Verdict.DONE, victim.key, f"victim {verb}")
+    return WriteResult(WriteEffect.DONE, victim.key, f"victim {verb}")

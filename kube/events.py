@@ -1,10 +1,16 @@
-"""The `Preempted` event on a victim, as the scheduler records it.
+"""Events about pods (events.k8s.io/v1): the only place the controller posts one.
 
-Upstream: `Eventf(victim, preemptor, Normal, "Preempted", "Preempting",
-"Preempted by pod %v on node %v", preemptor.UID, nodeName)` through the events.k8s.io/v1
-recorder. The event's name is derived from the victim's and preemptor's UIDs, so a retried
-activity that already created it gets AlreadyExists and reports it as unchanged instead of
-recording the preemption twice.
+`record_pod_event` records an event about a pod, idempotent per key: the event's name is
+derived from the pod's UID and the key's parts, so a retried activity that already created
+it gets AlreadyExists and reports it as unchanged instead of recording it twice. Its two
+uses:
+
+- `record_preempted`, the `Preempted` event on a victim, as the scheduler records it.
+  Upstream: `Eventf(victim, preemptor, Normal, "Preempted", "Preempting", "Preempted by pod
+  %v on node %v", preemptor.UID, nodeName)` through the events.k8s.io/v1 recorder; keyed by
+  the victim and the preemptor;
+- the events that tell a preemptor what is done for it (`Preempting`, `PreemptionFailed`,
+  `PreemptionUnsupported`), keyed by the caller (per run, or per reason).
 """
 
 from __future__ import annotations
@@ -18,18 +24,22 @@ from kubernetes.client.exceptions import ApiException
 
 from preemptctl.kube.classify import Call, api_status, classify_status
 from preemptctl.kube.client import KubeClient
-from preemptctl.kube.outcomes import PodRef, Verdict, WriteOutcome
+from preemptctl.kube.results import WriteEffect, WriteResult
+from preemptctl.preemption.decision import PodRef
 
 REPORTING_CONTROLLER = "preemptctl"
+ACTION = "Preempting"
+NOTE_LIMIT = 1024  # the API refuses a longer note
 
 
 def preempted_note(preemptor_uid: str, node: str) -> str:
     return f"Preempted by pod {preemptor_uid} on node {node}"
 
 
-def event_name(victim: PodRef, preemptor: PodRef) -> str:
-    digest = hashlib.sha256(f"{victim.uid}/{preemptor.uid}".encode()).hexdigest()[:16]
-    return f"{victim.name[:200]}.{digest}"
+def event_name(pod: PodRef, key: tuple[str, ...]) -> str:
+    """The event's name: the pod's, then a digest of its UID and `key` (one event per key)."""
+    digest = hashlib.sha256("/".join((pod.uid, *key)).encode()).hexdigest()[:16]
+    return f"{pod.name[:200]}.{digest}"
 
 
 def _pod_reference(ref: PodRef) -> dict[str, str]:
@@ -42,24 +52,62 @@ def _pod_reference(ref: PodRef) -> dict[str, str]:
     }
 
 
-def preempted_event(
-    victim: PodRef, preemptor: PodRef, node: str, reporting_instance: str
+def pod_event(
+    regarding: PodRef,
+    reason: str,
+    note: str,
+    reporting_instance: str,
+    *,
+    key: tuple[str, ...],
+    normal: bool = False,
+    related: PodRef | None = None,
 ) -> dict[str, Any]:
-    now = datetime.now(UTC)
-    return {
+    """The Event object (a Warning unless `normal`)."""
+    event: dict[str, Any] = {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
-        "metadata": {"name": event_name(victim, preemptor), "namespace": victim.namespace},
-        "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "metadata": {"name": event_name(regarding, key), "namespace": regarding.namespace},
+        "eventTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         "reportingController": REPORTING_CONTROLLER,
         "reportingInstance": reporting_instance,
-        "action": "Preempting",
-        "reason": "Preempted",
-        "type": "Normal",
-        "note": preempted_note(preemptor.uid, node),
-        "regarding": _pod_reference(victim),
-        "related": _pod_reference(preemptor),
+        "action": ACTION,
+        "reason": reason,
+        "type": "Normal" if normal else "Warning",
+        "note": note[:NOTE_LIMIT],
+        "regarding": _pod_reference(regarding),
     }
+    if related is not None:
+        event["related"] = _pod_reference(related)
+    return event
+
+
+def record_pod_event(
+    kube: KubeClient,
+    regarding: PodRef,
+    reason: str,
+    note: str,
+    reporting_instance: str,
+    *,
+    key: tuple[str, ...],
+    normal: bool = False,
+    related: PodRef | None = None,
+) -> WriteResult:
+    """Record an event about `regarding`, once per `key`; `reporting_instance` is the
+    worker's identity. Already recorded: `UNCHANGED`."""
+    call = Call("create", "events", regarding.key, group="events.k8s.io")
+    path = f"/apis/events.k8s.io/v1/namespaces/{quote(regarding.namespace, safe='')}/events"
+    body = pod_event(
+        regarding, reason, note, reporting_instance, key=key, normal=normal, related=related
+    )
+    try:
+        kube.request("POST", path, call, body=body)
+    except ApiException as error:
+        status = api_status(error)
+        if status.code == 409 and status.reason == "AlreadyExists":
+            already = f"{reason} event already recorded"
+            return WriteResult(WriteEffect.UNCHANGED, regarding.key, already)
+        raise classify_status(status, call) from None
+    return WriteResult(WriteEffect.DONE, regarding.key, f"{reason} event recorded")
 
 
 def record_preempted(
@@ -68,18 +116,16 @@ def record_preempted(
     preemptor: PodRef,
     node: str,
     reporting_instance: str,
-) -> WriteOutcome:
-    """Record that `preemptor` preempted `victim` on `node`; `reporting_instance` is the
-    worker's identity."""
-    call = Call("create", "events", victim.key, group="events.k8s.io")
-    path = f"/apis/events.k8s.io/v1/namespaces/{quote(victim.namespace, safe='')}/events"
-    try:
-        kube.request(
-            "POST", path, call, body=preempted_event(victim, preemptor, node, reporting_instance)
-        )
-    except ApiException as error:
-        status = api_status(error)
-        if status.code == 409 and status.reason == "AlreadyExists":
-            return WriteOutcome(Verdict.UNCHANGED, victim.key, "Preempted event already recorded")
-        raise classify_status(status, call) from None
-    return WriteOutcome(Verdict.DONE, victim.key, "Preempted event recorded")
+) -> WriteResult:
+    """Record that `preemptor` preempted `victim` on `node` (one event per victim and
+    preemptor)."""
+    return record_pod_event(
+        kube,
+        victim,
+        "Preempted",
+        preempted_note(preemptor.uid, node),
+        reporting_instance,
+        key=(preemptor.uid,),
+        normal=True,
+        related=preemptor,
+    )

@@ -17,8 +17,9 @@ from kubernetes.client.exceptions import ApiException
 
 from preemptctl.kube.classify import Call, api_status, classify_status
 from preemptctl.kube.client import MERGE_PATCH, KubeClient
-from preemptctl.kube.outcomes import PodRef, Verdict, WriteOutcome
-from preemptctl.kube.pods import PodLookup, get_pod, pod_path, settled_by_absence
+from preemptctl.kube.pods import PodLookup, get_pod, pod_path, result_if_absent
+from preemptctl.kube.results import WriteEffect, WriteResult
+from preemptctl.preemption.decision import PodRef
 
 
 def _patch_nomination(kube: KubeClient, ref: PodRef, lookup: PodLookup, node: str | None) -> None:
@@ -39,19 +40,19 @@ def _patch_nomination(kube: KubeClient, ref: PodRef, lookup: PodLookup, node: st
         raise classify_status(api_status(error), call) from None
 
 
-def nominate(kube: KubeClient, preemptor: PodRef, node: str, *, overwrite: bool) -> WriteOutcome:
+def nominate(kube: KubeClient, preemptor: PodRef, node: str, *, overwrite: bool) -> WriteResult:
     """Nominate `preemptor` to `node`. A different nomination already there is kept unless
     `overwrite`; either way `previous` names it."""
     lookup = get_pod(kube, preemptor)
-    settled = settled_by_absence(lookup, preemptor)
-    if settled is not None:
-        return settled
-    current = lookup.status.get("nominatedNodeName") or None
+    absent = result_if_absent(lookup, preemptor)
+    if absent is not None:
+        return absent
+    current = lookup.nominated_node_name
     if current == node:
-        return WriteOutcome(Verdict.UNCHANGED, preemptor.key, f"already nominated to {node}")
+        return WriteResult(WriteEffect.UNCHANGED, preemptor.key, f"already nominated to {node}")
     if current is not None and not overwrite:
-        return WriteOutcome(
-            Verdict.KEPT_OTHER_NOMINATION,
+        return WriteResult(
+            WriteEffect.KEPT_OTHER_NOMINATION,
             preemptor.key,
             f"kept the nomination to {current} set by another component",
             previous=current,
@@ -60,27 +61,27 @@ def nominate(kube: KubeClient, preemptor: PodRef, node: str, *, overwrite: bool)
     message = f"nominated to {node}"
     if current is not None:
         message += f", overwriting the nomination to {current}"
-    return WriteOutcome(Verdict.DONE, preemptor.key, message, previous=current)
+    return WriteResult(WriteEffect.DONE, preemptor.key, message, previous=current)
 
 
-def clear_nomination(kube: KubeClient, pod: PodRef, node: str) -> WriteOutcome:
+def clear_nomination(kube: KubeClient, pod: PodRef, node: str) -> WriteResult:
     """Clear `pod`'s nomination to `node` (upstream's `ClearNominatedNodeName` for the
     lower-priority pods nominated to the node a preemption takes)."""
     lookup = get_pod(kube, pod)
-    settled = settled_by_absence(lookup, pod)
-    if settled is not None:
-        return settled
-    current = lookup.status.get("nominatedNodeName") or None
+    absent = result_if_absent(lookup, pod)
+    if absent is not None:
+        return absent
+    current = lookup.nominated_node_name
     if current is None:
-        return WriteOutcome(Verdict.UNCHANGED, pod.key, "not nominated")
+        return WriteResult(WriteEffect.UNCHANGED, pod.key, "not nominated")
     if current != node:
-        return WriteOutcome(
-            Verdict.KEPT_OTHER_NOMINATION,
+        return WriteResult(
+            WriteEffect.KEPT_OTHER_NOMINATION,
             pod.key,
             f"nominated to {current} now, not {node}; left alone",
             previous=current,
         )
     _patch_nomination(kube, pod, lookup, None)
-    return WriteOutcome(
-        Verdict.DONE, pod.key, f"cleared the nomination to {node}", previous=current
+    return WriteResult(
+        WriteEffect.DONE, pod.key, f"cleared the nomination to {node}", previous=current
     )

@@ -15,7 +15,12 @@ from kubernetes.client.exceptions import ApiException
 
 from preemptctl.kube.classify import Call, api_status, classify_status
 from preemptctl.kube.client import KubeClient
-from preemptctl.kube.outcomes import PodRef, Verdict, WriteOutcome
+from preemptctl.kube.results import WriteEffect, WriteResult
+from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.decode import decode_pod
+from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.preemption.objects import Pod
+from preemptctl.preemption.standing import PreemptorStanding, Standing
 
 
 def pod_path(namespace: str, name: str, subresource: str = "") -> str:
@@ -24,6 +29,8 @@ def pod_path(namespace: str, name: str, subresource: str = "") -> str:
 
 
 class Presence(enum.Enum):
+    """What a lookup by namespace/name and UID found."""
+
     FOUND = "Found"
     GONE = "Gone"  # no pod by that name
     REPLACED = "Replaced"  # a pod by that name, with another UID
@@ -31,6 +38,9 @@ class Presence(enum.Enum):
 
 @dataclass(frozen=True)
 class PodLookup:
+    """A pod as the API server returned it, read through typed accessors: the gateway
+    parses the Kubernetes JSON, its callers never do."""
+
     presence: Presence
     pod: dict[str, Any] | None  # the pod now under that name (FOUND or REPLACED)
 
@@ -38,13 +48,60 @@ class PodLookup:
     def found(self) -> bool:
         return self.presence is Presence.FOUND
 
-    @property
-    def resource_version(self) -> str:
-        return str(self.pod["metadata"]["resourceVersion"]) if self.pod else ""
+    def _part(self, name: str) -> dict[str, Any]:
+        part = (self.pod or {}).get(name)
+        return part if isinstance(part, dict) else {}
 
     @property
-    def status(self) -> dict[str, Any]:
-        return dict((self.pod or {}).get("status") or {})
+    def uid(self) -> str | None:
+        """The UID of the pod now under the name (another one's when REPLACED)."""
+        uid = self._part("metadata").get("uid")
+        return str(uid) if uid else None
+
+    @property
+    def resource_version(self) -> str:
+        return str(self._part("metadata").get("resourceVersion") or "")
+
+    @property
+    def terminating(self) -> bool:
+        """The pod has a deletionTimestamp: it is on its way out."""
+        return bool(self._part("metadata").get("deletionTimestamp"))
+
+    @property
+    def node_name(self) -> str | None:
+        node = self._part("spec").get("nodeName")
+        return str(node) if node else None
+
+    @property
+    def scheduler_name(self) -> str:
+        return str(self._part("spec").get("schedulerName") or "default-scheduler")
+
+    @property
+    def nominated_node_name(self) -> str | None:
+        node = self._part("status").get("nominatedNodeName")
+        return str(node) if node else None
+
+    @property
+    def conditions(self) -> list[dict[str, Any]]:
+        return list(self._part("status").get("conditions") or [])
+
+    def standing(self) -> PreemptorStanding:
+        """Where the pod stands, as a preemptor: gone, replaced, bound (to its node) or
+        pending."""
+        if self.presence is Presence.GONE:
+            return PreemptorStanding(Standing.GONE)
+        if self.presence is Presence.REPLACED:
+            return PreemptorStanding(Standing.REPLACED)
+        node = self.node_name
+        if node:
+            return PreemptorStanding(Standing.BOUND, node)
+        return PreemptorStanding(Standing.PENDING)
+
+    def decoded(self) -> Pod:
+        """The pod in the planner's model; `PlannerInputError` when it cannot be read."""
+        if self.pod is None:
+            raise PlannerInputError("no pod to read: it is gone")
+        return decode_pod(self.pod)
 
 
 def get_pod(kube: KubeClient, ref: PodRef) -> PodLookup:
@@ -62,13 +119,23 @@ def get_pod(kube: KubeClient, ref: PodRef) -> PodLookup:
     return PodLookup(Presence.FOUND, pod)
 
 
-def settled_by_absence(lookup: PodLookup, ref: PodRef, noun: str = "pod") -> WriteOutcome | None:
+def replaced(ref: PodRef, noun: str, replaced_by_uid: str | None) -> WriteResult:
+    """`ref`'s name belongs to another pod now (UID `replaced_by_uid`, when known): it is
+    never touched."""
+    return WriteResult(
+        WriteEffect.REPLACED,
+        ref.key,
+        f"{noun} was replaced by a pod with another UID; left alone",
+        replaced_by_uid=replaced_by_uid,
+    )
+
+
+def result_if_absent(lookup: PodLookup, ref: PodRef, noun: str = "pod") -> WriteResult | None:
     """A write to `ref` needs no call when the pod is gone (done, as far as a preemption
-    cares) or its name belongs to a new pod (never touched); None when it is still there."""
+    cares) or its name belongs to a new pod (never touched, its UID kept); None when it is
+    still there."""
     if lookup.presence is Presence.GONE:
-        return WriteOutcome(Verdict.ALREADY_GONE, ref.key, f"{noun} is already gone")
+        return WriteResult(WriteEffect.ALREADY_GONE, ref.key, f"{noun} is already gone")
     if lookup.presence is Presence.REPLACED:
-        return WriteOutcome(
-            Verdict.REPLACED, ref.key, f"{noun} was replaced by a pod with another UID; left alone"
-        )
+        return replaced(ref, noun, lookup.uid)
     return None

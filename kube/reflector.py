@@ -35,7 +35,7 @@ from kubernetes.client.exceptions import ApiException
 
 from preemptctl.kube.classify import ApiStatus, Call, api_status, classify, classify_status
 from preemptctl.kube.client import KubeClient
-from preemptctl.kube.outcomes import KubeCallError
+from preemptctl.kube.results import KubeCallError
 
 log = logging.getLogger(__name__)
 

@@ -37,8 +37,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from preemptctl.activities.contracts import PreemptionRequest
 from preemptctl.kube.client import KubeClient, connect
-from preemptctl.kube.outcomes import KubeCallError
 from preemptctl.kube.pods import Presence, get_pod
+from preemptctl.kube.results import KubeCallError
 from preemptctl.preemption.decision import PodRef
 from preemptctl.worker.config import ConfigError, Settings, load_settings
 from preemptctl.worker.connections import StartupError, TemporalUnreachableError, connect_temporal

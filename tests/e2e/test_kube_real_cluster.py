@@ -29,9 +29,10 @@ from preemptctl.kube.conditions import add_disruption_target
 from preemptctl.kube.deletion import delete_victim
 from preemptctl.kube.events import record_preempted
 from preemptctl.kube.nomination import clear_nomination, nominate
-from preemptctl.kube.outcomes import PodRef, Verdict
 from preemptctl.kube.pods import Presence, get_pod
+from preemptctl.kube.results import WriteEffect
 from preemptctl.kube.view import ClusterView
+from preemptctl.preemption.decision import PodRef
 
 pytestmark = [
     pytest.mark.e2e,
@@ -86,31 +87,31 @@ def test_pod_is_read_by_name_and_uid(kube: KubeClient, namespace: str) -> None:
 
 def test_disruption_target_is_added_once(kube: KubeClient, namespace: str) -> None:
     ref = make_pod(kube, namespace, "condition")
-    assert add_disruption_target(kube, ref, "default-scheduler").verdict is Verdict.DONE
-    assert add_disruption_target(kube, ref, "default-scheduler").verdict is Verdict.UNCHANGED
+    assert add_disruption_target(kube, ref, "default-scheduler").effect is WriteEffect.DONE
+    assert add_disruption_target(kube, ref, "default-scheduler").effect is WriteEffect.UNCHANGED
 
 
 def test_replaced_victim_is_not_deleted(kube: KubeClient, namespace: str) -> None:
     original = make_pod(kube, namespace, "web-0")
     remove_pod(kube, original)
     replacement = make_pod(kube, namespace, "web-0")
-    assert delete_victim(kube, original).verdict is Verdict.REPLACED
+    assert delete_victim(kube, original).effect is WriteEffect.REPLACED
     assert get_pod(kube, replacement).presence is Presence.FOUND
 
 
 def test_victim_is_deleted_with_uid_precondition(kube: KubeClient, namespace: str) -> None:
     ref = make_pod(kube, namespace, "victim")
-    assert delete_victim(kube, ref, grace_period_seconds=0).verdict is Verdict.DONE
+    assert delete_victim(kube, ref, grace_period_seconds=0).effect is WriteEffect.DONE
     remove_pod(kube, ref)
-    assert delete_victim(kube, ref).verdict is Verdict.ALREADY_GONE
+    assert delete_victim(kube, ref).effect is WriteEffect.ALREADY_GONE
 
 
 def test_nomination_is_set_kept_and_cleared(kube: KubeClient, namespace: str) -> None:
     ref = make_pod(kube, namespace, "urgent")
-    assert nominate(kube, ref, "node-a", overwrite=False).verdict is Verdict.DONE
+    assert nominate(kube, ref, "node-a", overwrite=False).effect is WriteEffect.DONE
     kept = nominate(kube, ref, "node-b", overwrite=False)
-    assert (kept.verdict, kept.previous) == (Verdict.KEPT_OTHER_NOMINATION, "node-a")
-    assert clear_nomination(kube, ref, "node-a").verdict is Verdict.DONE
+    assert (kept.effect, kept.previous) == (WriteEffect.KEPT_OTHER_NOMINATION, "node-a")
+    assert clear_nomination(kube, ref, "node-a").effect is WriteEffect.DONE
 
 
 def test_preempted_event_is_recorded_once(kube: KubeClient, namespace: str) -> None:
@@ -118,7 +119,7 @@ def test_preempted_event_is_recorded_once(kube: KubeClient, namespace: str) -> N
     preemptor = make_pod(kube, namespace, "preemptor")
     first = record_preempted(kube, victim, preemptor, "node-a", "e2e")
     again = record_preempted(kube, victim, preemptor, "node-a", "e2e")
-    assert (first.verdict, again.verdict) == (Verdict.DONE, Verdict.UNCHANGED)
+    assert (first.effect, again.effect) == (WriteEffect.DONE, WriteEffect.UNCHANGED)
 
 
 def test_view_follows_the_cluster(kube: KubeClient, namespace: str) -> None:

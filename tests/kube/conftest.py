@@ -8,7 +8,7 @@ import pytest
 
 from preemptctl.emulator import Emulator
 from preemptctl.kube.client import KubeClient, connect
-from preemptctl.kube.outcomes import PodRef
+from preemptctl.preemption.decision import PodRef
 from tests.support.emulator import running_emulator
 
 READ_TIMEOUT = 0.5

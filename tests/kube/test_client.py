@@ -25,7 +25,8 @@ from preemptctl.emulator import Emulator
 from preemptctl.kube.classify import Call
 from preemptctl.kube.client import STRATEGIC_MERGE_PATCH, TOKEN_LOOKUP_SECONDS, BearerToken, connect
 from preemptctl.kube.deletion import delete_victim
-from preemptctl.kube.outcomes import PodRef, Retryable
+from preemptctl.kube.results import Retryable
+from preemptctl.preemption.decision import PodRef
 from tests.support.emulator import pod
 
 

@@ -6,7 +6,11 @@ Scenarios:
 - an identical condition already there means no PATCH is sent (unchanged);
 - a condition from another scheduler is replaced by ours;
 - a victim already gone is reported as such, without a PATCH;
-- a victim replaced by a same-named pod is left alone;
+- a victim replaced by a same-named pod is left alone, and the result names the replacement's
+  UID;
+- a victim already terminating is left alone: nothing is written (terminating);
+- an apply the API server refuses for the victim's UID is the replacement, named by the
+  answer itself;
 - the condition is written with server-side apply (field manager preemptctl, force) and
   managedFields show preemptctl owning it on the status subresource;
 - the applied object carries the victim's UID, and a conflict from the server with the pod
@@ -21,9 +25,11 @@ from __future__ import annotations
 import pytest
 
 from preemptctl.emulator import Emulator
+from preemptctl.emulator.resources import PODS
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.conditions import add_disruption_target, remove_disruption_target
-from preemptctl.kube.outcomes import ErrorKind, PodRef, Retryable, Verdict
+from preemptctl.kube.results import ErrorKind, Retryable, WriteEffect
+from preemptctl.preemption.decision import PodRef
 from tests.kube.conftest import ref_of
 from tests.support.emulator import pod
 
@@ -54,7 +60,7 @@ def test_condition_is_added_as_upstream_words_it(
     kube: KubeClient, emulator: Emulator, victim: PodRef
 ) -> None:
     outcome = add_disruption_target(kube, victim, "default-scheduler")
-    assert outcome.verdict is Verdict.DONE
+    assert outcome.effect is WriteEffect.DONE
     added = _conditions(emulator)[1]
     assert {key: added[key] for key in UPSTREAM} == UPSTREAM
     assert added["lastTransitionTime"]
@@ -67,7 +73,7 @@ def test_identical_condition_sends_no_patch(
 ) -> None:
     add_disruption_target(kube, victim, "default-scheduler")
     again = add_disruption_target(kube, victim, "default-scheduler")
-    assert again.verdict is Verdict.UNCHANGED
+    assert again.effect is WriteEffect.UNCHANGED
     assert len(emulator.requests.matching("patch")) == 1
 
 
@@ -76,22 +82,48 @@ def test_condition_from_another_scheduler_is_replaced(
 ) -> None:
     add_disruption_target(kube, victim, "other-scheduler")
     outcome = add_disruption_target(kube, victim, "default-scheduler")
-    assert outcome.verdict is Verdict.DONE
+    assert outcome.effect is WriteEffect.DONE
     targets = [c for c in _conditions(emulator) if c["type"] == "DisruptionTarget"]
     assert [c["message"] for c in targets] == [UPSTREAM["message"]]
 
 
 def test_gone_victim_is_reported_without_patch(kube: KubeClient, emulator: Emulator) -> None:
     outcome = add_disruption_target(kube, PodRef("default", "victim", "u1"), "default-scheduler")
-    assert outcome.verdict is Verdict.ALREADY_GONE
+    assert outcome.effect is WriteEffect.ALREADY_GONE
     assert emulator.requests.matching("patch") == []
 
 
 def test_replaced_victim_is_left_alone(kube: KubeClient, emulator: Emulator) -> None:
     emulator.load(pod("victim", uid="new-uid"))
     outcome = add_disruption_target(kube, PodRef("default", "victim", "old-uid"), "s")
-    assert outcome.verdict is Verdict.REPLACED
+    assert outcome.effect is WriteEffect.REPLACED
+    assert outcome.replaced_by_uid == "new-uid"
     assert emulator.requests.matching("patch") == []
+
+
+def test_terminating_victim_is_left_alone(kube: KubeClient, emulator: Emulator) -> None:
+    emulator.load(pod("victim", node_name="n1", grace_period=600))
+    emulator.store.delete(PODS, "default", "victim", grace_period=600)
+    outcome = add_disruption_target(kube, ref_of(emulator, "default/victim"), "s")
+    assert (outcome.effect, outcome.message) == (
+        WriteEffect.TERMINATING,
+        "victim is already terminating",
+    )
+    assert emulator.requests.matching("patch") == []
+
+
+def test_an_apply_refused_for_the_uid_names_the_replacement(
+    kube: KubeClient, emulator: Emulator, victim: PodRef
+) -> None:
+    def replace_before_the_apply(verb: str, resource: str, namespace: str, name: str) -> None:
+        if verb == "patch" and resource == "pods/status" and emulator.pod("default/victim"):
+            emulator.finalize("default/victim")
+            emulator.load(pod("victim", node_name="n1", uid="new-uid"))
+
+    emulator.faults.on_arrival = replace_before_the_apply
+    outcome = add_disruption_target(kube, victim, "default-scheduler")
+    assert (outcome.effect, outcome.replaced_by_uid) == (WriteEffect.REPLACED, "new-uid")
+    assert len(emulator.requests.matching("get", "pods")) == 1  # its read before the apply
 
 
 def test_conflict_with_the_pod_still_there_is_retryable(
@@ -137,12 +169,12 @@ def test_removal_drops_only_our_condition(
 ) -> None:
     add_disruption_target(kube, victim, "default-scheduler")
     outcome = remove_disruption_target(kube, victim)
-    assert outcome.verdict is Verdict.DONE
+    assert outcome.effect is WriteEffect.DONE
     assert [c["type"] for c in _conditions(emulator)] == ["Ready"]
     stored = emulator.pod("default/victim")
     assert stored is not None
     assert stored["metadata"]["managedFields"] == []
-    assert remove_disruption_target(kube, victim).verdict is Verdict.UNCHANGED
+    assert remove_disruption_target(kube, victim).effect is WriteEffect.UNCHANGED
 
 
 def test_removal_leaves_a_disruption_target_set_for_another_reason(
@@ -154,7 +186,7 @@ def test_removal_leaves_a_disruption_target_set_for_another_reason(
     ]
     emulator.load(loaded)
     outcome = remove_disruption_target(kube, ref_of(emulator, "default/victim"))
-    assert outcome.verdict is Verdict.UNCHANGED
+    assert outcome.effect is WriteEffect.UNCHANGED
     assert emulator.requests.matching("patch") == []
 
 
@@ -165,10 +197,10 @@ def test_removal_deletes_a_condition_this_manager_does_not_own(
     loaded["status"]["conditions"] = [{"type": "Ready", "status": "True"}, dict(UPSTREAM)]
     emulator.load(loaded)
     outcome = remove_disruption_target(kube, ref_of(emulator, "default/victim"))
-    assert outcome.verdict is Verdict.DONE
+    assert outcome.effect is WriteEffect.DONE
     assert [c["type"] for c in _conditions(emulator)] == ["Ready"]
 
 
 def test_removal_on_a_gone_victim_is_reported(kube: KubeClient, emulator: Emulator) -> None:
     outcome = remove_disruption_target(kube, PodRef("default", "victim", "u1"))
-    assert outcome.verdict is Verdict.ALREADY_GONE
+    assert outcome.effect is WriteEffect.ALREADY_GONE

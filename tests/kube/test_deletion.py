@@ -3,11 +3,14 @@
 Scenarios:
 - the delete carries the victim's UID as a precondition and the requested grace period;
 - a victim already gone (404) is success, reported as already gone;
-- a victim replaced by a same-named pod (new UID) is not deleted, and that is success;
+- a victim replaced by a same-named pod (new UID) is not deleted, and that is success; the
+  result names the replacement's UID as the API server's refusal names it, in either of
+  its wordings (`rest.BeforeDelete`'s, or storage's precondition check), and names none
+  when the answer does not;
 - a retried delete of a victim that is terminating is done again, not an error;
 - eviction mode goes through pods/eviction with the same UID precondition;
 - an eviction the budget refuses is retryable (429), and the pod stays;
-- an eviction of a replaced victim is success without deleting the new pod.
+- an eviction of a replaced victim is success without deleting the new pod, and names it.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from __future__ import annotations
 import pytest
 
 from preemptctl.emulator import Emulator
+from preemptctl.kube.classify import ApiStatus, replacement_uid
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.deletion import delete_victim
-from preemptctl.kube.outcomes import ErrorKind, PodRef, Retryable, Verdict
+from preemptctl.kube.results import ErrorKind, Retryable, WriteEffect
+from preemptctl.preemption.decision import PodRef
 from tests.kube.conftest import ref_of
 from tests.support.emulator import as_list, pdb, pod
 
@@ -32,7 +37,7 @@ def test_delete_carries_uid_precondition_and_grace(
     kube: KubeClient, emulator: Emulator, victim: PodRef
 ) -> None:
     outcome = delete_victim(kube, victim, grace_period_seconds=5)
-    assert outcome.verdict is Verdict.DONE
+    assert outcome.effect is WriteEffect.DONE
     [sent] = emulator.requests.matching("delete", "pods")
     assert sent.body["preconditions"] == {"uid": victim.uid}
     assert sent.body["gracePeriodSeconds"] == 5
@@ -40,7 +45,7 @@ def test_delete_carries_uid_precondition_and_grace(
 
 def test_gone_victim_is_already_gone(kube: KubeClient) -> None:
     outcome = delete_victim(kube, PodRef("default", "web-1", "u1"))
-    assert outcome.verdict is Verdict.ALREADY_GONE
+    assert outcome.effect is WriteEffect.ALREADY_GONE
     assert outcome.succeeded
 
 
@@ -50,8 +55,9 @@ def test_replaced_victim_is_not_deleted(
     emulator.finalize(victim.key)  # the StatefulSet's pod went away and was recreated
     emulator.load(pod("web-1", node_name="n1", uid="replacement"))
     outcome = delete_victim(kube, victim)
-    assert outcome.verdict is Verdict.REPLACED
+    assert outcome.effect is WriteEffect.REPLACED
     assert outcome.succeeded
+    assert outcome.replaced_by_uid == "replacement"
     stored = emulator.pod("default/web-1")
     assert stored is not None
     assert stored["metadata"]["uid"] == "replacement"
@@ -62,14 +68,14 @@ def test_retried_delete_of_terminating_victim_is_done(
     kube: KubeClient, emulator: Emulator, victim: PodRef
 ) -> None:
     delete_victim(kube, victim)
-    assert delete_victim(kube, victim).verdict is Verdict.DONE
+    assert delete_victim(kube, victim).effect is WriteEffect.DONE
 
 
 def test_eviction_mode_uses_the_eviction_api(
     kube: KubeClient, emulator: Emulator, victim: PodRef
 ) -> None:
     outcome = delete_victim(kube, victim, use_eviction=True)
-    assert outcome.verdict is Verdict.DONE
+    assert outcome.effect is WriteEffect.DONE
     [sent] = emulator.requests.matching("create", "pods/eviction")
     assert sent.body["deleteOptions"]["preconditions"] == {"uid": victim.uid}
     assert emulator.requests.matching("delete") == []
@@ -91,5 +97,29 @@ def test_eviction_of_replaced_victim_is_success_without_deleting(
 ) -> None:
     emulator.load(as_list(pod("web-1", uid="replacement")))
     outcome = delete_victim(kube, PodRef("default", "web-1", "original"), use_eviction=True)
-    assert outcome.verdict is Verdict.REPLACED
+    assert outcome.effect is WriteEffect.REPLACED
+    assert outcome.replaced_by_uid == "replacement"
     assert emulator.pod("default/web-1") is not None
+
+
+@pytest.mark.parametrize(
+    ("message", "current"),
+    [
+        (
+            'Operation cannot be fulfilled on Pod "web-1": the UID in the precondition (u-old) '
+            "does not match the UID in record (u-new). The object might have been deleted and "
+            "then recreated",
+            "u-new",
+        ),
+        (
+            'Operation cannot be fulfilled on pods "web-1": Precondition failed: UID in '
+            "precondition: u-old, UID in object meta: u-new",
+            "u-new",
+        ),
+        ("Precondition failed: UID in precondition: u-old, UID in object meta: ", None),
+        ('Operation cannot be fulfilled on pods "web-1": the object has been modified', None),
+    ],
+    ids=["before-delete", "storage", "empty", "not-a-uid-conflict"],
+)
+def test_the_current_uid_is_read_from_the_refusal(message: str, current: str | None) -> None:
+    assert replacement_uid(ApiStatus(409, "Conflict", message, None)) == current

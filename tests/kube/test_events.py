@@ -4,7 +4,9 @@ Scenarios:
 - the event is an events.k8s.io/v1 Event with upstream's reason, action, type and note,
   regarding the victim and related to the preemptor, reported by preemptctl and the worker;
 - its eventTime has microseconds, as the API's MicroTime requires;
-- a retried call that already recorded it is unchanged, and one event exists.
+- a retried call that already recorded it is unchanged, and one event exists;
+- any event about a pod is recorded once per key: a Warning by default, a Normal one when
+  asked, a new key a new event.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import re
 from preemptctl.emulator import Emulator
 from preemptctl.emulator.resources import EVENTS_V1
 from preemptctl.kube.client import KubeClient
-from preemptctl.kube.events import record_preempted
-from preemptctl.kube.outcomes import PodRef, Verdict
+from preemptctl.kube.events import record_pod_event, record_preempted
+from preemptctl.kube.results import WriteEffect
+from preemptctl.preemption.decision import PodRef
 
 VICTIM = PodRef("default", "web-1", "victim-uid")
 PREEMPTOR = PodRef("batch", "urgent", "preemptor-uid")
@@ -23,7 +26,7 @@ PREEMPTOR = PodRef("batch", "urgent", "preemptor-uid")
 
 def test_event_is_recorded_as_upstream_records_it(kube: KubeClient, emulator: Emulator) -> None:
     outcome = record_preempted(kube, VICTIM, PREEMPTOR, "n1", "worker-7")
-    assert outcome.verdict is Verdict.DONE
+    assert outcome.effect is WriteEffect.DONE
     [event] = emulator.store.objects(EVENTS_V1, "default")
     assert {
         key: event[key]
@@ -55,5 +58,27 @@ def test_event_time_has_microseconds(kube: KubeClient, emulator: Emulator) -> No
 def test_retried_recording_is_unchanged(kube: KubeClient, emulator: Emulator) -> None:
     record_preempted(kube, VICTIM, PREEMPTOR, "n1", "worker-7")
     again = record_preempted(kube, VICTIM, PREEMPTOR, "n1", "worker-8")
-    assert again.verdict is Verdict.UNCHANGED
+    assert again.effect is WriteEffect.UNCHANGED
     assert len(emulator.store.objects(EVENTS_V1, "default")) == 1
+
+
+def test_an_event_about_a_pod_is_recorded_once_per_key(
+    kube: KubeClient, emulator: Emulator
+) -> None:
+    failed = ("PreemptionFailed", "run-1")
+    first = record_pod_event(kube, PREEMPTOR, "PreemptionFailed", "why", "w", key=failed)
+    again = record_pod_event(kube, PREEMPTOR, "PreemptionFailed", "why", "w", key=failed)
+    other = record_pod_event(
+        kube, PREEMPTOR, "Preempting", "2 pod(s)", "w", key=("Preempting", "run-1"), normal=True
+    )
+    assert [r.effect for r in (first, again, other)] == [
+        WriteEffect.DONE,
+        WriteEffect.UNCHANGED,
+        WriteEffect.DONE,
+    ]
+    events = sorted(emulator.store.objects(EVENTS_V1, "batch"), key=lambda e: e["reason"])
+    assert [(e["reason"], e["type"], e["note"]) for e in events] == [
+        ("Preempting", "Normal", "2 pod(s)"),
+        ("PreemptionFailed", "Warning", "why"),
+    ]
+    assert "related" not in events[1]

@@ -26,16 +26,16 @@ from preemptctl.kube.conditions import add_disruption_target
 from preemptctl.kube.deletion import delete_victim
 from preemptctl.kube.events import record_preempted
 from preemptctl.kube.nomination import clear_nomination, nominate
-from preemptctl.kube.outcomes import (
+from preemptctl.kube.pods import get_pod
+from preemptctl.kube.results import (
     ErrorKind,
     KubeCallError,
     NotRetryable,
     PermissionDenied,
-    PodRef,
     Rejected,
     Retryable,
 )
-from preemptctl.kube.pods import get_pod
+from preemptctl.preemption.decision import PodRef
 from tests.kube.conftest import READ_TIMEOUT, ref_of
 from tests.support.emulator import pod
 

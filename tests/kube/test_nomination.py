@@ -17,7 +17,8 @@ from __future__ import annotations
 from preemptctl.emulator import Emulator
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.nomination import clear_nomination, nominate
-from preemptctl.kube.outcomes import PodRef, Verdict
+from preemptctl.kube.results import WriteEffect
+from preemptctl.preemption.decision import PodRef
 from tests.kube.conftest import ref_of
 from tests.support.emulator import pod
 
@@ -32,7 +33,7 @@ def _nominated(emulator: Emulator, key: str) -> str | None:
 def test_preemptor_is_nominated(kube: KubeClient, emulator: Emulator) -> None:
     emulator.load(pod("urgent", priority=1000))
     outcome = nominate(kube, ref_of(emulator, "default/urgent"), "n1", overwrite=False)
-    assert outcome.verdict is Verdict.DONE
+    assert outcome.effect is WriteEffect.DONE
     assert _nominated(emulator, "default/urgent") == "n1"
     assert [r.resource for r in emulator.requests.matching("patch")] == ["pods/status"]
 
@@ -40,42 +41,42 @@ def test_preemptor_is_nominated(kube: KubeClient, emulator: Emulator) -> None:
 def test_same_nomination_sends_no_patch(kube: KubeClient, emulator: Emulator) -> None:
     emulator.load(pod("urgent", nominated_node="n1"))
     outcome = nominate(kube, ref_of(emulator, "default/urgent"), "n1", overwrite=False)
-    assert outcome.verdict is Verdict.UNCHANGED
+    assert outcome.effect is WriteEffect.UNCHANGED
     assert emulator.requests.matching("patch") == []
 
 
 def test_other_components_nomination_is_kept(kube: KubeClient, emulator: Emulator) -> None:
     emulator.load(pod("urgent", nominated_node="n9"))
     outcome = nominate(kube, ref_of(emulator, "default/urgent"), "n1", overwrite=False)
-    assert (outcome.verdict, outcome.previous) == (Verdict.KEPT_OTHER_NOMINATION, "n9")
+    assert (outcome.effect, outcome.previous) == (WriteEffect.KEPT_OTHER_NOMINATION, "n9")
     assert _nominated(emulator, "default/urgent") == "n9"
 
 
 def test_overwrite_replaces_and_names_the_previous(kube: KubeClient, emulator: Emulator) -> None:
     emulator.load(pod("urgent", nominated_node="n9"))
     outcome = nominate(kube, ref_of(emulator, "default/urgent"), "n1", overwrite=True)
-    assert (outcome.verdict, outcome.previous) == (Verdict.DONE, "n9")
+    assert (outcome.effect, outcome.previous) == (WriteEffect.DONE, "n9")
     assert _nominated(emulator, "default/urgent") == "n1"
 
 
 def test_clearing_removes_nomination_to_the_node(kube: KubeClient, emulator: Emulator) -> None:
     emulator.load(pod("lower", nominated_node="n1"))
     outcome = clear_nomination(kube, ref_of(emulator, "default/lower"), "n1")
-    assert outcome.verdict is Verdict.DONE
+    assert outcome.effect is WriteEffect.DONE
     assert _nominated(emulator, "default/lower") is None
 
 
 def test_nomination_moved_elsewhere_is_not_cleared(kube: KubeClient, emulator: Emulator) -> None:
     emulator.load(pod("lower", nominated_node="n2"))
     outcome = clear_nomination(kube, ref_of(emulator, "default/lower"), "n1")
-    assert (outcome.verdict, outcome.previous) == (Verdict.KEPT_OTHER_NOMINATION, "n2")
+    assert (outcome.effect, outcome.previous) == (WriteEffect.KEPT_OTHER_NOMINATION, "n2")
     assert _nominated(emulator, "default/lower") == "n2"
 
 
 def test_pod_without_nomination_needs_no_clearing(kube: KubeClient, emulator: Emulator) -> None:
     emulator.load(pod("lower"))
     outcome = clear_nomination(kube, ref_of(emulator, "default/lower"), "n1")
-    assert outcome.verdict is Verdict.UNCHANGED
+    assert outcome.effect is WriteEffect.UNCHANGED
     assert emulator.requests.matching("patch") == []
 
 
@@ -83,5 +84,5 @@ def test_gone_or_replaced_preemptor_is_not_patched(kube: KubeClient, emulator: E
     gone = nominate(kube, PodRef("default", "urgent", "u1"), "n1", overwrite=True)
     emulator.load(pod("urgent", uid="u2"))
     replaced = nominate(kube, PodRef("default", "urgent", "u1"), "n1", overwrite=True)
-    assert (gone.verdict, replaced.verdict) == (Verdict.ALREADY_GONE, Verdict.REPLACED)
+    assert (gone.effect, replaced.effect) == (WriteEffect.ALREADY_GONE, WriteEffect.REPLACED)
     assert emulator.requests.matching("patch") == []

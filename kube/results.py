@@ -1,9 +1,10 @@
 """What a Kubernetes call ended as, in the terms a retried activity needs.
 
-A gateway call either returns a `WriteOutcome` (the call reached a settled state: done,
-nothing to do, victim already gone, victim replaced, nomination kept) or raises a
-`KubeCallError` that says whether retrying can help. Activities map the latter to Temporal's
-retryable or non-retryable `ApplicationError`; nothing here knows Temporal.
+A gateway write either returns a `WriteResult` (the call reached a settled state, its
+`WriteEffect`: done, nothing to do, victim already gone or terminating, victim replaced,
+nomination kept)
+or raises a `KubeCallError` that says whether retrying can help. Activities map the latter to
+Temporal's retryable or non-retryable `ApplicationError`; nothing here knows Temporal.
 
 The classification (see docs/kubernetes.md for the table):
 
@@ -21,22 +22,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from preemptctl.preemption.decision import PodRef
 
-__all__ = [
-    "ErrorKind",
-    "KubeCallError",
-    "NotRetryable",
-    "PermissionDenied",
-    "PodRef",
-    "Rejected",
-    "Retryable",
-    "Verdict",
-    "WriteOutcome",
-]
+class WriteEffect(enum.Enum):
+    """What a settled write did (or found it need not do)."""
 
-
-class Verdict(enum.Enum):
     DONE = "Done"
     """The write happened."""
     UNCHANGED = "Unchanged"
@@ -48,26 +37,33 @@ class Verdict(enum.Enum):
     KEPT_OTHER_NOMINATION = "KeptOtherNomination"
     """Another component nominated the pod elsewhere and the decision did not require
     overwriting it (KEP-5278), so it was left as is."""
+    TERMINATING = "Terminating"
+    """The pod is already being deleted (it has a deletionTimestamp): it needs nothing
+    more, so nothing was written."""
 
 
 @dataclass(frozen=True, slots=True)
-class WriteOutcome:
-    """A settled call. `previous` carries what was overwritten or kept (the other
-    nomination's node), so the caller can write it to the ledger."""
+class WriteResult:
+    """A settled write. `previous` carries what was overwritten or kept (the other
+    nomination's node), so the caller can write it to the ledger; `replaced_by_uid`, for a
+    `REPLACED` pod, the UID of the pod that now has its name, when the API server said it
+    (a refused UID precondition names it) or the lookup read it."""
 
-    verdict: Verdict
+    effect: WriteEffect
     pod: str
     message: str
     previous: str | None = None
+    replaced_by_uid: str | None = None
 
     @property
     def succeeded(self) -> bool:
         """Whether the preemption may go on as if the write happened."""
-        return self.verdict in (
-            Verdict.DONE,
-            Verdict.UNCHANGED,
-            Verdict.ALREADY_GONE,
-            Verdict.REPLACED,
+        return self.effect in (
+            WriteEffect.DONE,
+            WriteEffect.UNCHANGED,
+            WriteEffect.ALREADY_GONE,
+            WriteEffect.REPLACED,
+            WriteEffect.TERMINATING,
         )
 
 
