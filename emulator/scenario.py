@@ -2,10 +2,18 @@
 
 The same format as `kubectl get nodes,pods,pdb -A -o json` and the planner's snapshot, so
 one file seeds the tests, the benchmarks and the simulated cluster alike.
+
+Loading keeps the uids a file or a test gives (a test pins them to check what a client
+sends). A cluster a person starts from a file is another matter: a real API server gives
+every object it creates a uid of its own, and the audit ledger tells preemptions apart by
+the preemptor's uid, so `with_fresh_uids` gives each load new ones (consistently: an owner
+reference, a claim reference or an Event's object keeps naming the same object).
 """
 
 from __future__ import annotations
 
+import copy
+import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -55,3 +63,34 @@ def iter_objects(document: Mapping[str, Any]) -> Iterator[tuple[Resource, Mappin
         if not (item.get("metadata") or {}).get("name"):
             raise ScenarioError(f"item {index}: a {kind} has no metadata.name")
         yield resource, item
+
+
+def with_fresh_uids(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the List in which every item has a new uid, and every `uid` field anywhere
+    in it that named an item's old uid (ownerReferences, claimRef, involvedObject,
+    regarding) names the new one: what creating the same objects on a new server gives."""
+    fresh = copy.deepcopy(dict(document))
+    items = fresh.get("items") if isinstance(fresh.get("items"), list) else [fresh]
+    renamed: dict[str, str] = {}
+    for item in items:
+        meta = item.get("metadata") if isinstance(item, dict) else None
+        if isinstance(meta, dict):
+            old = meta.get("uid")
+            new = str(uuid.uuid4())
+            if isinstance(old, str) and old:
+                renamed[old] = new
+            meta["uid"] = new
+    _rename_uids(fresh, renamed)
+    return fresh
+
+
+def _rename_uids(node: Any, renamed: Mapping[str, str]) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "uid" and isinstance(value, str) and value in renamed:
+                node[key] = renamed[value]
+            else:
+                _rename_uids(value, renamed)
+    elif isinstance(node, list):
+        for value in node:
+            _rename_uids(value, renamed)

