@@ -53,6 +53,12 @@ from preemptctl.preemption.find_nodes_that_fit import (
 from preemptctl.preemption.objects import PREEMPT_NEVER, HostPort, Node, Pod, Resources
 from preemptctl.preemption.pod_constraints import PodConstraints
 from preemptctl.preemption.snapshot import ClusterSnapshot, NodeInfo, importance_key
+from preemptctl.preemption.victim_units import (
+    UnitIndex,
+    VictimUnit,
+    filter_victims_with_pdb_violation,
+    importance,
+)
 
 ERR_NO_VICTIMS = "No preemption victims found for incoming pod"
 ERR_EXPECTED_VICTIM = "expected at least one victim pod on node"
@@ -76,6 +82,11 @@ class PreemptionArgs:
     protected_namespaces: frozenset[str] = frozenset()
     # A node whose preemption would take more victims than this is not a candidate (0: no cap).
     max_victims: int = 0
+    # Label-named groups (a setting, not upstream): pods whose `pod_group_label` has one value
+    # in one namespace are a group, taken whole as victims (as `disruptionMode: all`) and
+    # preempted for as one; its size (minCount) is the `pod_group_size_annotation` of a member.
+    pod_group_label: str = ""
+    pod_group_size_annotation: str = ""
 
 
 @dataclass(slots=True)
@@ -129,6 +140,13 @@ def preempt(
             nominated_pods_to_clear,
         )
 
+    group = decided_as_group(preemptor, args)
+    if group:
+        return decide(
+            Verdict.INELIGIBLE,
+            f"not eligible: the pod belongs to pod group {group}, which preempts as one "
+            f"(preemptctl plan --pod-group {group})",
+        )
     if preemptor.node_name:
         return decide(
             Verdict.INELIGIBLE,
@@ -219,6 +237,23 @@ def preempt(
 
 
 # -- step 1: eligibility --------------------------------------------------------------------------
+
+
+def decided_as_group(preemptor: Pod, args: PreemptionArgs | None) -> str:
+    """The group (`namespace/name`) whose preemption decides for this pod, "" if none.
+
+    Upstream's `PostFilter` refuses a pod that names a pod group ("not eligible due to
+    workload aware preemption enabled"): `PodGroupPostFilter` preempts for the whole group.
+    A pod of a label-named group (a setting) is refused the same way.
+    """
+    if preemptor.group:
+        return f"{preemptor.namespace}/{preemptor.group}"
+    label = args.pod_group_label if args else ""
+    if label:
+        value = preemptor.labels.get(label)
+        if value is not None:
+            return f"{preemptor.namespace}/{value}"
+    return ""
 
 
 def pod_terminating_by_preemption(pod: Pod) -> bool:
@@ -384,6 +419,8 @@ def select_victims_on_node(
     """
     if isinstance(constraints, Prefilter):
         constraints = PodConstraints.prefilter(snapshot, preemptor)
+    if _holds_whole_groups(snapshot, info, preemptor.priority, args):
+        return select_victim_units_on_node(snapshot, preemptor, info, args, constraints)
     want = preemptor.requests
     if (
         preemptor.host_ports
@@ -418,6 +455,145 @@ def select_victims_on_node(
         if not judged.ok:
             return [], 0, judged
     return list(victims), violations, status
+
+
+def _holds_whole_groups(
+    snapshot: ClusterSnapshot, info: NodeInfo, priority: int, args: PreemptionArgs | None
+) -> bool:
+    """Whether a pod below `priority` on the node belongs to a group taken whole (then the
+    dry run works in victim units, some of whose pods may be on other nodes)."""
+    label = args.pod_group_label if args else ""
+    if not (info.grouped or label):
+        return False
+    for pod in info.lower_priority_pods(priority):
+        if pod.group:
+            group = snapshot.pod_group(f"{pod.namespace}/{pod.group}")
+            if group is not None and group.disruption_all:
+                return True
+        elif label and label in pod.labels:
+            return True
+    return False
+
+
+def select_victim_units_on_node(
+    snapshot: ClusterSnapshot,
+    preemptor: Pod,
+    info: NodeInfo,
+    args: PreemptionArgs | None,
+    constraints: PodConstraints | None,
+    units: UnitIndex | None = None,
+) -> tuple[list[Pod], int, Status]:
+    """`SelectVictimsOnNode` when the node holds pods of groups taken whole: the same
+    remove-all-then-reprieve, one victim unit at a time (upstream's `DomainVictim`).
+
+    A unit is eligible when its priority is below the preemptor's and none of its pods is
+    protected (`isPreemptionAllowedAcrossAllVictimNodes`). Its pods on this node free
+    resources here; its pods on other nodes are removed from the spread, affinity and volume
+    state only (upstream runs PreFilterExtension RemovePod/AddPod with the remote node and
+    filters this node alone). Victims are every pod of every unit not reprieved, on any node;
+    the PDB violations count the violating pods of those units.
+    """
+    node = info.node
+    assert node is not None
+    index = units or UnitIndex(snapshot, args.pod_group_label if args else "")
+    protected = args.protected_namespaces if args else frozenset()
+    potential = [
+        unit
+        for unit in index.units_of(info.lower_priority_pods(preemptor.priority))
+        if unit.priority < preemptor.priority
+        and not (protected and any(pod.namespace in protected for pod in unit.pods))
+    ]
+    if not potential:
+        return [], 0, status_of(Code.UNRESOLVABLE, (ERR_NO_VICTIMS,), DEFAULT_PREEMPTION)
+    potential.sort(key=importance)
+    here = [pod for unit in potential for pod in unit.pods if pod.node_name == info.name]
+    extra = nominated_extra(snapshot, preemptor, info.name)
+    freed = (
+        sum(pod.requests.milli_cpu for pod in here),
+        sum(pod.requests.memory for pod in here),
+        sum(pod.requests.ephemeral_storage for pod in here),
+    )
+    free = _free_after_removal(preemptor, info, extra, here, freed)
+    wanted_ports = preemptor.host_ports
+    if not free.fits() or (wanted_ports and _ports_blocked(preemptor, info, extra, here)):
+        return [], 0, _why_not(preemptor, info, extra, here)
+    if constraints is not None:
+        constraints.begin()
+    try:
+        if constraints is not None:
+            for unit in potential:
+                _update_unit(snapshot, constraints, unit, -1)
+            status = constraints.filter_with_nominated(node, extra.pods)
+            if not status.ok:
+                return [], 0, status
+        violating, non_violating = filter_victims_with_pdb_violation(potential, snapshot)
+        victims: list[VictimUnit] = []
+        num_violating = 0
+        tried = [*violating, *((unit, 0) for unit in non_violating)]
+        for unit, count in tried:
+            if not _reprieve_unit(snapshot, unit, info, free, wanted_ports, constraints, extra):
+                victims.append(unit)
+                num_violating += count
+    finally:
+        if constraints is not None:
+            constraints.restore()
+    if violating and non_violating:
+        victims.sort(key=importance)
+    return [pod for unit in victims for pod in unit.pods], num_violating, SUCCESS
+
+
+def _update_unit(
+    snapshot: ClusterSnapshot, constraints: PodConstraints, unit: VictimUnit, sign: int
+) -> None:
+    """RemovePod (-1) or AddPod (1) of each of the unit's pods, on the node it is on."""
+    for pod in unit.pods:
+        if constraints.affects(pod):
+            where = snapshot.node_infos.get(pod.node_name)
+            if where is not None and where.node is not None:
+                constraints.update(pod, where.node, sign)
+
+
+def _reprieve_unit(
+    snapshot: ClusterSnapshot,
+    unit: VictimUnit,
+    info: NodeInfo,
+    free: _Free,
+    wanted_ports: tuple[HostPort, ...],
+    constraints: PodConstraints | None,
+    extra: NominatedExtra,
+) -> bool:
+    """`reprieveVictim`: put the whole unit back; it stays if the preemptor still passes
+    every filter on this node (its pods elsewhere matter to spread and affinity only)."""
+    here = [pod for pod in unit.pods if pod.node_name == info.name]
+    cpu = sum(pod.requests.milli_cpu for pod in here)
+    memory = sum(pod.requests.memory for pod in here)
+    ephemeral = sum(pod.requests.ephemeral_storage for pod in here)
+    scalars = {name: sum(pod.requests.get(name) for pod in here) for name in free.scalars}
+    if (
+        free.slots < len(here)
+        or cpu > free.cpu
+        or memory > free.memory
+        or ephemeral > free.ephemeral
+        or any(amount > free.scalars[name] for name, amount in scalars.items())
+    ):
+        return False
+    if wanted_ports and any(
+        ports_conflict(w, used) for w in wanted_ports for pod in here for used in pod.host_ports
+    ):
+        return False
+    if constraints is not None:
+        _update_unit(snapshot, constraints, unit, 1)
+        assert info.node is not None
+        if not constraints.filter_with_nominated(info.node, extra.pods).ok:
+            _update_unit(snapshot, constraints, unit, -1)
+            return False
+    free.slots -= len(here)
+    free.cpu -= cpu
+    free.memory -= memory
+    free.ephemeral -= ephemeral
+    for name, amount in scalars.items():
+        free.scalars[name] -= amount
+    return True
 
 
 def _counted_on(constraints: PodConstraints, info: NodeInfo, priority: int) -> bool:

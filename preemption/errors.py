@@ -13,3 +13,7 @@ class QuantityError(PlannerInputError):
 
 class UnknownPodError(PlannerInputError):
     """The pod asked about is not in the snapshot."""
+
+
+class UnknownPodGroupError(PlannerInputError):
+    """The pod group asked about is not in the snapshot."""

@@ -1,0 +1,81 @@
+"""A pod group's preemption decision: what the planner chose for a pending group, and why.
+
+Its JSON is the contract of `preemptctl plan --pod-group` (DESIGN.md, "Workloads"): the
+group, the verdict (under the key `status`), a nominated node per placed pod, the victims
+in upstream order, how many of them violate a PodDisruptionBudget, a message, and the
+rationale. The worker keeps the rest to act on it: which victims go together and why
+(`units`), and the pods placed with their nodes (`nominations`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from preemptctl.preemption.decision import PodRef, Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class UnitChoice:
+    """One victim unit taken: its pods (on any node) and why it could not be reprieved."""
+
+    unit: str  # e.g. "podGroup ml/train-b", "pod default/web-1"
+    whole: bool  # a group taken whole (disruptionMode all, or a label-named group)
+    priority: int
+    pods: tuple[PodRef, ...]
+    nodes: tuple[str, ...]  # where its pods are
+    pdb_violations: int  # how many of its pods a budget does not allow
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "unit": self.unit,
+            "whole": self.whole,
+            "priority": self.priority,
+            "pods": [pod.key for pod in self.pods],
+            "nodes": list(self.nodes),
+            "pdbViolations": self.pdb_violations,
+            "reason": self.reason,
+        }
+
+
+@dataclass(slots=True)
+class GroupDecision:
+    """The planner's answer for one pending pod group (see the module docstring)."""
+
+    pod_group: str  # "namespace/name"
+    uid: str
+    verdict: Verdict
+    message: str
+    nominations: dict[str, str] = field(default_factory=dict)  # "ns/pod" -> node
+    victims: tuple[PodRef, ...] = ()
+    units: tuple[UnitChoice, ...] = ()
+    num_pdb_violations: int = 0
+    rationale: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Every node the decision touches: where pods are placed and victims removed."""
+        touched = set(self.nominations.values())
+        for unit in self.units:
+            touched.update(unit.nodes)
+        return tuple(sorted(touched))
+
+    def unit_of(self, victim: PodRef) -> UnitChoice | None:
+        """The unit a victim goes with."""
+        for unit in self.units:
+            if any(pod.uid == victim.uid for pod in unit.pods):
+                return unit
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        """The `plan --pod-group` contract's JSON, plus the rationale."""
+        return {
+            "podGroup": self.pod_group,
+            "status": str(self.verdict),
+            "nominations": dict(sorted(self.nominations.items())),
+            "victims": [victim.to_json() for victim in self.victims],
+            "numPDBViolations": self.num_pdb_violations,
+            "message": self.message,
+            "rationale": {**self.rationale, "units": [unit.to_json() for unit in self.units]},
+        }
