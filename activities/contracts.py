@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from preemptctl.ledger.vocabulary import Fate
+from preemptctl.ledger.vocabulary import WORKFLOW_OUTCOMES, Fate, Outcome
 from preemptctl.preemption.decision import PodRef, Strategy, Verdict
 
 
@@ -155,24 +155,24 @@ class PreemptorStatus:
     node: str | None = None
 
 
-class Ending(StrEnum):
-    """The workflow-recorded ends (the others are written by the activity that saw them)."""
-
-    COMPLETED = "completed"
-    FAILED = "failed"
-    ABORTED = "aborted"
-
-
 @dataclass
 class EndInput:
-    """How a run ends, for the one ledger append the workflow makes itself."""
+    """How a run ends, for the one ledger append the workflow makes itself: an outcome the
+    workflow records (completed, failed, aborted; never one the write-ahead records)."""
 
     run: RunRef
     preemptor: PodRef
-    ending: Ending
+    outcome: Outcome  # one of the outcomes the workflow records (`WORKFLOW_OUTCOMES`)
     node: str | None = None
     message: str = ""
     scheduled_node: str | None = None  # the preemptor was bound there
     seconds_to_schedule: float | None = None
     failed_victim: PodRef | None = None  # a victim whose write failed for good
     retryable: bool = True  # a failure retrying cannot cure (RBAC): the preemptor's event says
+
+    def __post_init__(self) -> None:
+        if self.outcome not in WORKFLOW_OUTCOMES:
+            raise ValueError(
+                f"the workflow records only {sorted(WORKFLOW_OUTCOMES)}, not {self.outcome!r}: "
+                "the decision's write-ahead records the others"
+            )

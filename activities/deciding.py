@@ -47,7 +47,8 @@ from preemptctl.ledger.errors import LedgerError, LedgerUnavailableError
 from preemptctl.ledger.events import LedgerEvent, decision_events
 from preemptctl.ledger.inputs import InputsRow, prune, record
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.payloads import Ended, Throttled
+from preemptctl.ledger.payloads import Terminal, Throttled
+from preemptctl.ledger.vocabulary import KIND_OF_OUTCOME, outcome_of_decision
 from preemptctl.ledger.writer import append_batch_on
 from preemptctl.preemption.budget import WINDOW, seconds_until_budget_allows
 from preemptctl.preemption.claims import Claim, ClaimBook
@@ -530,12 +531,9 @@ class DecisionPath:
         batch = decision_events(
             request.preemption_id, request.run_id, request.preemptor, payload, request.occurred_at
         )
-        end: EventKind | None = None
-        if decision.verdict is Verdict.FITS_WITHOUT_PREEMPTION:
-            end = EventKind.COMPLETED
-        elif decision.verdict is Verdict.PREEMPT and request.dry_run:
-            end = EventKind.DRY_RUN
-        if end is not None:
+        outcome = outcome_of_decision(decision.verdict, request.dry_run)
+        end = None if outcome is None else KIND_OF_OUTCOME[outcome]
+        if end is not None and end is not batch[0].kind:  # a refusal's decision event ends it
             batch.append(
                 LedgerEvent(
                     request.preemption_id,
@@ -543,7 +541,7 @@ class DecisionPath:
                     end,
                     request.preemptor,
                     node=decision.nominated_node,
-                    payload=Ended(reason=decision.message).to_json(),
+                    payload=Terminal(reason=decision.message).to_json(),
                     occurred_at=request.occurred_at,
                 )
             )

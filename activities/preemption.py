@@ -34,7 +34,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from preemptctl.activities.contracts import (
-    Ending,
     EndInput,
     NominationInput,
     NominationResult,
@@ -61,9 +60,9 @@ from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.errors import LedgerError, LedgerNotMigratedError, LedgerUnavailableError
 from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.payloads import DeleteSent, Ended, Retried, Scheduled, VictimStep, Write
+from preemptctl.ledger.payloads import DeleteSent, Retried, Scheduled, Terminal, VictimStep, Write
 from preemptctl.ledger.queries import delete_sent, earlier_run
-from preemptctl.ledger.vocabulary import Fate
+from preemptctl.ledger.vocabulary import KIND_OF_OUTCOME, Fate, Outcome
 from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import Decision, PodRef, Strategy, Verdict
 from preemptctl.preemption.default_preemption import PreemptionArgs
@@ -77,11 +76,6 @@ KIND_OF_FATE = {
     Fate.ALREADY_GONE: EventKind.VICTIM_ALREADY_GONE,
     Fate.REPLACED: EventKind.VICTIM_REPLACED,
     Fate.FAILED: EventKind.VICTIM_FAILED,
-}
-KIND_OF_ENDING = {
-    Ending.COMPLETED: EventKind.COMPLETED,
-    Ending.FAILED: EventKind.FAILED,
-    Ending.ABORTED: EventKind.PREEMPTION_ABORTED,
 }
 
 
@@ -259,7 +253,7 @@ class PreemptionActivities:
                         request.run.run_id,
                         EventKind.PREEMPTION_ABORTED,
                         preemptor,
-                        payload=Ended(reason=reason).to_json(),
+                        payload=Terminal(reason=reason).to_json(),
                         occurred_at=_when(request.run),
                     )
                 ]
@@ -404,7 +398,7 @@ class PreemptionActivities:
                         EventKind.PREEMPTION_ABORTED,
                         request.preemptor,
                         request.node,
-                        Ended(reason=result.stopped).to_json(),
+                        Terminal(reason=result.stopped).to_json(),
                     )
                 ]
             )
@@ -579,23 +573,23 @@ class PreemptionActivities:
                     occurred_at=at,
                 )
             )
-        if request.ending is Ending.FAILED:
-            ended = Ended(error=request.message, retryable=request.retryable)
+        if request.outcome is Outcome.FAILED:
+            ended = Terminal(error=request.message, retryable=request.retryable)
             self._tell_the_preemptor(
                 request.preemptor,
                 "PreemptionFailed",
                 _failure_note(request.message, retryable=request.retryable),
                 run=run,
             )
-        elif request.ending is Ending.ABORTED:
-            ended = Ended(reason=request.message)
+        elif request.outcome is Outcome.ABORTED:
+            ended = Terminal(reason=request.message)
         else:
             scheduled = request.scheduled_node is not None
-            ended = Ended(None if scheduled else request.message, preemptor_scheduled=scheduled)
+            ended = Terminal(None if scheduled else request.message, preemptor_scheduled=scheduled)
         payload = ended.to_json()
         batch.append(
             self._event(
-                run, KIND_OF_ENDING[request.ending], request.preemptor, request.node, payload
+                run, KIND_OF_OUTCOME[request.outcome], request.preemptor, request.node, payload
             )
         )
         return self._append(batch)

@@ -35,7 +35,7 @@ from preemptctl.ledger.events import LedgerEvent, decision_events
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.narrative import preemptor_story, victim_story
 from preemptctl.ledger.queries import HistoryQuery, explain, history
-from preemptctl.ledger.vocabulary import End
+from preemptctl.ledger.vocabulary import Outcome
 from preemptctl.ledger.writer import append_async, append_batch_async
 from preemptctl.preemption.decision import PodRef
 from preemptctl.worker.cli import main as cli_main
@@ -276,8 +276,8 @@ def main() -> int:
             (f"history --pod {victim.key}", history_of(pod=(victim.namespace, victim.name))),
             ("history --node node-0042", history_of(node="node-0042")),
             ("history --since 2h", history_of(since=newest - timedelta(hours=2))),
-            ("history --outcome failed", history_of(outcome=End.FAILED)),
-            ("history --outcome dry-run", history_of(outcome=End.DRY_RUN)),
+            ("history --outcome failed", history_of(outcome=Outcome.FAILED)),
+            ("history --outcome dry-run", history_of(outcome=Outcome.DRY_RUN)),
             (f"explain {victim.key} (+ words)", explain_victim),
             (f"explain {busy.key} (+ words)", explain_preemptor),
             ("explain nowhere/nobody", lambda: explain(engine, "nowhere", "nobody")),

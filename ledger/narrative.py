@@ -14,7 +14,8 @@ from typing import Any
 
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import Write
-from preemptctl.ledger.views import AttemptView, Fate, Link, Outcome, PreemptionView, VictimView
+from preemptctl.ledger.views import AttemptView, Link, PreemptionView, VictimView
+from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.preemption.decision import PodRef
 
 CRITERION_MEANING = {

@@ -144,8 +144,9 @@ class DeleteSent:
 
 
 @dataclass(frozen=True, slots=True)
-class Ended:
-    """`completed`, `dry_run`, `preemption_aborted`, `failed`: why the run ended (`reason`,
+class Terminal:
+    """The terminal events that do not carry the decision (`completed`, `dry_run`,
+    `preemption_aborted`, `failed`): why the run ended (`reason`,
     or the `error` of a failure), and for `completed` after victims, whether the preemptor
     was then scheduled. A failure says whether retrying can cure it (`retryable`): one that
     cannot (an RBAC denial) parks the pod until it changes or a person runs `retry`."""
@@ -168,7 +169,7 @@ class Ended:
         return shown
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Ended:
+    def from_json(cls, data: dict[str, Any]) -> Terminal:
         scheduled = data.get("preemptorScheduled")
         retryable = data.get("retryable")
         return cls(
@@ -227,11 +228,13 @@ class Retried:
         )
 
 
-Payload = Throttled | Write | VictimChosen | VictimStep | DeleteSent | Ended | Scheduled | Retried
+Payload = (
+    Throttled | Write | VictimChosen | VictimStep | DeleteSent | Terminal | Scheduled | Retried
+)
 
 PAYLOAD_OF_KIND: dict[EventKind, type[Payload]] = {
     EventKind.THROTTLED: Throttled,
-    EventKind.DRY_RUN: Ended,
+    EventKind.DRY_RUN: Terminal,
     EventKind.NOMINATED: Write,
     EventKind.NOMINATION_CLEARED: Write,
     EventKind.VICTIM_CHOSEN: VictimChosen,
@@ -242,10 +245,10 @@ PAYLOAD_OF_KIND: dict[EventKind, type[Payload]] = {
     EventKind.VICTIM_FAILED: VictimStep,
     EventKind.VICTIM_DELETE_SENT: DeleteSent,
     EventKind.VICTIM_UNMARKED: VictimStep,
-    EventKind.PREEMPTION_ABORTED: Ended,
+    EventKind.PREEMPTION_ABORTED: Terminal,
     EventKind.PREEMPTOR_SCHEDULED: Scheduled,
-    EventKind.COMPLETED: Ended,
-    EventKind.FAILED: Ended,
+    EventKind.COMPLETED: Terminal,
+    EventKind.FAILED: Terminal,
     EventKind.RETRIED: Retried,
 }
 """The payload type of every kind but the decision kinds (`kinds.DECISION_KINDS`)."""

@@ -20,13 +20,15 @@ from preemptctl.ledger.events import RecordedEvent
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.models import events
 from preemptctl.ledger.views import PreemptionView, VictimView, fold_preemptions
-from preemptctl.ledger.vocabulary import END_OF_KIND, End, kinds_ending_in
+from preemptctl.ledger.vocabulary import OUTCOME_OF_KIND, Outcome, kinds_of_outcome
 from preemptctl.preemption.decision import PodRef
 
 SEED_PAGE = 1000
 """Events read per step while looking for the newest matching preemptions."""
 
-PARKING_KINDS = frozenset({*kinds_ending_in(End.FAILED), *kinds_ending_in(End.UNSUPPORTED)})
+PARKING_KINDS = frozenset(
+    {*kinds_of_outcome(Outcome.FAILED), *kinds_of_outcome(Outcome.UNSUPPORTED)}
+)
 """The ends that can park a preemption (a failure only when recorded non-retryable)."""
 
 
@@ -43,7 +45,7 @@ class HistoryQuery:
     pod: tuple[str, str] | None = None
     node: str | None = None
     since: datetime | None = None
-    outcome: End | None = None
+    outcome: Outcome | None = None
     limit: int = 50
     parked: bool = False
 
@@ -96,7 +98,7 @@ class EarlierRun:
     recorded no end, e.g. it was terminated from outside)."""
 
     run_id: str
-    outcome: End | None
+    outcome: Outcome | None
 
 
 def earlier_run(engine: Engine, preemption_id: str, run_id: str) -> EarlierRun | None:
@@ -114,12 +116,12 @@ def earlier_run(engine: Engine, preemption_id: str, run_id: str) -> EarlierRun |
             .where(
                 events.c.preemption_id == preemption_id,
                 events.c.run_id == latest,
-                events.c.kind.in_([kind.value for kind in END_OF_KIND]),
+                events.c.kind.in_([kind.value for kind in OUTCOME_OF_KIND]),
             )
             .order_by(events.c.id.desc())
             .limit(1)
         ).scalar_one_or_none()
-    return EarlierRun(str(latest), END_OF_KIND[EventKind(ended)] if ended else None)
+    return EarlierRun(str(latest), OUTCOME_OF_KIND[EventKind(ended)] if ended else None)
 
 
 def delete_sent(engine: Engine, preemption_id: str, run_id: str, victim_uid: str) -> bool:
@@ -166,7 +168,7 @@ def _conditions(query: HistoryQuery) -> list[ColumnElement[bool]]:
     if query.since is not None:
         conditions.append(events.c.occurred_at >= query.since)
     if query.outcome is not None:
-        conditions.append(events.c.kind.in_([k.value for k in kinds_ending_in(query.outcome)]))
+        conditions.append(events.c.kind.in_([k.value for k in kinds_of_outcome(query.outcome)]))
     if query.parked:
         conditions.append(events.c.kind.in_([k.value for k in PARKING_KINDS]))
     return conditions

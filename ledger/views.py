@@ -22,24 +22,9 @@ from typing import Any
 
 from preemptctl.ledger.events import RecordedEvent
 from preemptctl.ledger.kinds import DECISION_KINDS, TERMINAL_KINDS, VICTIM_KINDS, EventKind
-from preemptctl.ledger.payloads import Ended, Retried, Scheduled, VictimStep
-from preemptctl.ledger.vocabulary import END_OF_KIND, FATE_OF_KIND, End, Fate, kinds_ending_in
+from preemptctl.ledger.payloads import Retried, Scheduled, Terminal, VictimStep
+from preemptctl.ledger.vocabulary import FATE_OF_KIND, OUTCOME_OF_KIND, Fate, Outcome
 from preemptctl.preemption.decision import PodRef
-
-__all__ = [
-    "AttemptView",
-    "End",
-    "Fate",
-    "Link",
-    "Outcome",
-    "PreemptionView",
-    "Status",
-    "VictimView",
-    "kinds_ending_in",
-]
-
-Outcome = End
-"""The old name of `End`, kept while the CLI still imports it from here."""
 
 Link = Callable[[str, str], str]
 """Builds a direct link to one run (workflow ID, run ID), e.g. its Temporal UI page."""
@@ -106,7 +91,7 @@ class AttemptView:
     preemptor: PodRef
     node: str | None
     status: Status
-    outcome: End | None
+    outcome: Outcome | None
     started: datetime
     finished: datetime | None
     decided_at: datetime | None
@@ -148,11 +133,11 @@ class AttemptView:
     @property
     def cause(self) -> str | None:
         """Why it did not complete, in one phrase (None when it completed or is open)."""
-        if self.outcome is None or self.outcome is End.COMPLETED:
+        if self.outcome is None or self.outcome is Outcome.COMPLETED:
             return None
-        if self.outcome is End.FAILED:
+        if self.outcome is Outcome.FAILED:
             return self.error or "no error recorded"
-        if self.outcome is End.ABORTED:
+        if self.outcome is Outcome.ABORTED:
             return self.abort_reason or "no reason recorded"
         message = (self.decision or {}).get("message")
         return str(message) if message else str(self.outcome)
@@ -213,7 +198,7 @@ class PreemptionView:
         return self.latest.status
 
     @property
-    def outcome(self) -> End | None:
+    def outcome(self) -> Outcome | None:
         return self.latest.outcome
 
     @property
@@ -303,13 +288,13 @@ def _run_of(recorded: RecordedEvent) -> str:
     return recorded.run_id
 
 
-def _retryable(outcome: End | None, terminal: RecordedEvent | None) -> bool | None:
-    if outcome is None or outcome is End.COMPLETED:
+def _retryable(outcome: Outcome | None, terminal: RecordedEvent | None) -> bool | None:
+    if outcome is None or outcome is Outcome.COMPLETED:
         return None
-    if outcome is End.UNSUPPORTED:
+    if outcome is Outcome.UNSUPPORTED:
         return False
-    if outcome is End.FAILED:
-        return None if terminal is None else Ended.from_json(terminal.payload).retryable
+    if outcome is Outcome.FAILED:
+        return None if terminal is None else Terminal.from_json(terminal.payload).retryable
     return True
 
 
@@ -323,7 +308,7 @@ def fold_attempt(
     run_id = _run_of(ordered[0])
     decision: dict[str, Any] | None = None
     decided_at: datetime | None = None
-    outcome: End | None = None
+    outcome: Outcome | None = None
     terminal: RecordedEvent | None = None
     nominated: str | None = None
     scheduled: RecordedEvent | None = None
@@ -339,15 +324,15 @@ def fold_attempt(
         if kind is EventKind.PREEMPTOR_SCHEDULED:
             scheduled = recorded
         if kind in TERMINAL_KINDS:
-            outcome, terminal = END_OF_KIND[kind], recorded
+            outcome, terminal = OUTCOME_OF_KIND[kind], recorded
         if kind is EventKind.RETRIED:
             retried = Retried.from_json(recorded.payload)
         if kind is EventKind.FAILED:
-            error = Ended.from_json(recorded.payload).error or error
+            error = Terminal.from_json(recorded.payload).error or error
         if kind is EventKind.VICTIM_FAILED:
             error = VictimStep.from_json(recorded.payload).error or error
         if kind is EventKind.PREEMPTION_ABORTED:
-            abort_reason = Ended.from_json(recorded.payload).reason
+            abort_reason = Terminal.from_json(recorded.payload).reason
 
     node = (decision or {}).get("nominatedNode") or nominated
     if node is None:
@@ -415,7 +400,7 @@ def _status(
     decision: dict[str, Any] | None,
     victims: Sequence[VictimView],
     scheduled: RecordedEvent | None,
-    outcome: End | None,
+    outcome: Outcome | None,
 ) -> Status:
     if outcome is not None:
         return Status.FINISHED

@@ -1,8 +1,10 @@
 """The ledger's words for how things end, shared by the workflow, the activities and the CLI.
 
-One definition each: a preemption's `End`, a victim's `Fate`, and the one mapping from the
-planner's `Verdict` (and from each terminal event kind) to the `End` it gives. The values
-are what `history --json`, `history --outcome`, the `PreemptionOutcome` search attribute
+One definition each: a run's `Outcome`, a victim's `Fate`; the one function that says which
+decision ends a run at once and how (`outcome_of_decision`: the write-ahead and the workflow
+both ask it), and the one table from each terminal event kind to the outcome it records
+(`OUTCOME_OF_KIND`: the readers fold with it). The values are what `history --json`,
+`history --outcome`, the `PreemptionOutcome` search attribute, the metrics' `outcome` label
 and the workflow's result say, so renaming one is a breaking change.
 """
 
@@ -14,8 +16,8 @@ from preemptctl.ledger.kinds import TERMINAL_KINDS, VICTIM_KINDS, EventKind
 from preemptctl.preemption.decision import Verdict
 
 
-class End(StrEnum):
-    """How a preemption ended; what `history --outcome` filters on."""
+class Outcome(StrEnum):
+    """How a run (and so its preemption) ended; what `history --outcome` filters on."""
 
     COMPLETED = "completed"  # victims out of the way (or none needed); see the events for
     # whether the preemptor was then scheduled
@@ -40,19 +42,28 @@ class Fate(StrEnum):
 
     @property
     def settled(self) -> bool:
+        """Final: the victim is neither still to be marked nor still to be deleted (the
+        moment it became so is its `settledAt`)."""
         return self not in (Fate.CHOSEN, Fate.MARKED)
 
 
-END_OF_KIND: dict[EventKind, End] = {
-    EventKind.COMPLETED: End.COMPLETED,
-    EventKind.FAILED: End.FAILED,
-    EventKind.PREEMPTION_ABORTED: End.ABORTED,
-    EventKind.DRY_RUN: End.DRY_RUN,
-    EventKind.NO_CANDIDATE: End.NO_CANDIDATE,
-    EventKind.INELIGIBLE: End.INELIGIBLE,
-    EventKind.UNSUPPORTED: End.UNSUPPORTED,
+OUTCOME_OF_KIND: dict[EventKind, Outcome] = {
+    EventKind.COMPLETED: Outcome.COMPLETED,
+    EventKind.FAILED: Outcome.FAILED,
+    EventKind.PREEMPTION_ABORTED: Outcome.ABORTED,
+    EventKind.DRY_RUN: Outcome.DRY_RUN,
+    EventKind.NO_CANDIDATE: Outcome.NO_CANDIDATE,
+    EventKind.INELIGIBLE: Outcome.INELIGIBLE,
+    EventKind.UNSUPPORTED: Outcome.UNSUPPORTED,
 }
-assert set(END_OF_KIND) == TERMINAL_KINDS
+"""The outcome each terminal event records: the one table the readers fold with."""
+assert set(OUTCOME_OF_KIND) == TERMINAL_KINDS
+KIND_OF_OUTCOME: dict[Outcome, EventKind] = {o: k for k, o in OUTCOME_OF_KIND.items()}
+"""The terminal event that records each outcome."""
+
+WORKFLOW_OUTCOMES = frozenset({Outcome.COMPLETED, Outcome.FAILED, Outcome.ABORTED})
+"""The outcomes the workflow records itself (`record_end`); the decision's write-ahead
+records the others (`outcome_of_decision`)."""
 
 FATE_OF_KIND: dict[EventKind, Fate] = {
     EventKind.VICTIM_CHOSEN: Fate.CHOSEN,
@@ -71,21 +82,23 @@ KIND_OF_VERDICT: dict[Verdict, EventKind] = {
     Verdict.UNSCHEDULABLE: EventKind.NO_CANDIDATE,
     Verdict.UNSUPPORTED: EventKind.UNSUPPORTED,
 }
+"""The kind of the event that records a decision with this verdict."""
 assert set(KIND_OF_VERDICT) == set(Verdict)
 
 
-def end_of_verdict(verdict: Verdict) -> End | None:
-    """The end a verdict gives a preemption at once; None for `Preempt`, which goes on.
+def outcome_of_decision(verdict: Verdict, dry_run: bool = False) -> Outcome | None:
+    """The outcome a decision gives its run at once; None when the run goes on to preempt.
 
+    `Preempt` goes on, unless the run is dry (decided and recorded, nothing touched);
     `FitsWithoutPreemption` completes (nothing needed doing); the refusals end as their
-    decision event says."""
+    decision event says (`KIND_OF_VERDICT`, then `OUTCOME_OF_KIND`)."""
     if verdict is Verdict.PREEMPT:
-        return None
+        return Outcome.DRY_RUN if dry_run else None
     if verdict is Verdict.FITS_WITHOUT_PREEMPTION:
-        return End.COMPLETED
-    return END_OF_KIND[KIND_OF_VERDICT[verdict]]
+        return Outcome.COMPLETED
+    return OUTCOME_OF_KIND[KIND_OF_VERDICT[verdict]]
 
 
-def kinds_ending_in(end: End) -> frozenset[EventKind]:
-    """The event kinds that give a preemption this end."""
-    return frozenset(kind for kind, result in END_OF_KIND.items() if result is end)
+def kinds_of_outcome(outcome: Outcome) -> frozenset[EventKind]:
+    """The event kinds that record this outcome."""
+    return frozenset(kind for kind, recorded in OUTCOME_OF_KIND.items() if recorded is outcome)

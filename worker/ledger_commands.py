@@ -49,7 +49,8 @@ from preemptctl.ledger.narrative import (
     victim_story,
 )
 from preemptctl.ledger.queries import HistoryQuery, explain, history
-from preemptctl.ledger.views import AttemptView, Link, Outcome, PreemptionView
+from preemptctl.ledger.views import AttemptView, Link, PreemptionView
+from preemptctl.ledger.vocabulary import Outcome
 from preemptctl.worker.errors import Unavailable, UsageError, add_output_flag
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ that preempts (decided and preempting; waiting; finished), once in one that ends
 decision. A worker killed at any point resumes from the last
 completed step: no victim is deleted twice, none is forgotten.
 
-The result says how the preemption ended (`End`), and whether starting it again can help
+The result says how the preemption ended (its `Outcome`), and whether starting it again can help
 (`retryable`: False for an Unsupported verdict and for a write refused for good, such as an
 RBAC denial). A failed preemption fails the workflow (so the UI shows it failed); the
 failure's details carry the same `PreemptionResult` (see `result_of_failure`).
@@ -56,7 +56,6 @@ from temporalio.exceptions import TimeoutError as StepTimeout
 
 with workflow.unsafe.imports_passed_through():
     from preemptctl.activities.contracts import (
-        Ending,
         EndInput,
         NominationInput,
         PreemptionRequest,
@@ -69,7 +68,7 @@ with workflow.unsafe.imports_passed_through():
         VictimResult,
     )
     from preemptctl.activities.preemption import PreemptionActivities
-    from preemptctl.ledger.vocabulary import End, Fate, end_of_verdict
+    from preemptctl.ledger.vocabulary import Fate, Outcome, outcome_of_decision
     from preemptctl.preemption.decision import PodRef, Strategy, Verdict
     from preemptctl.workflows import search_attributes as sa
 
@@ -142,13 +141,13 @@ class PreemptionState:
     node: str | None = None
     pending_last_victim: PodRef | None = None
     victims: list[VictimProgress] = field(default_factory=list)
-    outcome: End | None = None
+    outcome: Outcome | None = None
     message: str = ""
 
 
 @dataclass
 class PreemptionResult:
-    outcome: End
+    outcome: Outcome
     message: str
     node: str | None = None
     victims: list[VictimProgress] = field(default_factory=list)
@@ -183,7 +182,7 @@ class _Stop(Exception):
 
     def __init__(
         self,
-        end: End,
+        outcome: Outcome,
         message: str,
         *,
         recorded: bool,
@@ -191,7 +190,7 @@ class _Stop(Exception):
         failed_victim: PodRef | None = None,
     ) -> None:
         super().__init__(message)
-        self.end = end
+        self.outcome = outcome
         self.message = message
         self.recorded = recorded
         self.retryable = retryable
@@ -241,14 +240,13 @@ class PreemptionWorkflow:
         self._evaluation_seconds = (decided - started).total_seconds()
         verdict = selection.verdict
         if verdict is None:
-            raise _Stop(End.ABORTED, selection.message, recorded=True)
-        end = end_of_verdict(verdict)
-        if end is not None:
-            raise _Stop(
-                end, selection.message, recorded=True, retryable=verdict is not Verdict.UNSUPPORTED
-            )
-        if self._request.dry_run:
-            raise _Stop(End.DRY_RUN, f"dry run: {selection.message}", recorded=True)
+            raise _Stop(Outcome.ABORTED, selection.message, recorded=True)
+        outcome = outcome_of_decision(verdict, self._request.dry_run)
+        if outcome is Outcome.DRY_RUN:
+            raise _Stop(outcome, f"dry run: {selection.message}", recorded=True)
+        if outcome is not None:
+            retryable = verdict is not Verdict.UNSUPPORTED
+            raise _Stop(outcome, selection.message, recorded=True, retryable=retryable)
         assert selection.node is not None
 
         self._enter(Phase.PREEMPTING)
@@ -392,13 +390,13 @@ class PreemptionWorkflow:
         if self._failures:
             failed, _ = self._failures[0]
             raise _Stop(
-                End.FAILED,
+                Outcome.FAILED,
                 f"victim {failed.pod.key} could not be preempted: {failed.message}",
                 recorded=False,
                 retryable=all(ok for _, ok in self._failures),
                 failed_victim=failed.pod,
             )
-        raise _Stop(End.ABORTED, self._stopped, recorded=True)
+        raise _Stop(Outcome.ABORTED, self._stopped, recorded=True)
 
     async def _wait_for_the_bind(self, node: str) -> PreemptionResult:
         """Until the preemptor is bound (the trigger's signal, or a poll), is gone, or the
@@ -436,12 +434,14 @@ class PreemptionWorkflow:
         seconds = (workflow.now() - started).total_seconds()
         bound_to = self._bound_to if not reason else None
         await self._record_end(
-            Ending.COMPLETED,
+            Outcome.COMPLETED,
             reason or f"{self._preemptor.key} bound to {bound_to}",
             scheduled_node=bound_to,
             seconds_to_schedule=seconds if bound_to else None,
         )
-        result = self._result(End.COMPLETED, reason or f"{self._preemptor.key} bound to {bound_to}")
+        result = self._result(
+            Outcome.COMPLETED, reason or f"{self._preemptor.key} bound to {bound_to}"
+        )
         if bound_to:
             result.preemptor_node, result.seconds_to_schedule = bound_to, seconds
         return result
@@ -451,12 +451,14 @@ class PreemptionWorkflow:
     async def _finish(self, stop: _Stop) -> PreemptionResult:
         await self._unmark_spared_victims()
         if not stop.recorded:
-            ending = Ending.FAILED if stop.end is End.FAILED else Ending.ABORTED
             await self._record_end(
-                ending, stop.message, failed_victim=stop.failed_victim, retryable=stop.retryable
+                stop.outcome,
+                stop.message,
+                failed_victim=stop.failed_victim,
+                retryable=stop.retryable,
             )
-        result = self._result(stop.end, stop.message, retryable=stop.retryable)
-        if stop.end is End.FAILED:
+        result = self._result(stop.outcome, stop.message, retryable=stop.retryable)
+        if stop.outcome is Outcome.FAILED:
             raise ApplicationError(
                 stop.message, result, type="PreemptionFailed", non_retryable=True
             )
@@ -489,18 +491,20 @@ class PreemptionWorkflow:
 
         await asyncio.gather(*(unmark(v) for v in left))
 
-    def _result(self, end: End, message: str, *, retryable: bool = True) -> PreemptionResult:
+    def _result(
+        self, outcome: Outcome, message: str, *, retryable: bool = True
+    ) -> PreemptionResult:
         state = self._state
-        state.phase, state.outcome, state.message = Phase.FINISHED, end, message
+        state.phase, state.outcome, state.message = Phase.FINISHED, outcome, message
         state.preempting, state.pending_last_victim = False, None
         self._upsert(
             [
                 sa.PREEMPTION_PHASE.value_set(Phase.FINISHED.value),
-                sa.PREEMPTION_OUTCOME.value_set(end.value),
+                sa.PREEMPTION_OUTCOME.value_set(outcome.value),
             ]
         )
         return PreemptionResult(
-            end,
+            outcome,
             message,
             state.node,
             list(state.victims),
@@ -512,7 +516,7 @@ class PreemptionWorkflow:
 
     async def _record_end(
         self,
-        ending: Ending,
+        outcome: Outcome,
         message: str,
         *,
         scheduled_node: str | None = None,
@@ -525,7 +529,7 @@ class PreemptionWorkflow:
             EndInput(
                 self._run(),
                 self._preemptor,
-                ending,
+                outcome,
                 node=self._state.node,
                 message=message,
                 scheduled_node=scheduled_node,
@@ -533,7 +537,7 @@ class PreemptionWorkflow:
                 failed_victim=failed_victim,
                 retryable=retryable,
             ),
-            f"ledger: {ending.value}",
+            f"ledger: {outcome.value}",
             LEDGER_DEADLINE,
         )
 

@@ -49,7 +49,6 @@ from temporalio.testing import ActivityEnvironment
 
 from preemptctl import migrations
 from preemptctl.activities.contracts import (
-    Ending,
     EndInput,
     RunRef,
     SelectInput,
@@ -67,7 +66,7 @@ from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.models import events as events_table
 from preemptctl.ledger.payloads import DeleteSent
-from preemptctl.ledger.vocabulary import Fate
+from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.ledger.writer import append
 from preemptctl.preemption.decision import PodRef, Verdict
 from tests.support.emulator import as_list, node, pod, running_emulator
@@ -381,7 +380,7 @@ def test_a_dry_run_tells_the_preemptor_nothing(cluster: Cluster) -> None:
 
 def test_a_failed_run_tells_the_preemptor_its_cause_and_what_to_do(cluster: Cluster) -> None:
     cause = "victim default/victim-0 could not be preempted: forbidden"
-    end = EndInput(RUN, cluster.ref("default/urgent"), Ending.FAILED, "node-1", cause)
+    end = EndInput(RUN, cluster.ref("default/urgent"), Outcome.FAILED, "node-1", cause)
     end.retryable = False
     ActivityEnvironment().run(cluster.activities.record_end, end)
     [told] = events_on(cluster, "urgent", "PreemptionFailed")

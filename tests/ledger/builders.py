@@ -12,7 +12,7 @@ from typing import Any
 
 from preemptctl.ledger.events import LedgerEvent, RecordedEvent, decision_events
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.payloads import Ended, Retried, VictimStep
+from preemptctl.ledger.payloads import Retried, Terminal, VictimStep
 from preemptctl.preemption.decision import (
     Decision,
     NodeEvaluation,
@@ -244,7 +244,7 @@ def failed_attempt(
             start + timedelta(seconds=2),
             preemptor=preemptor,
             node=node,
-            payload=Ended(error=error, retryable=retryable).to_json(),
+            payload=Terminal(error=error, retryable=retryable).to_json(),
             run_id=run_id,
         ),
     ]

@@ -16,10 +16,10 @@ from preemptctl.ledger.kinds import DECISION_KINDS, EventKind
 from preemptctl.ledger.payloads import (
     PAYLOAD_OF_KIND,
     DeleteSent,
-    Ended,
     Payload,
     Retried,
     Scheduled,
+    Terminal,
     Throttled,
     VictimChosen,
     VictimStep,
@@ -44,9 +44,9 @@ def test_every_kind_but_the_decisions_has_one_payload_type() -> None:
         VictimStep(error="forbidden"),
         VictimStep(message="gone on retry", answer_lost=True),
         DeleteSent(eviction=True),
-        Ended(reason="the preemptor is gone"),
-        Ended(error="victim default/b could not be preempted"),
-        Ended(preemptor_scheduled=True),
+        Terminal(reason="the preemptor is gone"),
+        Terminal(error="victim default/b could not be preempted"),
+        Terminal(preemptor_scheduled=True),
         Scheduled(1.25),
         Retried("run-2"),
         Retried("run-2", "run-1", "failed", "person", "RBAC fixed"),
@@ -59,7 +59,7 @@ def test_a_payload_reads_back_what_it_wrote(payload: Payload) -> None:
 
 def test_an_older_or_newer_writers_payload_still_reads() -> None:
     assert VictimStep.from_json({}) == VictimStep()
-    assert Ended.from_json({"reason": "r", "addedLater": 1}) == Ended(reason="r")
+    assert Terminal.from_json({"reason": "r", "addedLater": 1}) == Terminal(reason="r")
 
 
 def test_the_keys_are_the_ledgers_camel_case() -> None:
@@ -68,7 +68,7 @@ def test_the_keys_are_the_ledgers_camel_case() -> None:
         "replacedByUid": "u",
     }
     assert Scheduled(2.0).to_json() == {"secondsSinceDecision": 2.0}
-    assert Ended("not bound", preemptor_scheduled=False).to_json() == {
+    assert Terminal("not bound", preemptor_scheduled=False).to_json() == {
         "preemptorScheduled": False,
         "reason": "not bound",
     }

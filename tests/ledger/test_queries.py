@@ -35,7 +35,7 @@ from preemptctl.ledger.errors import LedgerNotMigratedError
 from preemptctl.ledger.events import decision_events
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.queries import HistoryQuery, explain, history
-from preemptctl.ledger.vocabulary import End, Fate
+from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import PodRef
 from tests.ledger.builders import (
@@ -102,8 +102,8 @@ def test_history_since(three_preemptions: Engine) -> None:
 
 
 def test_history_by_outcome(three_preemptions: Engine) -> None:
-    assert _ids(three_preemptions, HistoryQuery(outcome=End.FAILED)) == ["p-web"]
-    assert _ids(three_preemptions, HistoryQuery(outcome=End.ABORTED)) == []
+    assert _ids(three_preemptions, HistoryQuery(outcome=Outcome.FAILED)) == ["p-web"]
+    assert _ids(three_preemptions, HistoryQuery(outcome=Outcome.ABORTED)) == []
 
 
 def test_history_by_outcome_judges_the_final_outcome(pg_engine: Engine) -> None:
@@ -114,8 +114,8 @@ def test_history_by_outcome_judges_the_final_outcome(pg_engine: Engine) -> None:
         event("p-1", EventKind.COMPLETED, T0 + timedelta(seconds=3), run_id="r2"),
     ]
     append_batch(pg_engine, story)
-    assert _ids(pg_engine, HistoryQuery(outcome=End.FAILED)) == []
-    assert _ids(pg_engine, HistoryQuery(outcome=End.COMPLETED)) == ["p-1"]
+    assert _ids(pg_engine, HistoryQuery(outcome=Outcome.FAILED)) == []
+    assert _ids(pg_engine, HistoryQuery(outcome=Outcome.COMPLETED)) == ["p-1"]
 
 
 def test_history_parked(pg_engine: Engine) -> None:
@@ -149,8 +149,8 @@ def test_history_matches_any_attempt_and_brings_them_all(pg_engine: Engine) -> N
     )
     (view,) = history(pg_engine, HistoryQuery(node="node-1"))
     assert [(a.attempt, a.node, a.outcome) for a in view.attempts] == [
-        (1, "node-1", End.FAILED),
-        (2, "node-3", End.COMPLETED),
+        (1, "node-1", Outcome.FAILED),
+        (2, "node-3", Outcome.COMPLETED),
     ]
     assert _ids(pg_engine, HistoryQuery(pod=("default", "low-1"))) == ["p-1"]
 
@@ -164,7 +164,7 @@ def test_history_pages_through_many_events(
 ) -> None:
     monkeypatch.setattr(ledger_queries, "SEED_PAGE", 3)
     assert _ids(three_preemptions, HistoryQuery()) == ["p-api-second", "p-web", "p-api-first"]
-    assert _ids(three_preemptions, HistoryQuery(outcome=End.COMPLETED)) == [
+    assert _ids(three_preemptions, HistoryQuery(outcome=Outcome.COMPLETED)) == [
         "p-api-second",
         "p-api-first",
     ]
@@ -209,7 +209,7 @@ def test_explain_finds_a_victim_only_chosen_by_a_dry_run(pg_engine: Engine) -> N
     decided = decision_events("p-dry", "run-1", API, four_candidate_decision(), T0)
     append_batch(pg_engine, [*decided, event("p-dry", EventKind.DRY_RUN, T0)])
     ((view, victim),) = explain(pg_engine, "default", "batch-8").as_victim
-    assert (view.outcome, victim.victim, victim.fate) == (End.DRY_RUN, BATCH_8, Fate.SPARED)
+    assert (view.outcome, victim.victim, victim.fate) == (Outcome.DRY_RUN, BATCH_8, Fate.SPARED)
 
 
 def test_explain_an_unknown_pod(three_preemptions: Engine) -> None:

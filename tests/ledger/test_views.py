@@ -41,7 +41,7 @@ import pytest
 from preemptctl.ledger.events import LedgerEvent, decision_events
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.views import Status, fold_preemption
-from preemptctl.ledger.vocabulary import End, Fate
+from preemptctl.ledger.vocabulary import Fate, Outcome
 from tests.ledger.builders import (
     API,
     BATCH_7,
@@ -66,7 +66,11 @@ def _decided(decision: dict[str, Any] | None = None) -> list[LedgerEvent]:
 def test_a_completed_preemption() -> None:
     view = fold_preemption(recorded(completed_preemption(P)))
     (attempt,) = view.attempts
-    assert (view.status, view.outcome, attempt.node) == (Status.FINISHED, End.COMPLETED, "node-3")
+    assert (view.status, view.outcome, attempt.node) == (
+        Status.FINISHED,
+        Outcome.COMPLETED,
+        "node-3",
+    )
     assert [(v.victim, v.fate) for v in attempt.victims] == [
         (BATCH_7, Fate.DELETED),
         (BATCH_8, Fate.DELETED),
@@ -145,7 +149,7 @@ def test_an_aborted_preemption_spares_untouched_victims() -> None:
         event(P, EventKind.PREEMPTION_ABORTED, T0, payload={"reason": "preemptor gone"}),
     ]
     attempt = fold_preemption(recorded(story)).latest
-    assert (attempt.outcome, attempt.abort_reason) == (End.ABORTED, "preemptor gone")
+    assert (attempt.outcome, attempt.abort_reason) == (Outcome.ABORTED, "preemptor gone")
     assert [v.fate for v in attempt.victims] == [Fate.DELETED, Fate.SPARED]
 
 
@@ -165,13 +169,13 @@ def test_a_marked_victim_of_an_aborted_preemption_is_spared_and_unmarked() -> No
 
 def test_a_dry_run_spares_every_victim() -> None:
     view = fold_preemption(recorded([*_decided(), event(P, EventKind.DRY_RUN, T0)]))
-    assert view.outcome is End.DRY_RUN
+    assert view.outcome is Outcome.DRY_RUN
     assert [v.fate for v in view.latest.victims] == [Fate.SPARED, Fate.SPARED]
 
 
 def test_no_candidate_finishes_without_a_node() -> None:
     view = fold_preemption(recorded(_decided(unschedulable_decision())))
-    assert (view.outcome, view.latest.node, view.latest.victims) == (End.NO_CANDIDATE, None, ())
+    assert (view.outcome, view.latest.node, view.latest.victims) == (Outcome.NO_CANDIDATE, None, ())
 
 
 def test_each_attempts_victims_are_its_own() -> None:
@@ -212,12 +216,12 @@ def _failed_then_completed() -> list[LedgerEvent]:
 def test_each_run_is_one_attempt_and_the_latest_decides_the_status() -> None:
     view = fold_preemption(recorded(_failed_then_completed()))
     assert [(a.attempt, a.run_id, a.outcome) for a in view.attempts] == [
-        (1, "run-1", End.FAILED),
-        (2, "run-2", End.COMPLETED),
+        (1, "run-1", Outcome.FAILED),
+        (2, "run-2", Outcome.COMPLETED),
     ]
     assert (view.status, view.outcome, view.run_id, view.started) == (
         Status.FINISHED,
-        End.COMPLETED,
+        Outcome.COMPLETED,
         "run-2",
         T0,
     )
@@ -263,10 +267,14 @@ def test_a_later_aborted_run_does_not_rewrite_an_earlier_completed_attempt() -> 
     ]
     view = fold_preemption(recorded(story))
     first, second = view.attempts
-    assert (first.outcome, first.started, first.duration_seconds) == (End.COMPLETED, T0, 8.0)
+    assert (first.outcome, first.started, first.duration_seconds) == (Outcome.COMPLETED, T0, 8.0)
     assert [v.fate for v in first.victims] == [Fate.DELETED, Fate.DELETED]
-    assert (second.outcome, second.started, second.duration_seconds) == (End.ABORTED, later, 4.0)
-    assert view.outcome is End.ABORTED
+    assert (second.outcome, second.started, second.duration_seconds) == (
+        Outcome.ABORTED,
+        later,
+        4.0,
+    )
+    assert view.outcome is Outcome.ABORTED
 
 
 def test_a_retried_event_belongs_to_the_run_it_opens() -> None:
@@ -276,7 +284,7 @@ def test_a_retried_event_belongs_to_the_run_it_opens() -> None:
         event(P, EventKind.RETRIED, T0, payload={"newRunId": "run-2", "by": "trigger"}),
     ]
     first, second = fold_preemption(recorded(story)).attempts
-    assert (first.run_id, first.outcome) == ("run-1", End.FAILED)
+    assert (first.run_id, first.outcome) == ("run-1", Outcome.FAILED)
     assert (second.run_id, second.started_by, second.status) == ("run-2", "trigger", "deciding")
 
 

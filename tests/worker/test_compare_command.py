@@ -50,7 +50,7 @@ from preemptctl.emulator import SimulatedCluster
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.ledger.events import LedgerEvent, decision_events
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.payloads import Ended
+from preemptctl.ledger.payloads import Terminal
 from preemptctl.ledger.upstream import append_upstream, decisions_since, upstream_since
 from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import PodRef
@@ -100,7 +100,7 @@ def _decide(
                 EventKind.DRY_RUN,
                 preemptor,
                 node=node,
-                payload=Ended(reason="dry run").to_json(),
+                payload=Terminal(reason="dry run").to_json(),
                 occurred_at=at,
             )
         )

@@ -50,7 +50,7 @@ import yaml
 from preemptctl import migrations
 from preemptctl.ledger.engine import DATABASE_URL_ENV, create_ledger_engine
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.views import Outcome
+from preemptctl.ledger.vocabulary import Outcome
 from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import PodRef
 from preemptctl.worker.cli import main

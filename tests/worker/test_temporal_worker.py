@@ -20,7 +20,6 @@ from temporalio.client import Client
 from temporalio.converter import DataConverter, DefaultPayloadConverter
 
 from preemptctl.activities.contracts import (
-    Ending,
     EndInput,
     NominationInput,
     NominationResult,
@@ -34,7 +33,7 @@ from preemptctl.activities.contracts import (
     VictimInput,
     VictimResult,
 )
-from preemptctl.ledger.vocabulary import End, Fate
+from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.preemption.decision import PodRef, Strategy, Verdict
 from preemptctl.worker.temporal_worker import _PayloadConverter, with_cached_hints
 from preemptctl.workflows.preemption import PreemptionResult, PreemptionState, VictimProgress
@@ -54,8 +53,8 @@ VALUES: list[Any] = [
     VictimResult(Fate.DELETED, "deleted", answer_lost=True),
     PreemptorCheck(POD),
     PreemptorStatus(PreemptorState.BOUND, "node-1"),
-    EndInput(RUN, POD, Ending.COMPLETED, "node-1", "done", "node-1", 0.5, VICTIM),
-    PreemptionResult(End.COMPLETED, "done", "node-1", [VictimProgress(VICTIM, Fate.DELETED)]),
+    EndInput(RUN, POD, Outcome.COMPLETED, "node-1", "done", "node-1", 0.5, VICTIM),
+    PreemptionResult(Outcome.COMPLETED, "done", "node-1", [VictimProgress(VICTIM, Fate.DELETED)]),
     PreemptionState(victims=[VictimProgress(VICTIM)], pending_last_victim=VICTIM),
 ]
 

@@ -42,7 +42,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from preemptctl.ledger.vocabulary import End
+from preemptctl.ledger.vocabulary import Outcome
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.trigger import TriggerLoop
@@ -265,14 +265,14 @@ async def test_ended_preemption_is_retried_after_a_doubling_backoff(harness: Har
     harness.view.event("ADDED", pending_pod())
     harness.trigger.start()
     first = await harness.client.next_start(1)
-    await harness.ended(first, PreemptionResult(End.ABORTED, "preemptor vanished"))
+    await harness.ended(first, PreemptionResult(Outcome.ABORTED, "preemptor vanished"))
     book, now = harness.trigger._book, harness.clock.now
     assert not book.due("uid-1", now + 9.9) and book.due("uid-1", now + 10)
     harness.trigger.resync()
     assert harness.gauge("preemptctl_backoff_pods") == 1
     harness.advance(10)
     second = await harness.client.next_start(2)
-    await harness.ended(second, PreemptionResult(End.NO_CANDIDATE, "no node helps"))
+    await harness.ended(second, PreemptionResult(Outcome.NO_CANDIDATE, "no node helps"))
     now = harness.clock.now
     assert not book.due("uid-1", now + 19.9) and book.due("uid-1", now + 20)
     assert harness.trigger.settled()
@@ -282,7 +282,7 @@ async def test_non_retryable_end_parks_the_pod_until_it_changes(harness: Harness
     harness.view.event("ADDED", pending_pod())
     harness.trigger.start()
     first = await harness.client.next_start(1)
-    denied = PreemptionResult(End.FAILED, "RBAC denied delete on pods", retryable=False)
+    denied = PreemptionResult(Outcome.FAILED, "RBAC denied delete on pods", retryable=False)
     await harness.ended(first, denied)
     [parked] = harness.trigger.parked()
     assert (parked.pod, parked.reason) == ("default/web", "RBAC denied delete on pods")
@@ -299,7 +299,7 @@ async def test_rbac_denial_that_fails_the_workflow_parks_the_pod(harness: Harnes
     harness.view.event("ADDED", pending_pod())
     harness.trigger.start()
     first = await harness.client.next_start(1)
-    denied = PreemptionResult(End.FAILED, "RBAC denied delete on pods", retryable=False)
+    denied = PreemptionResult(Outcome.FAILED, "RBAC denied delete on pods", retryable=False)
     await harness.failed(first, failure_carrying(denied))
     [parked] = harness.trigger.parked()
     assert (parked.pod, parked.reason) == ("default/web", "RBAC denied delete on pods")
@@ -322,7 +322,9 @@ async def test_person_retry_unparks_the_pod(harness: Harness) -> None:
     harness.view.event("ADDED", pending_pod())
     harness.trigger.start()
     first = await harness.client.next_start(1)
-    await harness.ended(first, PreemptionResult(End.FAILED, "Unsupported: DRA", retryable=False))
+    await harness.ended(
+        first, PreemptionResult(Outcome.FAILED, "Unsupported: DRA", retryable=False)
+    )
     assert harness.trigger.retry("default/web")
     await harness.client.next_start(2)
     assert not harness.trigger.retry("default/nobody")
@@ -334,7 +336,7 @@ async def test_failed_critical_pod_gets_one_preemption_per_admission_failure(
     harness.view.event("ADDED", refused_critical_pod())
     harness.trigger.start()
     first = await harness.client.next_start(1)
-    await harness.ended(first, PreemptionResult(End.COMPLETED, "made room"))
+    await harness.ended(first, PreemptionResult(Outcome.COMPLETED, "made room"))
     harness.advance(10**6)
     harness.view.event("MODIFIED", refused_critical_pod())
     harness.trigger.resync()
@@ -348,8 +350,8 @@ async def test_deleted_pod_is_forgotten(harness: Harness) -> None:
     harness.trigger.start()
     first = await harness.client.next_start(1)
     second = await harness.client.next_start(2)
-    await harness.ended(first, PreemptionResult(End.ABORTED, "x"))
-    await harness.ended(second, PreemptionResult(End.COMPLETED, "y"))
+    await harness.ended(first, PreemptionResult(Outcome.ABORTED, "x"))
+    await harness.ended(second, PreemptionResult(Outcome.COMPLETED, "y"))
     assert harness.trigger.tracked() == 2
     harness.view.event("DELETED", pending_pod())
     harness.view.event("DELETED", refused_critical_pod())
@@ -382,7 +384,7 @@ async def test_run_started_by_a_person_unparks_the_pod(harness: Harness) -> None
     harness.view.event("ADDED", pending_pod())
     harness.trigger.start()
     first = await harness.client.next_start(1)
-    await harness.ended(first, PreemptionResult(End.FAILED, "RBAC denied", retryable=False))
+    await harness.ended(first, PreemptionResult(Outcome.FAILED, "RBAC denied", retryable=False))
     harness.client.runs[first.id] = datetime.now(UTC)  # preemptctl retry, elsewhere
     harness.advance(31)  # past the resync interval
     await harness.client.next_start(2)
@@ -405,7 +407,7 @@ async def test_a_parked_pod_bound_after_a_persons_retry_signals_that_run(
     harness.view.event("ADDED", pending_pod())
     harness.trigger.start()
     first = await harness.client.next_start(1)
-    await harness.ended(first, PreemptionResult(End.FAILED, "RBAC denied", retryable=False))
+    await harness.ended(first, PreemptionResult(Outcome.FAILED, "RBAC denied", retryable=False))
     bound = pending_pod()
     bound["spec"]["nodeName"] = "node-1"  # the run `preemptctl retry` started made room
     harness.view.event("MODIFIED", bound)

@@ -47,7 +47,6 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from preemptctl.activities.contracts import (
-    Ending,
     EndInput,
     NominationInput,
     NominationResult,
@@ -60,7 +59,7 @@ from preemptctl.activities.contracts import (
     VictimInput,
     VictimResult,
 )
-from preemptctl.ledger.vocabulary import End, Fate
+from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.preemption.decision import PodRef, Verdict
 from preemptctl.worker.temporal_worker import workflow_runner
 from preemptctl.workflows.preemption import (
@@ -137,7 +136,7 @@ class Script:
 
         @activity.defn(name="record_end")
         async def record_end(request: EndInput) -> int:
-            self.calls.append(f"end:{request.ending.value}")
+            self.calls.append(f"end:{request.outcome.value}")
             self.ends.append(request)
             return 1
 
@@ -206,19 +205,19 @@ async def test_a_throttled_decision_sleeps_then_decides_afresh(run: Run) -> None
     script = Script(selections=[held, decided()])
     result = await run(script, bound_signal(NODE))
     assert script.calls[:2] == ["select", "select"]
-    assert (result.outcome, result.throttled) == (End.COMPLETED, 1)
+    assert (result.outcome, result.throttled) == (Outcome.COMPLETED, 1)
 
 
 @pytest.mark.parametrize(
     ("verdict", "end"),
     [
-        (Verdict.INELIGIBLE, End.INELIGIBLE),
-        (Verdict.UNSCHEDULABLE, End.NO_CANDIDATE),
-        (Verdict.FITS_WITHOUT_PREEMPTION, End.COMPLETED),
+        (Verdict.INELIGIBLE, Outcome.INELIGIBLE),
+        (Verdict.UNSCHEDULABLE, Outcome.NO_CANDIDATE),
+        (Verdict.FITS_WITHOUT_PREEMPTION, Outcome.COMPLETED),
     ],
 )
 async def test_a_final_verdict_ends_at_once_recorded_by_the_select_activity(
-    run: Run, verdict: Verdict, end: End
+    run: Run, verdict: Verdict, end: Outcome
 ) -> None:
     script = Script(selections=[decided(verdict)])
     result = await run(script)
@@ -229,14 +228,14 @@ async def test_a_final_verdict_ends_at_once_recorded_by_the_select_activity(
 async def test_unsupported_never_touches_a_pod_and_retrying_cannot_help(run: Run) -> None:
     script = Script(selections=[decided(Verdict.UNSUPPORTED)])
     result = await run(script)
-    assert (result.outcome, result.retryable) == (End.UNSUPPORTED, False)
+    assert (result.outcome, result.retryable) == (Outcome.UNSUPPORTED, False)
     assert script.calls == ["select"]
 
 
 async def test_a_dry_run_decides_and_touches_nothing(run: Run) -> None:
     script = Script()
     result = await run(script, dry_run=True)
-    assert result.outcome is End.DRY_RUN
+    assert result.outcome is Outcome.DRY_RUN
     assert result.message == "dry run: the planner says Preempt"
     assert script.calls == ["select"]
 
@@ -244,14 +243,14 @@ async def test_a_dry_run_decides_and_touches_nothing(run: Run) -> None:
 async def test_a_preemptor_gone_before_the_decision_aborts_it(run: Run) -> None:
     script = Script(selections=[Selection(PREEMPTOR, "the preemptor is gone")])
     result = await run(script)
-    assert (result.outcome, result.message) == (End.ABORTED, "the preemptor is gone")
+    assert (result.outcome, result.message) == (Outcome.ABORTED, "the preemptor is gone")
     assert script.calls == ["select"]
 
 
 async def test_a_preemption_runs_three_plus_two_activities_per_victim(run: Run) -> None:
     script = Script()
     result = await run(script, bound_signal(NODE))
-    assert result.outcome is End.COMPLETED
+    assert result.outcome is Outcome.COMPLETED
     assert result.preemptor_node == NODE
     assert [v.fate for v in result.victims] == [Fate.DELETED] * 3
     assert len(script.calls) == 3 + 2 * len(VICTIMS)
@@ -272,7 +271,7 @@ async def test_a_mark_refused_for_good_fails_before_any_victim_is_deleted(run: R
         await run(script)
     result = result_of_failure(failure.value)
     assert result is not None
-    assert (result.outcome, result.retryable) == (End.FAILED, False)
+    assert (result.outcome, result.retryable) == (Outcome.FAILED, False)
     assert [v.fate for v in result.victims] == [Fate.SPARED, Fate.FAILED, Fate.SPARED]
     assert not [c for c in script.calls if c.startswith("delete:")]
     assert sorted(c for c in script.calls if c.startswith("unmark:")) == [
@@ -295,7 +294,7 @@ async def test_a_victim_settled_when_marked_is_never_deleted(
 ) -> None:
     script = Script(marks={"victim-0": marked})
     result = await run(script, bound_signal(NODE))
-    assert result.outcome is End.COMPLETED
+    assert result.outcome is Outcome.COMPLETED
     assert result.victims[0].fate is fate
     assert "delete:victim-0" not in script.calls
     assert "delete:victim-2" in script.calls
@@ -304,7 +303,7 @@ async def test_a_victim_settled_when_marked_is_never_deleted(
 async def test_a_victim_replaced_at_its_delete_ends_replaced(run: Run) -> None:
     script = Script(deletes={"victim-1": VictimResult(Fate.REPLACED, "replaced")})
     result = await run(script, bound_signal(NODE))
-    assert result.outcome is End.COMPLETED
+    assert result.outcome is Outcome.COMPLETED
     assert [v.fate for v in result.victims] == [Fate.DELETED, Fate.REPLACED, Fate.DELETED]
 
 
@@ -317,11 +316,11 @@ async def test_a_delete_refused_for_good_fails_and_spares_the_last_victim(
         await run(script, local_activities=local)
     result = result_of_failure(failure.value)
     assert result is not None
-    assert (result.outcome, result.retryable) == (End.FAILED, False)
+    assert (result.outcome, result.retryable) == (Outcome.FAILED, False)
     assert "victim default/victim-0 could not be preempted: forbidden" in result.message
     assert [v.fate for v in result.victims] == [Fate.FAILED, Fate.DELETED, Fate.SPARED]
     assert "delete:victim-2" not in script.calls
-    assert [(e.ending, e.failed_victim) for e in script.ends] == [(Ending.FAILED, VICTIMS[0])]
+    assert [(e.outcome, e.failed_victim) for e in script.ends] == [(Outcome.FAILED, VICTIMS[0])]
 
 
 async def test_a_failed_victim_loses_its_disruption_target_before_the_end_is_recorded(
@@ -376,7 +375,7 @@ async def test_a_preemptor_that_moved_on_aborts_before_the_last_victim(
     stopped = VictimResult(Fate.SPARED, "the preemption was stopped", stopped=reason)
     script = Script(deletes={"victim-0": stopped})
     result = await run(script)
-    assert (result.outcome, result.message) == (End.ABORTED, reason)
+    assert (result.outcome, result.message) == (Outcome.ABORTED, reason)
     assert result.victims[2].fate is Fate.SPARED
     assert "delete:victim-2" not in script.calls
     assert script.ends == []  # the delete activity recorded the abort itself
@@ -390,14 +389,14 @@ async def test_without_a_signal_the_preemptor_is_polled_until_bound(run: Run) ->
         ]
     )
     result = await run(script, scheduled_poll_seconds=30.0)
-    assert (result.outcome, result.preemptor_node) == (End.COMPLETED, NODE)
+    assert (result.outcome, result.preemptor_node) == (Outcome.COMPLETED, NODE)
     assert script.calls.count("check") == 2
 
 
 async def test_a_preemptor_not_bound_in_time_completes_with_that_reason(run: Run) -> None:
     script = Script()
     result = await run(script, scheduled_wait_seconds=300.0, scheduled_poll_seconds=30.0)
-    assert result.outcome is End.COMPLETED
+    assert result.outcome is Outcome.COMPLETED
     assert result.message == "the preemptor was not bound within 300s"
     assert result.preemptor_node is None
     assert script.ends[0].scheduled_node is None
@@ -406,12 +405,12 @@ async def test_a_preemptor_not_bound_in_time_completes_with_that_reason(run: Run
 async def test_a_preemptor_gone_while_waited_for_completes_with_that_reason(run: Run) -> None:
     script = Script(preemptor=[PreemptorStatus(PreemptorState.GONE)])
     result = await run(script)
-    assert (result.outcome, result.message) == (End.COMPLETED, "the preemptor is gone")
+    assert (result.outcome, result.message) == (Outcome.COMPLETED, "the preemptor is gone")
 
 
 async def test_with_local_activities_the_runbook_is_the_same(run: Run) -> None:
     script = Script(deletes={"victim-1": VictimResult(Fate.REPLACED, "replaced")})
     result = await run(script, bound_signal(NODE), local_activities=True)
-    assert result.outcome is End.COMPLETED
+    assert result.outcome is Outcome.COMPLETED
     assert [v.fate for v in result.victims] == [Fate.DELETED, Fate.REPLACED, Fate.DELETED]
     assert len(script.calls) == 3 + 2 * len(VICTIMS)
