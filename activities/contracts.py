@@ -109,10 +109,11 @@ class NominationInput:
 
 @dataclass
 class NominationResult:
-    """The nomination as the API server settled it; `error` when it could not be made (the
-    preemption goes on, as upstream's does)."""
+    """The nomination as the API server settled it (`effect`, a `WriteEffect` value);
+    `error` when it could not be made (the preemption goes on, as upstream's does). Histories
+    recorded before the rename carry the effect as `verdict`, which the workflow never read."""
 
-    verdict: str = ""
+    effect: str = ""
     message: str = ""
     previous: str | None = None
     error: str | None = None

@@ -324,7 +324,7 @@ class PreemptionActivities:
             with kube_errors():
                 outcome = nomination.nominate(self._kube, request.preemptor, node, overwrite=True)
             result = NominationResult(outcome.effect.value, outcome.message, outcome.previous)
-            payload = Write(result.verdict, result.message, result.previous)
+            payload = Write(result.effect, result.message, result.previous)
         except ApplicationError as error:
             if not error.non_retryable:
                 raise

@@ -42,10 +42,11 @@ class Throttled:
 @dataclass(frozen=True, slots=True)
 class Write:
     """`nominated` and `nomination_cleared`: a write to a pod's nomination, as the API server
-    settled it (`verdict`, `message`, the nomination it replaced or kept as `previous`), or
-    the `error` that kept it from being made. `pod` and `uid` name a cleared pod."""
+    settled it (`effect`, a `kube.results.WriteEffect` value; `message`; the nomination it
+    replaced or kept as `previous`), or the `error` that kept it from being made. `pod` and
+    `uid` name a cleared pod. The effect's JSON key is `verdict`, as rows were first written."""
 
-    verdict: str | None = None
+    effect: str | None = None
     message: str | None = None
     previous: str | None = None
     error: str | None = None
@@ -59,7 +60,7 @@ class Write:
         if self.error is not None:
             shown["error"] = self.error
         else:
-            shown.update(verdict=self.verdict, message=self.message, previous=self.previous)
+            shown.update(verdict=self.effect, message=self.message, previous=self.previous)
         return shown
 
     @classmethod

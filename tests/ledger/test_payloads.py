@@ -5,7 +5,8 @@ Scenarios:
 - each payload reads back what it wrote;
 - a payload missing fields (an older writer) reads with the defaults, and unknown fields (a
   newer writer) are ignored;
-- the JSON keys are the ledger's camelCase ones.
+- the JSON keys are the ledger's camelCase ones; a nomination's write effect keeps the key
+  `verdict` its rows were first written with, both ways.
 """
 
 from __future__ import annotations
@@ -71,4 +72,14 @@ def test_the_keys_are_the_ledgers_camel_case() -> None:
     assert Terminal("not bound", preemptor_scheduled=False).to_json() == {
         "preemptorScheduled": False,
         "reason": "not bound",
+    }
+
+
+def test_a_nominations_effect_keeps_its_first_key() -> None:
+    row = {"verdict": "KeptOtherNomination", "message": "kept", "previous": "node-2"}
+    assert Write.from_json(row) == Write("KeptOtherNomination", "kept", "node-2")
+    assert Write(effect="Done", message="nominated").to_json() == {
+        "verdict": "Done",
+        "message": "nominated",
+        "previous": None,
     }
