@@ -484,11 +484,8 @@ class DecisionPath:
 
     def _open_claims(self, db: Connection, snapshot: ClusterSnapshot) -> ClaimBook:
         """3) Every open claim; those the view already shows done set aside."""
-        book = ClaimBook(
-            Claim(claim.preemptor_uid, claim.node, claim.victim_uids)
-            for claim in self._claims.read(db)
-        )
-        book.settled(snapshot)
+        book = ClaimBook(self._claims.read(db))
+        book.set_aside_fulfilled(snapshot)
         return book
 
     def _plan(

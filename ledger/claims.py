@@ -1,5 +1,8 @@
 """Claims: the preemptions in flight, read from the ledger, that every decision must respect.
 
+The claims read are the domain's (`preemption.claims.Claim`), each naming the run that holds
+it: the one type from this reader to the planner's overlay.
+
 A preemption claims its victims (and the capacity they free) from the moment its decision is
 written ahead until its run ends. The ledger already holds exactly that: `victim_chosen`
 events of runs with no terminal event yet. Reading claims from it, and writing each new
@@ -25,7 +28,6 @@ import fcntl
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -36,20 +38,9 @@ from preemptctl.ledger.engine import sqlite_path, translated_errors
 from preemptctl.ledger.errors import LedgerNotMigratedError
 from preemptctl.ledger.kinds import TERMINAL_KINDS, EventKind
 from preemptctl.ledger.models import events
+from preemptctl.preemption.claims import Claim
 
 _thread_lock = threading.Lock()
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One in-flight preemption: its preemptor, its node, its victims."""
-
-    preemption_id: str
-    run_id: str
-    preemptor_uid: str
-    node: str
-    victim_uids: frozenset[str]
-    decided_at: datetime
 
 
 _SET_TIMEOUTS = text(
@@ -106,15 +97,15 @@ def decision_lock(
 def _claims_of(rows: Iterable[Sequence[Any]]) -> dict[tuple[str, str], Claim]:
     """Rows of `victim_chosen` events (in ledger order) grouped into one claim per run."""
     grouped: dict[tuple[str, str], list[str]] = {}
-    first: dict[tuple[str, str], tuple[str, str, datetime]] = {}
-    for preemption_id, run_id, preemptor_uid, node, victim_uid, occurred_at in rows:
+    first: dict[tuple[str, str], tuple[str, str]] = {}
+    for preemption_id, run_id, preemptor_uid, node, victim_uid in rows:
         key = (preemption_id, run_id)
         grouped.setdefault(key, []).append(victim_uid)
-        first.setdefault(key, (preemptor_uid, node or "", occurred_at))
+        first.setdefault(key, (preemptor_uid, node or ""))
     return {
-        key: Claim(key[0], key[1], uid, node, frozenset(victims), decided_at)
+        key: Claim(uid, node, frozenset(victims), *key)
         for key, victims in grouped.items()
-        for uid, node, decided_at in [first[key]]
+        for uid, node in [first[key]]
     }
 
 
@@ -124,7 +115,6 @@ _CHOSEN_COLUMNS = (
     events.c.preemptor_uid,
     events.c.node,
     events.c.victim_uid,
-    events.c.occurred_at,
 )
 
 
@@ -178,7 +168,7 @@ class ClaimReader:
             ).all()
             if rows:
                 self._after = max(self._after, int(rows[-1].id))
-                self._open.update(_claims_of([row[:6] for row in rows]))
+                self._open.update(_claims_of([row[:5] for row in rows]))
             self._forget_ended(connection)
         return list(self._open.values())
 

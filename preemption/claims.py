@@ -37,11 +37,14 @@ CLAIMED_PRIORITY = 2**31
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """What one in-flight preemption claims: its node's capacity and its victims."""
+    """What one in-flight preemption claims: its node's capacity and its victims; and which
+    run of which preemption holds it (what the ledger's reader keys it by)."""
 
     preemptor_uid: str
     node: str
     victim_uids: frozenset[str]
+    preemption_id: str = ""
+    run_id: str = ""
 
 
 class ClaimBook:
@@ -68,7 +71,7 @@ class ClaimBook:
     def claim(self, claim: Claim) -> None:
         self._claims[claim.preemptor_uid] = claim
 
-    def settled(self, snapshot: ClusterSnapshot) -> list[str]:
+    def set_aside_fulfilled(self, snapshot: ClusterSnapshot) -> list[str]:
         """Set aside the claims whose effect the view already shows (preemptor bound, every
         victim gone); the preemptor UIDs set aside. A preemptor the view does not show keeps
         its claim: the view may lag behind the API server."""

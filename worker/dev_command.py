@@ -478,7 +478,7 @@ async def _until_settled(
             raise UsageError(f"--once: still preempting after {timeout:g}s")
         await asyncio.sleep(1.0)
         quiet = cluster is None or cluster.is_quiet()
-        calm = calm + 1 if quiet and trigger.settled() else 0
+        calm = calm + 1 if quiet and trigger.caught_up() else 0
     return {"ledger": display_url(ledger_url), "preemptions": list(trigger.finished)}
 
 

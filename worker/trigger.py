@@ -45,6 +45,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from preemptctl.activities.contracts import PreemptionRequest
 from preemptctl.kube.view import ClusterView
+from preemptctl.ledger.vocabulary import Fate
 from preemptctl.preemption.decision import PodRef, Strategy
 from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.objects import PREEMPT_NEVER, Pod
@@ -310,7 +311,7 @@ class TriggerLoop:
         """The latest `FINISHED_KEPT` finished preemptions, oldest first (dev mode's report)."""
         return list(self._finished)
 
-    def settled(self) -> bool:
+    def caught_up(self) -> bool:
         """Nothing in flight, and every pod that still needs room has had its preemption:
         what is left is waiting for a backoff re-check, not for this loop."""
         with self._lock:
@@ -611,7 +612,7 @@ class TriggerLoop:
 
     def _read(self, result: PreemptionResult) -> tuple[str, bool, dict[str, Any]]:
         """Outcome, retryability and report fields of a finished preemption's result."""
-        victims = [v.pod.key for v in result.victims if v.status != "spared"]
+        victims = [v.pod.key for v in result.victims if v.fate is not Fate.SPARED]
         if result.victims:
             self._metrics.victims.observe(len(result.victims))
         if result.throttled:

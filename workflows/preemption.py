@@ -125,11 +125,6 @@ class VictimProgress:
     fate: Fate = Fate.CHOSEN
     message: str = ""
 
-    @property
-    def status(self) -> str:
-        """The fate's value, under the name the trigger loop reads."""
-        return self.fate.value
-
 
 @dataclass
 class PreemptionState:

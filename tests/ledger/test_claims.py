@@ -1,7 +1,8 @@
 """Claims: the ledger's in-flight preemptions, and the lock that serializes decisions.
 
 Scenarios:
-- a decision written ahead is a claim on its node and victims;
+- a decision written ahead is a claim on its node and victims: the domain's `Claim`, naming
+  the run that holds it;
 - a run that has ended (completed, failed, aborted, dry run) claims nothing;
 - a retried run's claim is its own: ending run-1 leaves run-2's claim open;
 - a run that waits for hours still claims: claims end with their run, never by age;
@@ -22,12 +23,13 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine, func, select
 
-from preemptctl.ledger.claims import Claim, ClaimReader, decision_lock, open_claims
+from preemptctl.ledger.claims import ClaimReader, decision_lock, open_claims
 from preemptctl.ledger.errors import LedgerUnavailableError
 from preemptctl.ledger.events import decision_events
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.models import events
 from preemptctl.ledger.writer import append_batch, append_batch_on
+from preemptctl.preemption.claims import Claim
 from tests.ledger.builders import API, BATCH_7, BATCH_8, T0, event, four_candidate_decision
 
 
@@ -46,9 +48,7 @@ def claims(engine: Engine) -> list[Claim]:
 def test_a_decision_written_ahead_claims_its_node_and_victims(sqlite_engine: Engine) -> None:
     decide(sqlite_engine)
     [claim] = claims(sqlite_engine)
-    assert claim.preemptor_uid == API.uid
-    assert claim.node == "node-3"
-    assert claim.victim_uids == {BATCH_7.uid, BATCH_8.uid}
+    assert claim == Claim(API.uid, "node-3", frozenset({BATCH_7.uid, BATCH_8.uid}), "p-1", "run-1")
 
 
 @pytest.mark.parametrize(

@@ -106,9 +106,9 @@ def test_a_claim_is_set_aside_once_the_view_shows_its_effect() -> None:
     assert p1 is not None
     cluster.upsert_pod(dataclasses.replace(p1, node_name="node-1"))
     cluster.remove_pod(uid_of(cluster, "default/b2"))
-    assert book.settled(cluster) == []  # b3 is still there: the claim holds
+    assert book.set_aside_fulfilled(cluster) == []  # b3 is still there: the claim holds
     cluster.remove_pod(uid_of(cluster, "default/b3"))
-    assert book.settled(cluster) == [p1.uid]
+    assert book.set_aside_fulfilled(cluster) == [p1.uid]
     assert len(book) == 0
 
 
@@ -117,7 +117,7 @@ def test_a_claim_holds_while_the_view_does_not_show_its_preemptor() -> None:
     claimed = claim_first_decision(cluster, book, "default/p1")
     p1, p2 = uid_of(cluster, "default/p1"), uid_of(cluster, "default/p2")
     cluster.remove_pod(p1)
-    assert book.settled(cluster) == []
+    assert book.set_aside_fulfilled(cluster) == []
     assert book.holders() == [p1]
     with book.applied(cluster, deciding_for=p2):
         names = {pod_.name for pod_ in cluster.pods.values()}

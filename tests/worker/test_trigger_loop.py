@@ -275,7 +275,7 @@ async def test_ended_preemption_is_retried_after_a_doubling_backoff(harness: Har
     await harness.ended(second, PreemptionResult(Outcome.NO_CANDIDATE, "no node helps"))
     now = harness.clock.now
     assert not book.due("uid-1", now + 19.9) and book.due("uid-1", now + 20)
-    assert harness.trigger.settled()
+    assert harness.trigger.caught_up()
 
 
 async def test_non_retryable_end_parks_the_pod_until_it_changes(harness: Harness) -> None:

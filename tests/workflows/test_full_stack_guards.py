@@ -45,7 +45,7 @@ async def test_over_the_eviction_budget_a_preemption_is_throttled_then_proceeds(
     assert "eviction budget (2/min)" in throttled[i][0]["message"]
     assert results[i].throttled >= 1
     assert [r.outcome for r in results] == ["completed", "completed"]
-    assert all(v.status == "deleted" for r in results for v in r.victims)
+    assert all(v.fate == "deleted" for r in results for v in r.victims)
 
 
 async def test_protected_namespaces_are_never_victims(client, ledger, emulator):

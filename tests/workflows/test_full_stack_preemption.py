@@ -48,7 +48,7 @@ async def test_online_offline_example_preempts_batch_pods_and_binds_nginx(client
     assert result.outcome == "completed"
     assert result.node == "node-1"
     assert sorted(v.pod.name for v in result.victims) == ["batch-1a", "batch-1b"]
-    assert all(v.status == "deleted" for v in result.victims)
+    assert all(v.fate == "deleted" for v in result.victims)
     assert result.preemptor_node == "node-1"
     assert sorted(stack.deletes()) == ["batch-1a", "batch-1b"]
     assert (emulator.pod("default/report-x") or {})["status"].get("nominatedNodeName") is None
@@ -129,7 +129,7 @@ async def test_state_query_tracks_phase_preempting_and_the_last_victim(client, l
         final = await handle.query(PreemptionWorkflow.state)
     assert final.preempting is False
     assert final.phase == "finished"
-    assert [v.status for v in final.victims] == ["deleted", "deleted"]
+    assert [v.fate for v in final.victims] == ["deleted", "deleted"]
 
 
 async def test_dry_run_records_the_decision_and_touches_nothing(client, ledger, emulator):

@@ -97,7 +97,7 @@ async def test_victim_already_gone_counts_as_done(client, ledger, emulator):
         await scheduler
         kinds = stack.ledger_kinds(handle.id)
     assert result.outcome == "completed"
-    assert {v.pod.name: v.status for v in result.victims}["victim-0"] == "already-gone"
+    assert {v.pod.name: v.fate for v in result.victims}["victim-0"] == "already-gone"
     assert [r.code for r in emulator.requests.matching("delete", "pods", "victim-0")] == [404]
     assert "victim_already_gone:victim-0" in kinds
     assert "victim_deleted:victim-0" not in kinds
@@ -120,7 +120,7 @@ async def test_replaced_victim_is_never_deleted(client, ledger, emulator):
     survivor = emulator.pod("default/victim-0")
     assert survivor is not None and survivor["metadata"]["uid"] != original_uid
     assert survivor["metadata"].get("deletionTimestamp") is None
-    assert result.victims[0].status == "replaced"
+    assert result.victims[0].fate == "replaced"
     assert "victim_replaced:victim-0" in kinds
     assert "victim_deleted:victim-0" not in kinds
 
@@ -137,7 +137,7 @@ async def test_preemptor_vanishing_midway_stops_before_any_delete(client, ledger
     assert result.outcome == "aborted"
     assert stack.deletes() == []
     assert kinds.count("preemption_aborted") == 1
-    assert {v.status for v in result.victims} == {"spared"}
+    assert {v.fate for v in result.victims} == {"spared"}
 
 
 async def test_preemptor_bound_elsewhere_midway_stops_the_preemption(client, ledger, emulator):
