@@ -87,8 +87,10 @@ def pod(
     pod_affinity: Sequence[Json] = (),
     pod_anti_affinity: Sequence[Json] = (),
     spread: Sequence[Json] = (),
+    group: str | None = None,
 ) -> Json:
-    """A pod; bound to `node` (Running) or pending (nominated to `nominated`, if given).
+    """A pod; bound to `node` (Running) or pending (nominated to `nominated`, if given);
+    `group` names the PodGroup it joins.
 
     Unless `containers` is given it has one container requesting `cpu` and `memory`.
     """
@@ -135,6 +137,8 @@ def pod(
         spec["topologySpreadConstraints"] = list(spread)
     if preemption_policy:
         spec["preemptionPolicy"] = preemption_policy
+    if group:
+        spec["schedulingGroup"] = {"podGroupName": group}
     status: Json = {"phase": phase or ("Running" if node else "Pending")}
     if start is not None:
         status["startTime"] = timestamp(start)
@@ -381,6 +385,38 @@ def pdb(
         "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
         "status": status,
+    }
+
+
+def pod_group(
+    name: str,
+    *,
+    namespace: str = "default",
+    priority: int | None = None,
+    min_count: int | None = None,
+    disruption: str = "single",
+    preemption_policy: str | None = None,
+    topology: bool = False,
+    uid: str | None = None,
+) -> Json:
+    """A scheduling.k8s.io/v1beta1 PodGroup: a gang of `min_count` (basic when None)."""
+    spec: Json = {
+        "schedulingPolicy": {"basic": {}}
+        if min_count is None
+        else {"gang": {"minCount": min_count}},
+        "disruptionMode": {disruption: {}},
+    }
+    if priority is not None:
+        spec["priority"] = priority
+    if preemption_policy:
+        spec["preemptionPolicy"] = preemption_policy
+    if topology:
+        spec["schedulingConstraints"] = {"topology": [{"key": "topology.kubernetes.io/zone"}]}
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid or f"pg-{name}"},
+        "spec": spec,
     }
 
 
