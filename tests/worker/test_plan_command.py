@@ -12,6 +12,11 @@ Scenarios:
   quantity exponent, an unknown pod, a malformed quantity or a negative request
   (naming the object), a `--pod` that is not NAMESPACE/NAME;
 - `--explain` prints the rationale as tables, naming the filter and its reason per node;
+- `--pod-group` prints exactly the group contract's fields (nominations per placed pod,
+  victims most important first); `--pod` on a member is Ineligible naming its group; an
+  unknown or malformed group, or a key that is not NAMESPACE/NAME, is one line and exit 2;
+  `--pod` and `--pod-group` exclude each other; `--pod-group-label` takes a label-named
+  group whole; `plan --help` states the contracts itself, pointing to no file;
 - the installed `preemptctl` on the bundled online/offline scenario preempts the two batch
   pods on node-1 by minSumPriorities and clears the lower-priority nomination there.
 """
@@ -27,7 +32,7 @@ from typing import Any
 import pytest
 
 from preemptctl.worker.cli import main
-from tests.preemption.builders import container, listing, node, pod, term
+from tests.preemption.builders import container, listing, node, pod, pod_group, term
 
 SCENARIO = Path(__file__).resolve().parents[2] / "worker" / "scenarios" / "online-offline.json"
 PREEMPTCTL = Path(sys.executable).parent / "preemptctl"
@@ -395,3 +400,112 @@ def test_output_cut_short_by_a_closed_pipe_is_not_a_traceback() -> None:
     completed = subprocess.run(command, shell=True, capture_output=True, text=True, check=False)
     assert completed.stdout == '{\n  "preem'
     assert "Traceback" not in completed.stderr
+
+
+# -- --pod-group ----------------------------------------------------------------------------------
+
+GROUP_CONTRACT_FIELDS = {
+    "podGroup",
+    "status",
+    "nominations",
+    "victims",
+    "numPDBViolations",
+    "message",
+    "rationale",
+}
+
+GANG = listing(
+    node("n1", cpu="1"),
+    node("n2", cpu="1"),
+    pod("low-1", cpu="1", node="n1", priority=1),
+    pod("low-2", cpu="1", node="n2", priority=2),
+    pod_group("train", priority=100, min_count=2),
+    pod("t-1", cpu="1", group="train"),
+    pod("t-2", cpu="1", group="train"),
+)
+
+
+def run_group(
+    capsys: pytest.CaptureFixture[str], snapshot: Path, group: str, *flags: str
+) -> tuple[int, str, str]:
+    code = main(["plan", "--snapshot", str(snapshot), "--pod-group", group, *flags])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_a_pod_group_decision_has_exactly_the_group_contract_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_group(capsys, write(tmp_path, GANG), "default/train")
+    decided = json.loads(out)
+    assert (code, err, set(decided)) == (0, "", GROUP_CONTRACT_FIELDS)
+    assert (decided["status"], decided["nominations"], decided["numPDBViolations"]) == (
+        "Preempt",
+        {"default/t-1": "n1", "default/t-2": "n2"},
+        0,
+    )
+    assert [victim["name"] for victim in decided["victims"]] == ["low-2", "low-1"]
+
+
+def test_plan_pod_on_a_group_member_is_ineligible_naming_the_group(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    decided = plan_json(capsys, write(tmp_path, GANG), "default/t-1")
+    assert (decided["status"], "default/train" in decided["message"]) == ("Ineligible", True)
+
+
+def test_an_unknown_pod_group_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got = run_group(capsys, write(tmp_path, GANG), "default/ghost")
+    assert_usage_error(*got, "pod group default/ghost is not in the snapshot")
+
+
+def test_a_malformed_pod_group_is_a_usage_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = pod_group("train", min_count=2)
+    bad["spec"]["disruptionMode"] = {"sometimes": {}}
+    got = run_group(capsys, write(tmp_path, listing(node("n1"), bad)), "default/train")
+    assert_usage_error(*got, "podgroup default/train: spec.disruptionMode must be")
+
+
+def test_a_pod_group_that_is_not_namespace_slash_name_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got = run_group(capsys, write(tmp_path, GANG), "train")
+    assert_usage_error(*got, "--pod-group must be NAMESPACE/NAME")
+
+
+def test_pod_and_pod_group_are_mutually_exclusive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(write(tmp_path, GANG))
+    with pytest.raises(SystemExit) as exited:
+        main(["plan", "--snapshot", path, "--pod", "default/t-1", "--pod-group", "default/train"])
+    assert (exited.value.code, "not allowed with argument" in capsys.readouterr().err) == (2, True)
+
+
+def test_label_named_groups_are_taken_whole_with_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    label = "kueue.x-k8s.io/pod-group-name"
+    items = listing(
+        node("n1", cpu="1"),
+        node("n2", cpu="1"),
+        pod("k-1", cpu="1", node="n1", priority=1, labels={label: "job"}),
+        pod("k-2", cpu="1", node="n2", priority=1, labels={label: "job"}),
+        pod("p", cpu="1", priority=10),
+    )
+    code, out, _ = run_plan(capsys, write(tmp_path, items), "default/p", "--pod-group-label", label)
+    assert (code, [v["name"] for v in json.loads(out)["victims"]]) == (0, ["k-1", "k-2"])
+
+
+def test_plan_help_describes_the_contract_without_pointing_to_a_missing_file(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    shown = capsys.readouterr().out
+    assert "docs/" not in shown
+    assert all(word in shown for word in ("--pod-group", "podGroup", "nominations", "minCount"))
