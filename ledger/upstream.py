@@ -6,6 +6,17 @@ a second replica append the same Event without a second row. Rows are never upda
 `preemptctl compare` reads them back (`upstream_since`) and groups them by preemptor, beside
 this controller's own decisions (`decisions_since`, from `preemption_events`).
 
+The recorder believes an Event only when the cluster bears it out (`kube.upstream_events`),
+and the write bounds what it can still add, since rows are kept for good:
+
+- one row per victim: upstream reports a victim once, so a second Event (another Event UID)
+  naming a victim already recorded is left out (`victim_known`);
+- at most `ROWS_PER_NAMESPACE_PER_HOUR` rows per victim namespace in any hour of
+  `observed_at` (the worker's clock, not the Event's); what is over it is left out
+  (`over_cap`). Two replicas checking at once may each add up to the cap's last row.
+
+Both checks read the table before the insert; the caller counts what they left out.
+
 Rows are `preemption.upstream.UpstreamPreemption`, the one value the recorder parses
 (`kube.upstream_events`), this table stores and `compare` reads.
 """
@@ -14,10 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Connection, Engine, func, select
 
 from preemptctl.ledger.engine import translated_errors
 from preemptctl.ledger.kinds import DECISION_KINDS, EventKind
@@ -55,25 +66,89 @@ def _row(fact: UpstreamPreemption, observed_at: datetime) -> dict[str, Any]:
     return cleaned
 
 
+ROWS_PER_NAMESPACE_PER_HOUR = 1_000
+"""The most rows one victim namespace gets in an hour. Well above a busy namespace's real
+preemptions; what a flood of Events past it would add is left out and counted instead."""
+
+CAP_WINDOW = timedelta(hours=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What `append_upstream` did: how many rows were new, and the Events (by UID) it left
+    out, and why. An Event already recorded is neither new nor left out."""
+
+    recorded: int = 0
+    over_cap: frozenset[str] = frozenset()
+    victim_known: frozenset[str] = frozenset()
+
+
+def _recorded_victims(connection: Connection, victim_uids: Sequence[str]) -> dict[str, set[str]]:
+    """victim uid -> the Event UIDs recorded for it."""
+    found: dict[str, set[str]] = {}
+    if victim_uids:
+        statement = select(table.c.victim_uid, table.c.event_uid).where(
+            table.c.victim_uid.in_(victim_uids)
+        )
+        for victim_uid, event_uid in connection.execute(statement):
+            found.setdefault(victim_uid, set()).add(event_uid)
+    return found
+
+
+def _rows_in_window(
+    connection: Connection, namespaces: Sequence[str], since: datetime
+) -> dict[str, int]:
+    """victim namespace -> rows observed since `since`."""
+    statement = (
+        select(table.c.victim_namespace, func.count())
+        .where(table.c.victim_namespace.in_(namespaces), table.c.observed_at >= since)
+        .group_by(table.c.victim_namespace)
+    )
+    return {namespace: int(count) for namespace, count in connection.execute(statement)}
+
+
 def append_upstream(
-    engine: Engine, facts: Sequence[UpstreamPreemption], *, observed_at: datetime | None = None
-) -> int:
-    """Append these preemptions in one statement; how many were new (an Event already
-    recorded is left as it is)."""
+    engine: Engine,
+    facts: Sequence[UpstreamPreemption],
+    *,
+    observed_at: datetime | None = None,
+    rows_per_namespace_per_hour: int = ROWS_PER_NAMESPACE_PER_HOUR,
+) -> Appended:
+    """Append these preemptions, but no second row for a victim and no more than the
+    namespace's rows for the hour; what was new and what was left out."""
     moment = observed_at or datetime.now(UTC)
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, UpstreamPreemption] = {}
     for fact in facts:
-        rows.setdefault(fact.event_uid, _row(fact, moment))
+        rows.setdefault(fact.event_uid, fact)
     if not rows:
-        return 0
-    with (
-        translated_errors(engine),
-        engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection,
-    ):
-        statement = insert_ignoring_duplicates(connection.dialect.name, table, "event_uid")
-        values = list(rows.values())
-        result = connection.execute(statement, values[0] if len(values) == 1 else values)
-        return len(result.all())
+        return Appended()
+    with translated_errors(engine), engine.begin() as connection:
+        already = set(
+            connection.scalars(select(table.c.event_uid).where(table.c.event_uid.in_(list(rows))))
+        )
+        fresh = [fact for uid, fact in rows.items() if uid not in already]
+        victims = _recorded_victims(connection, [f.victim_uid for f in fresh if f.victim_uid])
+        namespaces = sorted({fact.victim_namespace for fact in fresh})
+        in_window = _rows_in_window(connection, namespaces, moment - CAP_WINDOW) if fresh else {}
+        kept: list[dict[str, Any]] = []
+        over_cap: set[str] = set()
+        victim_known: set[str] = set()
+        for fact in fresh:
+            if fact.victim_uid is not None and victims.get(fact.victim_uid):
+                victim_known.add(fact.event_uid)
+            elif in_window.get(fact.victim_namespace, 0) >= rows_per_namespace_per_hour:
+                over_cap.add(fact.event_uid)
+            else:
+                if fact.victim_uid is not None:
+                    victims[fact.victim_uid] = {fact.event_uid}
+                in_window[fact.victim_namespace] = in_window.get(fact.victim_namespace, 0) + 1
+                kept.append(_row(fact, moment))
+        recorded = 0
+        if kept:
+            statement = insert_ignoring_duplicates(connection.dialect.name, table, "event_uid")
+            result = connection.execute(statement, kept[0] if len(kept) == 1 else kept)
+            recorded = len(result.all())
+    return Appended(recorded, frozenset(over_cap), frozenset(victim_known))
 
 
 def upstream_since(engine: Engine, since: datetime | None = None) -> list[RecordedUpstream]:

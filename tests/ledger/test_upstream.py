@@ -3,7 +3,11 @@
 Scenarios (Postgres, and the embedded SQLite where the behaviour is the same):
 - appended rows read back exactly, oldest Event first;
 - the same Event appended again (a relist, a restart, a second replica) adds no row, also
-  within one batch, and the count says how many were new;
+  within one batch, and the count says how many were new (a replay is not "left out");
+- a second Event (another UID) naming a victim already recorded adds no row and is reported
+  `victim_known`, also within one batch;
+- a victim namespace gets at most its cap of rows per hour of observation; what is over it
+  is reported `over_cap`, other namespaces are not affected, and the next hour has room;
 - `since` leaves out Events that occurred before it;
 - a NUL character in a message is dropped rather than refused;
 - an update or delete is refused by the database (append-only), for the ledger's roles.
@@ -18,7 +22,12 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from preemptctl.ledger.upstream import RecordedUpstream, append_upstream, upstream_since
+from preemptctl.ledger.upstream import (
+    Appended,
+    RecordedUpstream,
+    append_upstream,
+    upstream_since,
+)
 
 T0 = datetime(2026, 11, 24, 7, 0, tzinfo=UTC)
 
@@ -46,7 +55,8 @@ def engine(request: pytest.FixtureRequest) -> Engine:
 
 def test_rows_read_back_oldest_first(engine: Engine) -> None:
     later = Fact("e2", T0 + timedelta(seconds=1), victim_name="low-b", victim_uid=None)
-    assert append_upstream(engine, [later, Fact("e1")], observed_at=T0 + timedelta(seconds=5)) == 2
+    appended = append_upstream(engine, [later, Fact("e1")], observed_at=T0 + timedelta(seconds=5))
+    assert appended == Appended(recorded=2)
     rows = upstream_since(engine)
     assert [(r.event_uid, r.victim_key, r.victim_uid, r.preemptor_key) for r in rows] == [
         ("e1", "default/low-a", "uid-low-a", "prod/urgent"),
@@ -63,14 +73,52 @@ def test_rows_read_back_oldest_first(engine: Engine) -> None:
 
 
 def test_the_same_event_twice_is_one_row(engine: Engine) -> None:
-    assert append_upstream(engine, [Fact("e1"), Fact("e1")]) == 1
-    assert append_upstream(engine, [Fact("e1"), Fact("e2")]) == 1
-    assert append_upstream(engine, []) == 0
+    assert append_upstream(engine, [Fact("e1"), Fact("e1")]) == Appended(recorded=1)
+    other_victim = Fact("e2", victim_name="low-b", victim_uid="uid-low-b")
+    assert append_upstream(engine, [Fact("e1"), other_victim]) == Appended(recorded=1)
+    assert append_upstream(engine, []) == Appended()
     assert [r.event_uid for r in upstream_since(engine)] == ["e1", "e2"]
 
 
+def test_a_second_event_on_a_recorded_victim_is_left_out(engine: Engine) -> None:
+    append_upstream(engine, [Fact("e1")])
+    forged = Fact("forged", preemptor_uid="uid-other", preemptor_name="other")
+    assert append_upstream(engine, [forged]) == Appended(victim_known=frozenset({"forged"}))
+    batch = [Fact("e2", victim_uid="uid-b"), Fact("e3", victim_uid="uid-b")]
+    assert append_upstream(engine, batch) == Appended(1, victim_known=frozenset({"e3"}))
+    assert [(r.event_uid, r.preemptor_key) for r in upstream_since(engine)] == [
+        ("e1", "prod/urgent"),
+        ("e2", "prod/urgent"),
+    ]
+
+
+def _flood(namespace: str, count: int, first: int = 0) -> list[Fact]:
+    return [
+        Fact(f"{namespace}-{n}", victim_namespace=namespace, victim_uid=f"uid-{namespace}-{n}")
+        for n in range(first, first + count)
+    ]
+
+
+def test_a_namespace_gets_at_most_its_cap_of_rows_per_hour(engine: Engine) -> None:
+    def append(facts: list[Fact], at: datetime) -> Appended:
+        return append_upstream(engine, facts, observed_at=at, rows_per_namespace_per_hour=2)
+
+    assert append(_flood("tenant", 1), T0) == Appended(recorded=1)
+    assert append(_flood("tenant", 3, first=1) + _flood("prod", 2), T0 + timedelta(minutes=1)) == (
+        Appended(recorded=3, over_cap=frozenset({"tenant-2", "tenant-3"}))
+    )
+    assert append(_flood("tenant", 1, first=4), T0 + timedelta(minutes=59)) == Appended(
+        over_cap=frozenset({"tenant-4"})
+    )
+    assert append(_flood("tenant", 1, first=5), T0 + timedelta(minutes=61)) == Appended(1)
+    recorded = [r.event_uid for r in upstream_since(engine) if r.victim_namespace == "tenant"]
+    assert sorted(recorded) == ["tenant-0", "tenant-1", "tenant-5"]
+
+
 def test_since_leaves_out_older_events(engine: Engine) -> None:
-    append_upstream(engine, [Fact("old", T0 - timedelta(hours=2)), Fact("new")])
+    append_upstream(
+        engine, [Fact("old", T0 - timedelta(hours=2)), Fact("new", victim_uid="uid-low-b")]
+    )
     assert [r.event_uid for r in upstream_since(engine, T0 - timedelta(hours=1))] == ["new"]
 
 
