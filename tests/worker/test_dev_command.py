@@ -26,11 +26,17 @@ Scenarios:
   pod is parked, and the run says how to lift the fault and which RBAC rule is the real
   fix, links each preemption in the Temporal UI, and logs the denied activity in one line;
 - an unknown --fault is one line, exit 2, naming the valid ones; --fault against a real
-  cluster (KUBECONFIG) is refused the same way;
+  cluster (--kubeconfig) is refused the same way;
+- the cluster: the simulated one unless --kubeconfig names a real one; the environment
+  (KUBECONFIG, PREEMPT_KUBE_CONTEXT, PREEMPT_DRY_RUN, PREEMPT_TASK_QUEUE, as an earlier run's
+  `other shell` line leaves them) never steers dev; on a real cluster dev's first lines name
+  its server and context and the mode, shadow unless --act: shadow touches nothing there,
+  --act preempts; contradicting flags and an unreadable kubeconfig are one line, exit 2;
 - the fault directory: a file there turns its fault on, removing it lifts it (also while
   dev runs, which says so), an unknown name is reported once and ignored; --help names
   every fault the emulator knows;
-- the `export` line for a second shell never carries a password.
+- the `export` line for a second shell never carries a password, names dev's task queue (and
+  the context, when one was given) and quotes what the shell would split.
 """
 
 from __future__ import annotations
@@ -59,8 +65,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from preemptctl.emulator import Emulator
+from preemptctl.emulator import Emulator, SimulatedCluster
 from preemptctl.emulator.faults import DEV_FAULTS, NamedFaults
+from preemptctl.emulator.scenario import read_document, with_fresh_uids
+from preemptctl.worker.config import Settings, load_settings
 from preemptctl.worker.dev_command import (
     FAULT_NAMES,
     FaultSwitch,
@@ -71,6 +79,7 @@ from preemptctl.worker.dev_command import (
     run_ledger_url,
 )
 from preemptctl.worker.errors import UsageError
+from preemptctl.worker.scenarios import ONLINE_OFFLINE
 from tests.support.emulator import as_list, node, pod, running_emulator
 
 PREEMPTCTL = str(Path(sys.executable).parent / "preemptctl")
@@ -496,10 +505,9 @@ def test_removing_the_fault_file_lifts_the_fault_while_dev_runs(tmp_path: Path) 
             "--fault 'deny-everything' is not one of: deny-delete, deny-patch, deny-events",
         ),
         (
-            ["--fault", "deny-delete"],
-            {"KUBECONFIG": "/nonexistent/kubeconfig"},
-            "--fault needs the simulated cluster (the emulator injects it); unset KUBECONFIG "
-            "or pass --scenario",
+            ["--fault", "deny-delete", "--kubeconfig", "/nonexistent/kubeconfig"],
+            {},
+            "--fault needs the simulated cluster (the emulator injects it); drop --kubeconfig",
         ),
     ],
 )
@@ -550,14 +558,138 @@ def test_the_fault_directory_turns_faults_on_and_off(
     assert sum("ignoring" in line for line in said) == 1
 
 
-def test_the_second_shell_line_never_carries_a_password() -> None:
+def _dev_settings(kubeconfig: Path, **values: Any) -> Settings:
+    kubeconfig.touch()
+    defaults = {"kubeconfig": str(kubeconfig), "task_queue": "preemptctl-dev-1"}
+    return load_settings(None, {**defaults, **values}, {})
+
+
+def test_the_second_shell_line_never_carries_a_password(tmp_path: Path) -> None:
+    settings = _dev_settings(tmp_path / "k")
     line = _second_shell(
-        "/tmp/k", "127.0.0.1:7233", "http://127.0.0.1:8233", "postgresql://u:secret@db/ledger"
+        settings, "127.0.0.1:7233", "http://127.0.0.1:8233", "postgresql://u:secret@db/l"
     )
     assert line == (
-        "export KUBECONFIG=/tmp/k PREEMPT_TEMPORAL_ADDRESS=127.0.0.1:7233 "
-        "PREEMPT_TEMPORAL_UI_URL=http://127.0.0.1:8233"
+        f"export KUBECONFIG={tmp_path / 'k'} PREEMPT_TEMPORAL_ADDRESS=127.0.0.1:7233 "
+        "PREEMPT_TEMPORAL_UI_URL=http://127.0.0.1:8233 PREEMPT_TASK_QUEUE=preemptctl-dev-1"
     )
     assert "PREEMPT_DATABASE_URL=sqlite:////x/l.sqlite" in _second_shell(
-        "/tmp/k", "a:1", "http://u", "sqlite:////x/l.sqlite"
+        settings, "a:1", "http://u", "sqlite:////x/l.sqlite"
     )
+
+
+def test_the_second_shell_line_names_the_context_and_quotes_what_needs_it(
+    tmp_path: Path,
+) -> None:
+    settings = _dev_settings(tmp_path / "my kube", kube_context="kind-dev")
+    line = _second_shell(settings, "a:1", "http://u", "sqlite:////x/l.sqlite")
+    assert line.startswith(f"export 'KUBECONFIG={tmp_path}/my kube' PREEMPT_KUBE_CONTEXT=kind-dev ")
+
+
+def dev_refusal(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """dev's one line on stderr for arguments it refuses before starting anything."""
+    completed = subprocess.run(
+        [*dev_command(tmp_path), "--once", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env=env or ledger_env(tmp_path),
+    )
+    assert completed.returncode == 2, completed.stderr
+    return completed.stderr.strip().removeprefix("preemptctl dev: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--act"],
+            "--act is for a real cluster (--kubeconfig); on the simulated one the worker "
+            "preempts unless --shadow",
+        ),
+        (["--context", "prod"], "--context names a context of --kubeconfig; give both"),
+        (
+            ["--kubeconfig", "K", "--scenario", "S"],
+            "--scenario loads the simulated cluster; drop it or --kubeconfig",
+        ),
+        (
+            ["--kubeconfig", "K", "--act", "--shadow"],
+            "--act and --shadow contradict each other; choose one",
+        ),
+    ],
+)
+def test_contradicting_cluster_flags_are_one_line(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    assert dev_refusal(tmp_path, *args) == message
+
+
+def test_a_kubeconfig_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    assert dev_refusal(tmp_path, "--kubeconfig", str(missing)) == (
+        f"--kubeconfig {missing}: No such file or directory"
+    )
+    other = tmp_path / "kubeconfig"
+    other.write_text("apiVersion: v1\nkind: Config\ncontexts: [{name: a, context: {}}]\n")
+    assert dev_refusal(tmp_path, "--kubeconfig", str(other), "--context", "b") == (
+        f"--kubeconfig {other} has no context 'b' (contexts: a)"
+    )
+
+
+def test_the_environment_never_selects_a_real_cluster_nor_the_mode(tmp_path: Path) -> None:
+    """A shell whose KUBECONFIG names a cluster (or, after an earlier run's `other shell`
+    line, a file that is gone) still gets a fresh simulated cluster, preempted in: neither
+    KUBECONFIG nor PREEMPT_KUBE_CONTEXT, PREEMPT_DRY_RUN or PREEMPT_TASK_QUEUE steer dev."""
+    env = {
+        **ledger_env(tmp_path),
+        "KUBECONFIG": "/nonexistent/kubeconfig",
+        "PREEMPT_KUBE_CONTEXT": "production",
+        "PREEMPT_DRY_RUN": "true",
+        "PREEMPT_TASK_QUEUE": "preemptctl-dev-0badcafe",
+    }
+    report = dev_once(tmp_path, env=env)
+    lines = report["stderr"].splitlines()
+    assert lines[0] == "cluster       simulated, 20 objects from online-offline.json"
+    assert lines[1].startswith("mode          preempting: the worker decides and deletes")
+    assert last_outcome_by_preemptor(report)["default/nginx-a"]["outcome"] == "completed"
+    shell = next(line for line in lines if line.startswith("other shell   export "))
+    assert "PREEMPT_TASK_QUEUE=preemptctl-dev-" in shell and "0badcafe" not in shell
+
+
+@pytest.fixture
+def real_cluster() -> Iterator[SimulatedCluster]:
+    """A cluster dev did not start (as a real one is): the emulator with its scheduler and
+    kubelet, loaded with the bundled scenario, reached through its own kubeconfig."""
+    with SimulatedCluster(max_grace_seconds=1.0) as cluster:
+        cluster.load(with_fresh_uids(read_document(ONLINE_OFFLINE)))
+        yield cluster
+
+
+def _controller_deletes(cluster: SimulatedCluster) -> list[str]:
+    return [r.name for r in cluster.emulator.requests.matching("delete", "pods")]
+
+
+def test_a_real_cluster_is_named_first_and_only_decided_for(
+    tmp_path: Path, real_cluster: SimulatedCluster
+) -> None:
+    kubeconfig = str(real_cluster.kubeconfig_path)
+    report = dev_once(tmp_path, "--kubeconfig", kubeconfig)
+    lines = report["stderr"].splitlines()
+    assert lines[0] == f"cluster       {real_cluster.base_url} (context emulator in {kubeconfig})"
+    assert lines[1].startswith("mode          shadow: the worker decides only (dry run)")
+    nginx = last_outcome_by_preemptor(report)["default/nginx-a"]
+    assert (nginx["outcome"], nginx["node"]) == ("dry-run", "node-1")
+    assert _controller_deletes(real_cluster) == []
+    assert not real_cluster.emulator.requests.matching("patch", "pods/status")
+
+
+def test_act_preempts_in_the_real_cluster(tmp_path: Path, real_cluster: SimulatedCluster) -> None:
+    report = dev_once(tmp_path, "--kubeconfig", str(real_cluster.kubeconfig_path), "--act")
+    assert report["stderr"].splitlines()[1].startswith("mode          ACTING: the worker marks")
+    nginx = last_outcome_by_preemptor(report)["default/nginx-a"]
+    assert (nginx["outcome"], nginx["node"]) == ("completed", "node-1")
+    assert sorted(nginx["victims"]) == ["default/batch-1a", "default/batch-1b"]
+    # every victim of the run (report-x may need one too, once nginx-a's claim is released)
+    victims = [v.split("/")[1] for record in report["preemptions"] for v in record["victims"]]
+    assert sorted(_controller_deletes(real_cluster)) == sorted(victims)
