@@ -70,7 +70,8 @@ def with_fresh_uids(document: Mapping[str, Any]) -> dict[str, Any]:
     in it that named an item's old uid (ownerReferences, claimRef, involvedObject,
     regarding) names the new one: what creating the same objects on a new server gives."""
     fresh = copy.deepcopy(dict(document))
-    items = fresh.get("items") if isinstance(fresh.get("items"), list) else [fresh]
+    listed = fresh.get("items")
+    items: list[Any] = listed if isinstance(listed, list) else [fresh]
     renamed: dict[str, str] = {}
     for item in items:
         meta = item.get("metadata") if isinstance(item, dict) else None
