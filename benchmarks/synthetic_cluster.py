@@ -339,16 +339,79 @@ def preemptor(name: str = "urgent-0", cpu: str = "6", memory: str = "8Gi") -> di
     }
 
 
+GANG_SIZE = 16
+
+
+def pod_group_object(
+    name: str, namespace: str, priority: int, *, min_count: int, whole: bool
+) -> dict[str, Any]:
+    """A scheduling.k8s.io/v1beta1 PodGroup: a gang of `min_count`, disruptionMode all or
+    single."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"podgroup/{namespace}/{name}")),
+        },
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": min_count}},
+            "disruptionMode": {"all": {}} if whole else {"single": {}},
+            "priority": priority,
+        },
+    }
+
+
+def _gangs(rng: random.Random, pods: list[dict[str, Any]], share: float) -> list[dict[str, Any]]:
+    """Put `share` of the pods in gangs of `GANG_SIZE` (every fifth pod at 20%, so a gang
+    spans two or three nodes), half of them disruptionMode all; returns the PodGroups."""
+    step = max(1, round(1 / share))
+    chosen = pods[::step]
+    groups = []
+    for start in range(0, len(chosen) - GANG_SIZE + 1, GANG_SIZE):
+        members = chosen[start : start + GANG_SIZE]
+        namespace = members[0]["metadata"]["namespace"]
+        name = f"gang-{start // GANG_SIZE:05d}"
+        groups.append(
+            pod_group_object(
+                name,
+                namespace,
+                PRIORITIES[rng.randrange(len(PRIORITIES))],
+                min_count=GANG_SIZE,
+                whole=rng.random() < 0.5,
+            )
+        )
+        for member in members:
+            member["metadata"]["namespace"] = namespace
+            member["spec"]["schedulingGroup"] = {"podGroupName": name}
+    return groups
+
+
+def pending_gang(
+    name: str = "train-0", size: int = 32, cpu: str = "6", memory: str = "8Gi"
+) -> list[dict[str, Any]]:
+    """A pending high-priority PodGroup of `size` pods, each needing most of a node."""
+    made = [pod_group_object(name, "online", 1_000_000, min_count=size, whole=True)]
+    for i in range(size):
+        member = preemptor(f"{name}-{i:02d}", cpu, memory)
+        member["spec"]["schedulingGroup"] = {"podGroupName": name}
+        made.append(member)
+    return made
+
+
 def cluster(
     nodes: int = 5000,
     pods_per_node: int = 30,
     pdbs: int = 200,
     seed: int = 7,
     constrained: float = 0.0,
+    gangs: float = 0.0,
 ) -> dict[str, Any]:
     """Nodes nearly full (about 1 cpu free each) of mixed-priority pods, plus PDBs; with
     `constrained` > 0, that share of the pods carries anti-affinity or spread rules, and
-    the snapshot holds the Namespace objects their namespaceSelectors read."""
+    the snapshot holds the Namespace objects their namespaceSelectors read; with `gangs` > 0,
+    that share of the pods is in PodGroups of 16 (see `_gangs`)."""
     rng = random.Random(seed)
     rules = random.Random(seed + 1)
     items: list[dict[str, Any]] = []
@@ -364,6 +427,9 @@ def cluster(
                 made["spec"].update(_rule(rules, made["metadata"]["labels"]["app"]))
             items.append(made)
             index += 1
+    if gangs:
+        pods = [item for item in items if item["kind"] == "Pod"]
+        items.extend(_gangs(random.Random(seed + 2), pods, gangs))
     items.extend(_pdb(rng, i) for i in range(pdbs))
     items.append(preemptor())
     return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}

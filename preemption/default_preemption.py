@@ -344,6 +344,7 @@ def dry_run_preemption(
     if isinstance(constraints, Prefilter):
         constraints = PodConstraints.prefilter(snapshot, preemptor)
     max_victims = args.max_victims if args else 0
+    units = UnitIndex(snapshot, args.pod_group_label if args else "")
     non_violating: list[Candidate] = []
     violating: list[Candidate] = []
     rejected: dict[str, Status] = {}
@@ -353,7 +354,7 @@ def dry_run_preemption(
     for step in range(size):
         info = potential[(offset + step) % size]
         victims, num_violations, status = select_victims_on_node(
-            snapshot, preemptor, info, args, constraints
+            snapshot, preemptor, info, args, constraints, units
         )
         if status.ok and max_victims and len(victims) > max_victims:
             status = status_of(
@@ -403,6 +404,7 @@ def select_victims_on_node(
     info: NodeInfo,
     args: PreemptionArgs | None = None,
     constraints: PodConstraints | Prefilter | None = PREFILTER,
+    units: UnitIndex | None = None,
 ) -> tuple[list[Pod], int, Status]:
     """`DefaultPreemption.SelectVictimsOnNode`: the fewest, least important pods to remove.
 
@@ -419,9 +421,36 @@ def select_victims_on_node(
     """
     if isinstance(constraints, Prefilter):
         constraints = PodConstraints.prefilter(snapshot, preemptor)
-    if _holds_whole_groups(snapshot, info, preemptor.priority, args):
-        return select_victim_units_on_node(snapshot, preemptor, info, args, constraints)
     want = preemptor.requests
+    if _holds_whole_groups(snapshot, info, preemptor.priority, args):
+        if (
+            preemptor.host_ports
+            or want.scalars
+            or constraints is not None
+            or (args is not None and args.pod_group_label)
+            or snapshot.has_nominations(info.name)
+        ):
+            return select_victim_units_on_node(snapshot, preemptor, info, args, constraints, units)
+        # As below, kept per node; the groups' pods on other nodes count too, so any change
+        # to a pod group or its members is a new key.
+        unit_key = (
+            "units",
+            snapshot.group_version,
+            snapshot.pdb_version,
+            preemptor.priority,
+            want.milli_cpu,
+            want.memory,
+            want.ephemeral_storage,
+            args.protected_namespaces if args else frozenset(),
+        )
+        found = info.remembered(unit_key)
+        if found is None:
+            victims, violations, status = select_victim_units_on_node(
+                snapshot, preemptor, info, args, None, units
+            )
+            found = (tuple(victims), violations, status)
+            info.remember(unit_key, found)
+        return list(found[0]), found[1], found[2]
     if (
         preemptor.host_ports
         or want.scalars
@@ -564,11 +593,20 @@ def _reprieve_unit(
 ) -> bool:
     """`reprieveVictim`: put the whole unit back; it stays if the preemptor still passes
     every filter on this node (its pods elsewhere matter to spread and affinity only)."""
-    here = [pod for pod in unit.pods if pod.node_name == info.name]
-    cpu = sum(pod.requests.milli_cpu for pod in here)
-    memory = sum(pod.requests.memory for pod in here)
-    ephemeral = sum(pod.requests.ephemeral_storage for pod in here)
-    scalars = {name: sum(pod.requests.get(name) for pod in here) for name in free.scalars}
+    if len(unit.pods) == 1:
+        here = list(unit.pods)
+        r = here[0].requests
+        cpu, memory, ephemeral = r.milli_cpu, r.memory, r.ephemeral_storage
+    else:
+        here = [pod for pod in unit.pods if pod.node_name == info.name]
+        cpu = sum(pod.requests.milli_cpu for pod in here)
+        memory = sum(pod.requests.memory for pod in here)
+        ephemeral = sum(pod.requests.ephemeral_storage for pod in here)
+    scalars = (
+        {name: sum(pod.requests.get(name) for pod in here) for name in free.scalars}
+        if free.scalars
+        else {}
+    )
     if (
         free.slots < len(here)
         or cpu > free.cpu

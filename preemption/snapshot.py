@@ -443,6 +443,9 @@ class ClusterSnapshot:
         self._pdb_matches: dict[str, tuple[int, ...]] = {}
         self.pdb_generation = 0  # bumped when the budgets' selectors may match other pods
         self.pdb_version = 0  # bumped on any change to any budget, its status included
+        # Bumped when a pod group or any of its members changes: what a dry run kept for a
+        # node holding a whole group's pod depends on the group's pods on other nodes too.
+        self.group_version = 0
         # Set by `warm`: from then on each bound pod's PDB matches are computed as it
         # arrives (by the feed, outside any decision), not by the first decision visiting it.
         self.warmed = False
@@ -694,6 +697,7 @@ class ClusterSnapshot:
         if pod.is_terminal():
             return
         if pod.group:
+            self.group_version += 1
             members = self._group_members.get(f"{pod.namespace}/{pod.group}")
             if members is None:
                 members = self._group_members[f"{pod.namespace}/{pod.group}"] = {}
@@ -715,6 +719,7 @@ class ClusterSnapshot:
 
     def _detach(self, pod: Pod) -> None:
         if pod.group:
+            self.group_version += 1
             _discard(self._group_members, f"{pod.namespace}/{pod.group}", pod.uid)
         if self._label_groups:
             self._index_label_groups(pod, -1)
@@ -760,12 +765,14 @@ class ClusterSnapshot:
         key = group.key
         old = self.pod_groups.get(key)
         self.pod_groups[key] = group
+        self.group_version += 1
         if old is None or old.priority != group.priority:
             self._reprioritise_members(key)
 
     def remove_pod_group(self, key: str) -> None:
         """Forget a PodGroup (`namespace/name`); its members take back their own priority."""
         if self.pod_groups.pop(key, None) is not None:
+            self.group_version += 1
             self._reprioritise_members(key)
 
     def _reprioritise_members(self, key: str) -> None:
