@@ -7,11 +7,22 @@ from typing import Any
 from tests.support.emulator import as_list, node, pod
 
 
+def started(obj: dict[str, Any], second: int) -> dict[str, Any]:
+    """`obj` with a start time `second` seconds into the scenario's day: victims of equal
+    priority are ordered by it (earlier: more important), not by their random UIDs."""
+    obj["status"]["startTime"] = f"2026-01-01T00:00:{second:02d}Z"
+    return obj
+
+
 def one_full_node(victims: int = 2) -> dict[str, Any]:
-    """node-1 (4 cpu) full: 1-cpu priority-100 pods victim-0..N-1, the rest 1-cpu `keeper`s
-    as important as `urgent` (never victims); `urgent` (priority 1000000) needs N cpu."""
+    """node-1 (4 cpu) full: 1-cpu priority-100 pods victim-0..N-1 (started in that order, so
+    the most important first), the rest 1-cpu `keeper`s as important as `urgent` (never
+    victims); `urgent` (priority 1000000) needs N cpu."""
     items = [node("node-1", cpu="4")]
-    items += [pod(f"victim-{i}", node_name="node-1", priority=100, cpu="1") for i in range(victims)]
+    items += [
+        started(pod(f"victim-{i}", node_name="node-1", priority=100, cpu="1"), i)
+        for i in range(victims)
+    ]
     items += [
         pod(f"keeper-{i}", node_name="node-1", priority=1_000_000, cpu="1")
         for i in range(4 - victims)
