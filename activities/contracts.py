@@ -7,56 +7,17 @@ readable JSON and stay compatible (add fields with defaults; never rename one).
 Every activity that changes the cluster also appends its own ledger event, in the same
 attempt and under the same idempotency key whichever attempt it is; so each input names the
 run (`preemption_id`, `run_id`) and carries the workflow's clock (`occurred_at`, ISO 8601).
+
+The workflow's own input, result and query answer are its contract, beside it
+(`workflows.contract`); `check_preemptor` answers with the domain's `PreemptorStanding`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from preemptctl.ledger.vocabulary import WORKFLOW_OUTCOMES, Fate, Outcome
 from preemptctl.preemption.decision import PodRef, Strategy, Verdict
-
-
-class PreemptorState(StrEnum):
-    """Where the preemptor stands, as the API server (or the view, when it agrees) says."""
-
-    PENDING = "Pending"
-    BOUND = "Bound"
-    GONE = "Gone"
-    REPLACED = "Replaced"  # a pod of the same name with another UID
-
-
-@dataclass
-class PreemptionRequest:
-    """The workflow's input: which pod needs room, and how this preemption should behave."""
-
-    preemptor: PodRef
-    reason: str = "Unschedulable"
-    strategy: str = Strategy.DEFAULT.value  # a `Strategy` value
-    dry_run: bool = False
-    use_eviction: bool = False
-    grace_period_seconds: int | None = None
-    scheduled_wait_seconds: float = 300.0
-    # How often the workflow asks the API server whether the preemptor is bound, when the
-    # trigger loop's `preemptor_bound` signal has not told it first.
-    scheduled_poll_seconds: float = 30.0
-    # How long one attempt of a Kubernetes or ledger call may take before Temporal retries it
-    # (also how soon a call lost with a crashed worker is retried by another).
-    call_timeout_seconds: float = 30.0
-    # Run every step but the decision as a local activity: executed by the worker running
-    # the workflow, recorded as a marker in the history instead of three events and a
-    # workflow task each. Several times cheaper for the Temporal server and the worker; the
-    # UI then shows those steps as markers (no pending attempt, no heartbeat details) and
-    # a step running when its worker dies is re-run by the worker that takes the workflow.
-    local_activities: bool = False
-    # The custom search attributes (workflows.search_attributes) are registered on the
-    # namespace; false for a namespace where they cannot be (the UI then filters by ID only).
-    search_attributes: bool = True
-    # Who started this run, for the `retried` event a run after the first appends:
-    # "trigger" (the worker's trigger loop) or "person" (`preemptctl retry`), and why.
-    started_by: str = "trigger"
-    retry_reason: str = ""
 
 
 @dataclass
@@ -75,8 +36,8 @@ class SelectInput:
     strategy: Strategy = Strategy.DEFAULT
     dry_run: bool = False
     throttled: int = 0  # how many times the eviction budget held this run back already
-    started_by: str = "trigger"  # PreemptionRequest.started_by
-    retry_reason: str = ""  # PreemptionRequest.retry_reason
+    started_by: str = "trigger"  # the workflow's PreemptionRequest.started_by
+    retry_reason: str = ""  # the workflow's PreemptionRequest.retry_reason
 
 
 @dataclass
@@ -146,14 +107,6 @@ class VictimResult:
 @dataclass
 class PreemptorCheck:
     preemptor: PodRef
-
-
-@dataclass
-class PreemptorStatus:
-    """Where the preemptor stands now, and on which node when bound."""
-
-    state: PreemptorState
-    node: str | None = None
 
 
 @dataclass

@@ -38,8 +38,6 @@ from preemptctl.activities.contracts import (
     NominationInput,
     NominationResult,
     PreemptorCheck,
-    PreemptorState,
-    PreemptorStatus,
     RunRef,
     SelectInput,
     Selection,
@@ -54,7 +52,7 @@ from preemptctl.activities.deciding import (
 )
 from preemptctl.kube import conditions, deletion, events, nomination
 from preemptctl.kube.client import KubeClient
-from preemptctl.kube.pods import Presence, get_pod
+from preemptctl.kube.pods import get_pod
 from preemptctl.kube.results import KubeCallError, WriteEffect, WriteResult
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.errors import LedgerError, LedgerNotMigratedError, LedgerUnavailableError
@@ -67,6 +65,7 @@ from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import Decision, PodRef, Strategy, Verdict
 from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.preemption.standing import PreemptorStanding, Standing, reason_to_stop
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +197,7 @@ class PreemptionActivities:
             _when(request.run),
             request.preemptor,
             fresh.obj,
-            Strategy(request.strategy),
+            request.strategy,
             request.dry_run,
             request.throttled,
         )
@@ -235,16 +234,9 @@ class PreemptionActivities:
         preemptor = request.preemptor
         with kube_errors():
             lookup = get_pod(self._kube, preemptor)
-        reason = ""
-        if lookup.presence is Presence.GONE:
-            reason = "the preemptor is gone"
-        elif lookup.presence is Presence.REPLACED:
-            reason = "the preemptor was replaced by a pod with another UID"
-        else:
-            assert lookup.pod is not None
-            bound_to = (lookup.pod.get("spec") or {}).get("nodeName")
-            if bound_to and Strategy(request.strategy) is Strategy.DEFAULT:
-                reason = f"the preemptor is already bound to {bound_to}"
+        standing = lookup.standing()
+        critical = request.strategy is Strategy.CRITICAL_ADMISSION  # bound by nature
+        reason = reason_to_stop(standing, standing.node if critical else None)
         if reason:
             self._append(
                 [
@@ -262,8 +254,7 @@ class PreemptionActivities:
         if not self._view.wait_ready(self._view_ready_timeout):
             raise ApplicationError("the cluster view has not finished its initial sync yet")
         assert lookup.pod is not None
-        scheduler = str(lookup.pod["spec"].get("schedulerName") or "default-scheduler")
-        return FreshPreemptor(lookup.pod, scheduler)
+        return FreshPreemptor(lookup.pod, lookup.scheduler_name)
 
     def _record_retried(self, request: SelectInput) -> None:
         """A run after the first appends `retried` (who, why, after which run) before
@@ -414,12 +405,7 @@ class PreemptionActivities:
         return result
 
     def _delete(self, request: VictimInput) -> VictimResult:
-        status = self._preemptor_status(request.preemptor)
-        stopped = ""
-        if status.state in (PreemptorState.GONE, PreemptorState.REPLACED):
-            stopped = f"the preemptor is {status.state.value.lower()}"
-        elif status.state is PreemptorState.BOUND and status.node != request.node:
-            stopped = f"the preemptor was bound to {status.node}, not {request.node}"
+        stopped = reason_to_stop(self._preemptor_standing(request.preemptor), request.node)
         if stopped:
             return VictimResult(
                 Fate.SPARED, "the preemption was stopped before deleting it", stopped=stopped
@@ -490,23 +476,21 @@ class PreemptionActivities:
         return step.error or step.message or ""
 
     @activity.defn(name="check_preemptor")
-    def check_preemptor(self, request: PreemptorCheck) -> PreemptorStatus:
+    def check_preemptor(self, request: PreemptorCheck) -> PreemptorStanding:
         """Where the preemptor stands now, read from the API server (not the view)."""
         with kube_errors():
-            lookup = get_pod(self._kube, request.preemptor)
-        return _status_of(lookup.presence, lookup.pod)
+            return get_pod(self._kube, request.preemptor).standing()
 
-    def _preemptor_status(self, preemptor: PodRef) -> PreemptorStatus:
+    def _preemptor_standing(self, preemptor: PodRef) -> PreemptorStanding:
         """The view's answer when it shows the preemptor; else the API server's."""
         with self._view.read() as snapshot:
             pod = snapshot.pods.get(preemptor.uid)
             if pod is not None:
                 if pod.node_name:
-                    return PreemptorStatus(PreemptorState.BOUND, pod.node_name)
-                return PreemptorStatus(PreemptorState.PENDING)
+                    return PreemptorStanding(Standing.BOUND, pod.node_name)
+                return PreemptorStanding(Standing.PENDING)
         with kube_errors():
-            lookup = get_pod(self._kube, preemptor)
-        return _status_of(lookup.presence, lookup.pod)
+            return get_pod(self._kube, preemptor).standing()
 
     @contextmanager
     def _failure_recorded(self, request: VictimInput) -> Iterator[None]:
@@ -647,17 +631,6 @@ def _victim_result(written: WriteResult, done: Fate) -> VictimResult:
     if written.effect is WriteEffect.REPLACED:
         return VictimResult(Fate.REPLACED, written.message, replaced_by_uid=written.replaced_by_uid)
     return VictimResult(done, written.message)
-
-
-def _status_of(presence: Presence, pod: dict[str, Any] | None) -> PreemptorStatus:
-    if presence is Presence.GONE:
-        return PreemptorStatus(PreemptorState.GONE)
-    if presence is Presence.REPLACED:
-        return PreemptorStatus(PreemptorState.REPLACED)
-    node = ((pod or {}).get("spec") or {}).get("nodeName")
-    if node:
-        return PreemptorStatus(PreemptorState.BOUND, str(node))
-    return PreemptorStatus(PreemptorState.PENDING)
 
 
 def _remember(result: VictimResult) -> None:

@@ -52,7 +52,6 @@ import psycopg
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from preemptctl.activities.contracts import PreemptionRequest
 from preemptctl.activities.preemption import PreemptionActivities
 from preemptctl.emulator import Emulator
 from preemptctl.kube.client import connect
@@ -64,6 +63,7 @@ from preemptctl.worker.starter import start_preemption
 from preemptctl.worker.temporal_binary import temporal_cli
 from preemptctl.worker.temporal_worker import build_worker, with_cached_hints
 from preemptctl.workflows import search_attributes
+from preemptctl.workflows.contract import PreemptionRequest
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 

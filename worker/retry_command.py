@@ -35,7 +35,6 @@ from temporalio.common import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from preemptctl.activities.contracts import PreemptionRequest
 from preemptctl.kube.client import KubeClient, connect
 from preemptctl.kube.pods import Presence, get_pod
 from preemptctl.kube.results import KubeCallError
@@ -44,7 +43,8 @@ from preemptctl.worker.config import ConfigError, Settings, load_settings
 from preemptctl.worker.connections import StartupError, TemporalUnreachableError, connect_temporal
 from preemptctl.worker.errors import Unavailable, UsageError
 from preemptctl.worker.starter import search_attributes_at_start
-from preemptctl.workflows.preemption import PreemptionWorkflow, workflow_id_for
+from preemptctl.workflows.contract import PreemptionRequest, workflow_id_for
+from preemptctl.workflows.preemption import PreemptionWorkflow
 
 WORKFLOW_ID = re.compile(r"^preemption-[a-z0-9.-]+$")
 RETRY_POLL_SECONDS = 5.0  # how often a retried run looks whether its preemptor is bound

@@ -9,9 +9,14 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
 )
 
-from preemptctl.activities.contracts import PreemptionRequest
 from preemptctl.workflows import search_attributes as sa
-from preemptctl.workflows.preemption import PreemptionResult, PreemptionWorkflow, workflow_id_for
+from preemptctl.workflows.contract import (
+    Phase,
+    PreemptionRequest,
+    PreemptionResult,
+    workflow_id_for,
+)
+from preemptctl.workflows.preemption import PreemptionWorkflow
 
 
 def search_attributes_at_start(request: PreemptionRequest) -> TypedSearchAttributes:
@@ -25,7 +30,7 @@ def search_attributes_at_start(request: PreemptionRequest) -> TypedSearchAttribu
             SearchAttributePair(sa.PREEMPTOR_POD, pod.key),
             SearchAttributePair(sa.PREEMPTOR_NAMESPACE, pod.namespace),
             SearchAttributePair(sa.PREEMPTOR_UID, pod.uid),
-            SearchAttributePair(sa.PREEMPTION_PHASE, "selecting"),
+            SearchAttributePair(sa.PREEMPTION_PHASE, Phase.SELECTING.value),
         ]
     )
 

@@ -43,7 +43,6 @@ from typing import Any
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from preemptctl.activities.contracts import PreemptionRequest
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.vocabulary import Fate
 from preemptctl.preemption.decision import PodRef, Strategy
@@ -53,12 +52,13 @@ from preemptctl.worker.cancellation import cancel_and_wait
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.starter import start_preemption
-from preemptctl.workflows.preemption import (
+from preemptctl.workflows.contract import (
+    PreemptionRequest,
     PreemptionResult,
-    PreemptionWorkflow,
     result_of_failure,
     workflow_id_for,
 )
+from preemptctl.workflows.preemption import PreemptionWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -516,7 +516,7 @@ class TriggerLoop:
         request = PreemptionRequest(
             PodRef.of(pod),
             reason=pending.reason,
-            strategy=pending.strategy.value,
+            strategy=pending.strategy,
             dry_run=settings.dry_run,
             use_eviction=settings.use_eviction,
             scheduled_wait_seconds=settings.scheduled_wait_seconds,

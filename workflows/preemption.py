@@ -43,13 +43,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import timedelta
-from enum import StrEnum
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.client import WorkflowFailureError
 from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as StepTimeout
@@ -58,9 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from preemptctl.activities.contracts import (
         EndInput,
         NominationInput,
-        PreemptionRequest,
         PreemptorCheck,
-        PreemptorState,
         RunRef,
         SelectInput,
         Selection,
@@ -69,8 +64,16 @@ with workflow.unsafe.imports_passed_through():
     )
     from preemptctl.activities.preemption import PreemptionActivities
     from preemptctl.ledger.vocabulary import Fate, Outcome, outcome_of_decision
-    from preemptctl.preemption.decision import PodRef, Strategy, Verdict
+    from preemptctl.preemption.decision import PodRef, Verdict
+    from preemptctl.preemption.standing import Standing, reason_to_stop
     from preemptctl.workflows import search_attributes as sa
+    from preemptctl.workflows.contract import (
+        Phase,
+        PreemptionProgress,
+        PreemptionRequest,
+        PreemptionResult,
+        VictimProgress,
+    )
 
 ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")
@@ -102,75 +105,6 @@ UNMARK_DEADLINE = timedelta(minutes=1)
 StepFailed = (ActivityError, ApplicationError, StepTimeout)
 
 
-def workflow_id_for(namespace: str, name: str, uid: str) -> str:
-    """`preemption-<namespace>-<name>-<uid>`: one preemption per pod at a time, since the
-    UID is in it (a pod recreated under the same name is another preemption), and the UI's
-    list and its filters name the pod (`WorkflowId STARTS_WITH "preemption-default-web-"`).
-    Namespaces and names are DNS labels or subdomains, so the ID needs no escaping."""
-    return f"preemption-{namespace}-{name}-{uid}"
-
-
-class Phase(StrEnum):
-    """Where a running preemption is (the `PreemptionPhase` search attribute)."""
-
-    SELECTING = "selecting"
-    PREEMPTING = "preempting"  # nominating, marking and deleting the victims
-    WAITING = "waiting"
-    FINISHED = "finished"
-
-
-@dataclass
-class VictimProgress:
-    pod: PodRef
-    fate: Fate = Fate.CHOSEN
-    message: str = ""
-
-
-@dataclass
-class PreemptionState:
-    """What the `state` query returns; the trigger loop answers upstream's
-    `IsPodRunningPreemption` from `preempting` and `pending_last_victim`."""
-
-    phase: Phase = Phase.SELECTING
-    preempting: bool = False
-    node: str | None = None
-    pending_last_victim: PodRef | None = None
-    victims: list[VictimProgress] = field(default_factory=list)
-    outcome: Outcome | None = None
-    message: str = ""
-
-
-@dataclass
-class PreemptionResult:
-    outcome: Outcome
-    message: str
-    node: str | None = None
-    victims: list[VictimProgress] = field(default_factory=list)
-    preemptor_node: str | None = None
-    seconds_to_schedule: float | None = None
-    throttled: int = 0  # times the eviction budget held this preemption back
-    # False when retrying cannot help until something changes (an RBAC denial, a preemptor
-    # the planner refuses as Unsupported): the trigger parks the pod instead of backing off.
-    retryable: bool = True
-    # From the start to the decision (upstream's preemption evaluation), and from the
-    # decision to the last victim handled (its execution); None for a step not reached.
-    evaluation_seconds: float | None = None
-    execution_seconds: float | None = None
-
-
-def result_of_failure(error: WorkflowFailureError) -> PreemptionResult | None:
-    """The `PreemptionResult` a failed preemption carries in its failure's details."""
-    cause = error.cause
-    if not isinstance(cause, ApplicationError) or cause.type != "PreemptionFailed":
-        return None
-    if not cause.details:
-        return None
-    from temporalio.converter import value_to_type
-
-    result: PreemptionResult = value_to_type(PreemptionResult, cause.details[0])
-    return result
-
-
 class _Stop(Exception):
     """The preemption cannot go on: how it ends, and whether the workflow records that end
     (the activity that saw it has when `recorded`)."""
@@ -198,7 +132,7 @@ class PreemptionWorkflow:
     def __init__(self, request: PreemptionRequest) -> None:
         self._request = request
         self._preemptor = request.preemptor
-        self._state = PreemptionState()
+        self._state = PreemptionProgress()
         self._bound_to: str | None = None
         self._throttled = 0
         self._stopped = ""  # why a delete left its victim alone: the preemptor moved on
@@ -211,7 +145,7 @@ class PreemptionWorkflow:
         self._execution_seconds: float | None = None
 
     @workflow.query(name="state")
-    def state(self) -> PreemptionState:
+    def state(self) -> PreemptionProgress:
         return self._state
 
     @workflow.signal(name="preemptor_bound")
@@ -260,7 +194,7 @@ class PreemptionWorkflow:
                 SelectInput(
                     self._run(),
                     self._preemptor,
-                    Strategy(self._request.strategy),
+                    self._request.strategy,
                     self._request.dry_run,
                     throttled=self._throttled,
                     started_by=self._request.started_by,
@@ -410,18 +344,19 @@ class PreemptionWorkflow:
                     break
                 except TimeoutError:
                     pass
-            status = await self._call(
+            standing = await self._call(
                 PreemptionActivities.check_preemptor,
                 PreemptorCheck(self._preemptor),
                 f"is {self._preemptor.key} bound yet",
                 KUBE_DEADLINE,
             )
-            if status.state is PreemptorState.BOUND:
-                self._bound_to = status.node
-            elif status.state is not PreemptorState.PENDING:
-                reason = f"the preemptor is {status.state.value.lower()}"
+            if standing.state is Standing.BOUND:
+                self._bound_to = standing.node
                 break
-            elif workflow.now() >= deadline:
+            reason = reason_to_stop(standing)  # gone or replaced: nothing left to wait for
+            if reason:
+                break
+            if workflow.now() >= deadline:
                 reason = (
                     f"the preemptor was not bound within {self._request.scheduled_wait_seconds:g}s"
                 )

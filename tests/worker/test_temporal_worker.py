@@ -23,10 +23,7 @@ from preemptctl.activities.contracts import (
     EndInput,
     NominationInput,
     NominationResult,
-    PreemptionRequest,
     PreemptorCheck,
-    PreemptorState,
-    PreemptorStatus,
     RunRef,
     SelectInput,
     Selection,
@@ -35,8 +32,14 @@ from preemptctl.activities.contracts import (
 )
 from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.preemption.decision import PodRef, Strategy, Verdict
+from preemptctl.preemption.standing import PreemptorStanding, Standing
 from preemptctl.worker.temporal_worker import _PayloadConverter, with_cached_hints
-from preemptctl.workflows.preemption import PreemptionResult, PreemptionState, VictimProgress
+from preemptctl.workflows.contract import (
+    PreemptionProgress,
+    PreemptionRequest,
+    PreemptionResult,
+    VictimProgress,
+)
 
 POD = PodRef("default", "web-1", "u1", 1000)
 VICTIM = PodRef("default", "batch-1", "u2", 10)
@@ -52,10 +55,10 @@ VALUES: list[Any] = [
     VictimInput(RUN, VICTIM, POD, "node-1", grace_period_seconds=None),
     VictimResult(Fate.DELETED, "deleted", answer_lost=True),
     PreemptorCheck(POD),
-    PreemptorStatus(PreemptorState.BOUND, "node-1"),
+    PreemptorStanding(Standing.BOUND, "node-1"),
     EndInput(RUN, POD, Outcome.COMPLETED, "node-1", "done", "node-1", 0.5, VICTIM),
     PreemptionResult(Outcome.COMPLETED, "done", "node-1", [VictimProgress(VICTIM, Fate.DELETED)]),
-    PreemptionState(victims=[VictimProgress(VICTIM)], pending_last_victim=VICTIM),
+    PreemptionProgress(victims=[VictimProgress(VICTIM)], pending_last_victim=VICTIM),
 ]
 
 

@@ -46,7 +46,7 @@ from preemptctl.ledger.vocabulary import Outcome
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.trigger import TriggerLoop
-from preemptctl.workflows.preemption import PreemptionResult
+from preemptctl.workflows.contract import PreemptionResult
 
 SETTINGS = Settings(min_priority=0, retry_backoff_max_seconds=300)
 

@@ -29,7 +29,7 @@ from preemptctl.emulator import SimulatedCluster
 from preemptctl.migrations import upgrade
 from preemptctl.worker.dev_command import free_port
 from preemptctl.worker.scenarios import ONLINE_OFFLINE
-from preemptctl.workflows.preemption import workflow_id_for
+from preemptctl.workflows.contract import workflow_id_for
 from tests.support.temporal import wait_until_closed
 
 PREEMPTCTL = str(Path(sys.executable).parent / "preemptctl")
@@ -50,7 +50,12 @@ def start_worker(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess
         text=True,
         check=False,
         timeout=60,
-        env={"PATH": "/usr/bin:/bin", "PREEMPT_METRICS_PORT": str(free_port()), **env},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PREEMPT_METRICS_PORT": str(free_port()),
+            "PREEMPT_PROBE_PORT": str(free_port()),
+            **env,
+        },
     )
 
 
@@ -115,6 +120,7 @@ async def test_two_workers_give_one_preemption_per_pod(temporal, cluster, tmp_pa
             env={
                 **env,
                 "PREEMPT_METRICS_PORT": str(free_port()),
+                "PREEMPT_PROBE_PORT": str(free_port()),
                 "PREEMPT_SDK_METRICS_PORT": str(free_port()),
             },
             stdout=subprocess.DEVNULL,
@@ -194,7 +200,8 @@ def test_worker_waits_for_its_ledger_database(cluster) -> None:
         env={
             "PATH": "/usr/bin:/bin",
             "PREEMPT_DATABASE_URL": f"postgresql+psycopg://w:hunter2@127.0.0.1:{db_port}/ledger",
-            "PREEMPT_METRICS_PORT": str(port),
+            "PREEMPT_METRICS_PORT": str(free_port()),
+            "PREEMPT_PROBE_PORT": str(port),
             "PREEMPT_SDK_METRICS_PORT": "0",
             "PREEMPT_LOG_FORMAT": "text",
         },

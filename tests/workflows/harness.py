@@ -15,7 +15,6 @@ from typing import Any
 from sqlalchemy import Engine, select
 from temporalio.client import Client, WorkflowHandle
 
-from preemptctl.activities.contracts import PreemptionRequest
 from preemptctl.activities.preemption import PreemptionActivities
 from preemptctl.emulator import Emulator
 from preemptctl.emulator.resources import PODS
@@ -25,7 +24,8 @@ from preemptctl.ledger.models import events as events_table
 from preemptctl.preemption.decision import PodRef
 from preemptctl.worker.starter import start_preemption
 from preemptctl.worker.temporal_worker import build_worker
-from preemptctl.workflows.preemption import PreemptionResult, PreemptionWorkflow
+from preemptctl.workflows.contract import PreemptionRequest, PreemptionResult
+from preemptctl.workflows.preemption import PreemptionWorkflow
 
 
 @dataclass

@@ -39,7 +39,7 @@ from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.retry_command import RETRY_POLL_SECONDS, started_with
 from preemptctl.worker.trigger import TriggerLoop
-from preemptctl.workflows.preemption import workflow_id_for
+from preemptctl.workflows.contract import workflow_id_for
 from tests.support.emulator import as_list, pod
 from tests.workflows.harness import Stack, running_stack
 from tests.workflows.scenarios import one_full_node

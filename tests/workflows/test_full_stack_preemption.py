@@ -20,7 +20,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from preemptctl.workflows.preemption import PreemptionWorkflow, workflow_id_for
+from preemptctl.workflows.contract import workflow_id_for
+from preemptctl.workflows.preemption import PreemptionWorkflow
 from tests.workflows.harness import bind_when_room, keep_history, running_stack
 from tests.workflows.scenarios import never_preempts, nothing_lower, one_full_node, spare_room
 

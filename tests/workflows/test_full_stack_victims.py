@@ -21,7 +21,7 @@ import pytest
 from temporalio.client import WorkflowFailureError
 
 from preemptctl.emulator.resources import PODS
-from preemptctl.workflows.preemption import workflow_id_for
+from preemptctl.workflows.contract import workflow_id_for
 from tests.support.emulator import pod
 from tests.workflows.harness import Stack, bind_when_room, keep_history, running_stack
 from tests.workflows.scenarios import one_full_node

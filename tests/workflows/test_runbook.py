@@ -50,10 +50,7 @@ from preemptctl.activities.contracts import (
     EndInput,
     NominationInput,
     NominationResult,
-    PreemptionRequest,
     PreemptorCheck,
-    PreemptorState,
-    PreemptorStatus,
     SelectInput,
     Selection,
     VictimInput,
@@ -61,13 +58,15 @@ from preemptctl.activities.contracts import (
 )
 from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.preemption.decision import PodRef, Verdict
+from preemptctl.preemption.standing import PreemptorStanding, Standing
 from preemptctl.worker.temporal_worker import workflow_runner
-from preemptctl.workflows.preemption import (
+from preemptctl.workflows.contract import (
+    PreemptionProgress,
+    PreemptionRequest,
     PreemptionResult,
-    PreemptionState,
-    PreemptionWorkflow,
     result_of_failure,
 )
+from preemptctl.workflows.preemption import PreemptionWorkflow
 
 PREEMPTOR = PodRef("default", "urgent", "uid-urgent", 1000)
 VICTIMS = [PodRef("default", f"victim-{i}", f"uid-victim-{i}", 100) for i in range(3)]
@@ -97,8 +96,8 @@ class Script:
     selections: list[Selection] = field(default_factory=lambda: [decided()])
     marks: dict[str, Answer] = field(default_factory=dict)
     deletes: dict[str, Answer] = field(default_factory=dict)
-    preemptor: list[PreemptorStatus] = field(
-        default_factory=lambda: [PreemptorStatus(PreemptorState.PENDING)]
+    preemptor: list[PreemptorStanding] = field(
+        default_factory=lambda: [PreemptorStanding(Standing.PENDING)]
     )
     calls: list[str] = field(default_factory=list)
     ends: list[EndInput] = field(default_factory=list)
@@ -130,7 +129,7 @@ class Script:
             return "DisruptionTarget removed"
 
         @activity.defn(name="check_preemptor")
-        async def check(request: PreemptorCheck) -> PreemptorStatus:
+        async def check(request: PreemptorCheck) -> PreemptorStanding:
             self.calls.append("check")
             return self.preemptor.pop(0) if len(self.preemptor) > 1 else self.preemptor[0]
 
@@ -351,7 +350,7 @@ async def test_a_completed_preemption_unmarks_nothing(run: Run) -> None:
 
 
 async def test_the_state_shows_no_pending_last_victim_once_it_is_deleted(run: Run) -> None:
-    seen: list[PreemptionState] = []
+    seen: list[PreemptionProgress] = []
 
     async def bound_then_look(handle: Handle) -> None:
         await handle.signal(PreemptionWorkflow.preemptor_bound, NODE)
@@ -384,8 +383,8 @@ async def test_a_preemptor_that_moved_on_aborts_before_the_last_victim(
 async def test_without_a_signal_the_preemptor_is_polled_until_bound(run: Run) -> None:
     script = Script(
         preemptor=[
-            PreemptorStatus(PreemptorState.PENDING),
-            PreemptorStatus(PreemptorState.BOUND, NODE),
+            PreemptorStanding(Standing.PENDING),
+            PreemptorStanding(Standing.BOUND, NODE),
         ]
     )
     result = await run(script, scheduled_poll_seconds=30.0)
@@ -403,7 +402,7 @@ async def test_a_preemptor_not_bound_in_time_completes_with_that_reason(run: Run
 
 
 async def test_a_preemptor_gone_while_waited_for_completes_with_that_reason(run: Run) -> None:
-    script = Script(preemptor=[PreemptorStatus(PreemptorState.GONE)])
+    script = Script(preemptor=[PreemptorStanding(Standing.GONE)])
     result = await run(script)
     assert (result.outcome, result.message) == (Outcome.COMPLETED, "the preemptor is gone")
 

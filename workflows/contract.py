@@ -1,0 +1,127 @@
+"""The preemption workflow's contract: its input, its result, its query's answer, its ID.
+
+Plain dataclasses of strings, numbers, enums and lists, like the activities' contracts
+(`activities.contracts`): Temporal stores each in the workflow's history, where the UI shows
+it and a replay reads it back, so they must stay readable JSON and stay compatible (add
+fields with defaults; never rename one). Whoever starts a preemption (the trigger loop, a
+person's `preemptctl retry`, the tests and benchmarks) builds a `PreemptionRequest` from
+here, and reads the `PreemptionResult` and the `state` query's `PreemptionProgress` from
+here; `Phase` values name where a run is, in the query and the `PreemptionPhase` search
+attribute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from temporalio.client import WorkflowFailureError
+from temporalio.converter import value_to_type
+from temporalio.exceptions import ApplicationError
+
+from preemptctl.ledger.vocabulary import Fate, Outcome
+from preemptctl.preemption.decision import PodRef, Strategy
+
+
+@dataclass
+class PreemptionRequest:
+    """The workflow's input: which pod needs room, and how this preemption should behave."""
+
+    preemptor: PodRef
+    reason: str = "Unschedulable"
+    strategy: Strategy = Strategy.DEFAULT
+    dry_run: bool = False
+    use_eviction: bool = False
+    grace_period_seconds: int | None = None
+    scheduled_wait_seconds: float = 300.0
+    # How often the workflow asks the API server whether the preemptor is bound, when the
+    # trigger loop's `preemptor_bound` signal has not told it first.
+    scheduled_poll_seconds: float = 30.0
+    # How long one attempt of a Kubernetes or ledger call may take before Temporal retries it
+    # (also how soon a call lost with a crashed worker is retried by another).
+    call_timeout_seconds: float = 30.0
+    # Run every step but the decision as a local activity: executed by the worker running
+    # the workflow, recorded as a marker in the history instead of three events and a
+    # workflow task each. Several times cheaper for the Temporal server and the worker; the
+    # UI then shows those steps as markers (no pending attempt, no heartbeat details) and
+    # a step running when its worker dies is re-run by the worker that takes the workflow.
+    local_activities: bool = False
+    # The custom search attributes (workflows.search_attributes) are registered on the
+    # namespace; false for a namespace where they cannot be (the UI then filters by ID only).
+    search_attributes: bool = True
+    # Who started this run, for the `retried` event a run after the first appends:
+    # "trigger" (the worker's trigger loop) or "person" (`preemptctl retry`), and why.
+    started_by: str = "trigger"
+    retry_reason: str = ""
+
+
+def workflow_id_for(namespace: str, name: str, uid: str) -> str:
+    """`preemption-<namespace>-<name>-<uid>`: one preemption per pod at a time, since the
+    UID is in it (a pod recreated under the same name is another preemption), and the UI's
+    list and its filters name the pod (`WorkflowId STARTS_WITH "preemption-default-web-"`).
+    Namespaces and names are DNS labels or subdomains, so the ID needs no escaping."""
+    return f"preemption-{namespace}-{name}-{uid}"
+
+
+class Phase(StrEnum):
+    """Where a running preemption is (the `PreemptionPhase` search attribute)."""
+
+    SELECTING = "selecting"
+    PREEMPTING = "preempting"  # nominating, marking and deleting the victims
+    WAITING = "waiting"
+    FINISHED = "finished"
+
+
+@dataclass
+class VictimProgress:
+    """One victim's fate so far, as the workflow knows it."""
+
+    pod: PodRef
+    fate: Fate = Fate.CHOSEN
+    message: str = ""
+
+
+@dataclass
+class PreemptionProgress:
+    """What the `state` query returns: how far the preemption has come. The trigger loop
+    answers upstream's `IsPodRunningPreemption` from `preempting` and
+    `pending_last_victim`."""
+
+    phase: Phase = Phase.SELECTING
+    preempting: bool = False
+    node: str | None = None
+    pending_last_victim: PodRef | None = None
+    victims: list[VictimProgress] = field(default_factory=list)
+    outcome: Outcome | None = None
+    message: str = ""
+
+
+@dataclass
+class PreemptionResult:
+    """How the preemption ended (the workflow's result, and its failure's details)."""
+
+    outcome: Outcome
+    message: str
+    node: str | None = None
+    victims: list[VictimProgress] = field(default_factory=list)
+    preemptor_node: str | None = None
+    seconds_to_schedule: float | None = None
+    throttled: int = 0  # times the eviction budget held this preemption back
+    # False when retrying cannot help until something changes (an RBAC denial, a preemptor
+    # the planner refuses as Unsupported): the trigger parks the pod instead of backing off.
+    retryable: bool = True
+    # From the start to the decision (upstream's preemption evaluation), and from the
+    # decision to the last victim handled (its execution); None for a step not reached.
+    evaluation_seconds: float | None = None
+    execution_seconds: float | None = None
+
+
+def result_of_failure(error: WorkflowFailureError) -> PreemptionResult | None:
+    """The `PreemptionResult` a failed preemption carries in its failure's details."""
+    cause = error.cause
+    if not isinstance(cause, ApplicationError) or cause.type != "PreemptionFailed":
+        return None
+    if not cause.details:
+        return None
+    result: PreemptionResult = value_to_type(PreemptionResult, cause.details[0])
+    return result
