@@ -4,12 +4,13 @@
 
 Each scenario starts the worker's probe server on 127.0.0.1 (its real `ProbeServer`, the
 checks answering at once), lets slow-loris clients (`tests.support.slow_clients`: requests
-dripped one byte at a time, never finished, reopened as soon as the server closes them)
-settle for a second, then probes as the kubelet does: a fresh connection, `GET /healthz`
-then `GET /readyz` in turn, every `--period` seconds, each within the deployment's
-`timeoutSeconds` (3 s). It prints, per scenario, how many probes were answered and the
-answer time (median and slowest), beside a Prometheus-style `GET /metrics` on the metrics
-port. An unanswered probe counts as the timeout.
+dripped one byte at a time, never finished, reopened as soon as the server closes them; in a
+process of their own, as an attacker's would be) settle for a second, then probes as the
+kubelet does: a fresh connection, `GET /healthz` then `GET /readyz` in turn, every
+`--period` seconds, each within the deployment's `timeoutSeconds` (3 s). It prints, per
+scenario, how many probes were answered and the answer time (median and slowest), beside a
+Prometheus-style `GET /metrics` on the metrics port. An unanswered probe counts as the
+timeout.
 
 Scenarios: none (the baseline); the issue's (16 clients, one address, a byte every 5 s, on
 the metrics port); the same from 16 addresses; 256 clients from 64 addresses dripping a
@@ -19,14 +20,15 @@ byte every 0.5 s on the metrics port; and the same on the probe port itself.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import statistics
 import time
 from dataclasses import dataclass
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Event
 
-from preemptctl.worker.config import Settings
-from preemptctl.worker.dev_command import free_port
 from preemptctl.worker.metrics import Metrics
-from preemptctl.worker.probes import ProbeServer, open_probe_server
+from preemptctl.worker.probes import ProbeServer
 from tests.support.slow_clients import Answer, SlowClients, probe
 
 KUBELET_TIMEOUT = 3.0  # deploy/deployment.yaml: timeoutSeconds of every probe
@@ -51,8 +53,7 @@ SCENARIOS = (
 
 
 def open_server() -> ProbeServer:
-    settings = Settings(http_bind_address="127.0.0.1", metrics_port=free_port())
-    server = open_probe_server(settings, Metrics())
+    server = ProbeServer("127.0.0.1", 0, 0, Metrics())  # port 0: free ports
     server.readiness = lambda: (True, "ready")
     server.start()
     return server
@@ -60,8 +61,7 @@ def open_server() -> ProbeServer:
 
 def ports(server: ProbeServer) -> dict[str, int]:
     """The port of each listener: where Prometheus scrapes, and where the kubelet probes."""
-    port = int(server.server_address[1])
-    return {"metrics": port, "probes": port}
+    return {"metrics": server.server_address[1], "probes": server.probe_address[1]}
 
 
 def summary(answers: list[Answer]) -> str:
@@ -74,17 +74,38 @@ def summary(answers: list[Answer]) -> str:
     )
 
 
+def attack(
+    port: int,
+    scenario: Scenario,
+    sources: list[str],
+    ready: Event,
+    stop: Event,
+    results: Queue[tuple[int, int]],
+) -> None:
+    """The attacker, in a process of its own (as it would be: it does not share the
+    server's interpreter lock)."""
+    with SlowClients(port, scenario.clients, interval=scenario.interval, sources=sources) as a:
+        ready.set()
+        stop.wait()
+    results.put((a.opened, a.closed_by_server))
+
+
 def run(scenario: Scenario, probes: int, period: float) -> None:
     server = open_server()
     try:
         where = ports(server)
         sources = [f"127.0.1.{i + 1}" for i in range(scenario.addresses)]
-        with SlowClients(
-            where[scenario.target],
-            scenario.clients,
-            interval=scenario.interval,
-            sources=sources,
-        ) as attack:
+        spawn = multiprocessing.get_context("spawn")  # no fork of a process with threads
+        ready, stop = spawn.Event(), spawn.Event()
+        results: Queue[tuple[int, int]] = spawn.Queue()
+        attacker = spawn.Process(
+            target=attack,
+            args=(where[scenario.target], scenario, sources, ready, stop, results),
+            daemon=True,
+        )
+        attacker.start()
+        try:
+            ready.wait(60)
             time.sleep(1.0)
             kubelet: list[Answer] = []
             scrapes: list[Answer] = []
@@ -94,10 +115,16 @@ def run(scenario: Scenario, probes: int, period: float) -> None:
                 kubelet.append(probe(where["probes"], path, timeout=KUBELET_TIMEOUT))
                 scrapes.append(probe(where["metrics"], "/metrics", timeout=KUBELET_TIMEOUT))
                 time.sleep(max(0.0, period - (time.monotonic() - began)))
+        finally:
+            stop.set()
+            opened, closed = results.get(timeout=60)
+            attacker.join(60)
         print(f"{scenario.name}")
         print(f"  kubelet probes: {summary(kubelet)}")
         print(f"  /metrics:       {summary(scrapes)}")
-        print(f"  attack: {attack.opened} connections opened, {attack.closed_by_server} closed")
+        print(f"  attack: {opened} connections opened, {closed} closed by the server")
+        dropped = ", ".join(f"{why} {count}" for why, count in sorted(server.dropped.items()))
+        print(f"  dropped by the server: {dropped or 'none'}")
     finally:
         server.close()
 

@@ -104,8 +104,11 @@ class Settings:
     # Inputs older than this many days are pruned (by the worker, about hourly).
     decision_inputs_retention_days: int = 30
     # The process
-    metrics_port: int = 9464
-    # Where /metrics, /healthz and /readyz listen (all interfaces: the kubelet probes the pod IP).
+    metrics_port: int = 9464  # /metrics and /parked (and the probes again)
+    # The kubelet's probes, /healthz and /readyz, on a listener of their own: what scrapers
+    # or slow clients do on the metrics port cannot starve them (docs/operations.md).
+    probe_port: int = 9466
+    # Where both listen (all interfaces: the kubelet probes the pod IP).
     http_bind_address: str = "0.0.0.0"
     # How long start-up waits for the cluster view's first complete list of every kind.
     sync_timeout_seconds: float = 120.0
@@ -190,6 +193,12 @@ def _finite_seconds(value: float) -> bool:
 def _validate(settings: Settings) -> Settings:
     checks = [
         (1 <= settings.metrics_port <= 65535, "metrics_port", "a port from 1 to 65535"),
+        (1 <= settings.probe_port <= 65535, "probe_port", "a port from 1 to 65535"),
+        (
+            settings.probe_port not in (settings.metrics_port, settings.sdk_metrics_port),
+            "probe_port",
+            "a port of its own (not metrics_port's or sdk_metrics_port's)",
+        ),
         (
             0 <= settings.sdk_metrics_port <= 65535,
             "sdk_metrics_port",

@@ -12,38 +12,38 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from preemptctl.worker.cancellation import GRACE_SECONDS, cancel_and_wait, cancellation_requested
 from preemptctl.worker.metrics import Metrics
 
 log = logging.getLogger("preemptctl")
 
+T = TypeVar("T")
 
-async def run_in_thread(name: str, target: Callable[[], None]) -> None:
+
+async def run_in_thread(name: str, target: Callable[[], T]) -> T:
     """Run `target` in a thread of its own (not the default executor: a reflector runs for
-    the life of the process) and wait for it to return or raise."""
+    the life of the process, and a probe's check may block for seconds) and wait for it to
+    return or raise. Cancelling the wait leaves the thread to finish on its own."""
     loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
+    done: asyncio.Future[T] = loop.create_future()
 
-    def settle(error: BaseException | None) -> None:
-        if done.done():
-            return
-        if error is None:
-            done.set_result(None)
-        else:
-            done.set_exception(error)
+    def settle(outcome: Callable[[], None]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+            loop.call_soon_threadsafe(lambda: None if done.done() else outcome())
 
     def body() -> None:
-        error: BaseException | None = None
         try:
-            target()
-        except BaseException as raised:
-            error = raised
-        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
-            loop.call_soon_threadsafe(settle, error)
+            result = target()
+        except BaseException as error:
+            failure = error  # `error` is unbound once the except block ends
+            settle(lambda: done.set_exception(failure))
+        else:
+            settle(lambda: done.set_result(result))
 
     threading.Thread(target=body, name=name, daemon=True).start()
-    await done
+    return await done
 
 
 class Supervisor:

@@ -40,7 +40,8 @@ FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--temporal-namespace", {"help": "Temporal namespace"}),
     ("--task-queue", {"help": "Temporal task queue"}),
     ("--database-url", {"help": "ledger database URL (default $PREEMPT_DATABASE_URL)"}),
-    ("--metrics-port", {"help": "port for /metrics, /healthz and /readyz"}),
+    ("--metrics-port", {"help": "port for /metrics and /parked (and the probes again)"}),
+    ("--probe-port", {"help": "port for /healthz and /readyz, the kubelet's probes"}),
     ("--log-format", {"choices": ["json", "text"]}),
 )
 

@@ -11,7 +11,6 @@ within a timeout; it says what happened instead of raising, so a test can compar
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import selectors
 import socket
@@ -115,17 +114,17 @@ class SlowClients:
             now = time.monotonic()
             for key in list(self._selector.get_map().values()):
                 connection = key.data
-                due = connection not in gone and now >= connection.next_byte
-                if due and not self._send_byte(connection):
+                drip = connection not in gone and now >= connection.next_byte
+                if drip and not self._send_byte(connection):
                     gone.append(connection)
             for connection in gone:
                 self._selector.unregister(connection.sock)
                 connection.sock.close()
                 self.closed_by_server += 1
                 reopen.append((now + self._reconnect, connection.source))
-            due = [source for when, source in reopen if when <= now]
+            again = [source for when, source in reopen if when <= now]
             reopen = [(when, source) for when, source in reopen if when > now]
-            for source in due:
+            for source in again:
                 self._open(source)
 
 
@@ -172,14 +171,3 @@ def probe(port: int, path: str, *, timeout: float = 2.0, source: str = "127.0.0.
     if len(status_line) < 2 or not status_line[1].isdigit():
         return Answer(0, "closed without an answer", seconds)
     return Answer(int(status_line[1]), body.decode(errors="replace"), seconds)
-
-
-def refused_at_once(port: int, source: str = "127.0.0.1") -> bool:
-    """Whether the server closes a connection from `source` without reading a request."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0)) as s:
-        with contextlib.suppress(OSError):
-            s.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
-        try:
-            return s.recv(100) == b""
-        except ConnectionResetError:
-            return True

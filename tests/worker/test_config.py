@@ -40,6 +40,12 @@ def test_defaults_are_usable() -> None:
     assert settings.temporal_address == "localhost:7233"
     assert settings.scheduler_names == ("default-scheduler",)
     assert settings.dry_run is False
+    # Three listeners of their own: /metrics, the kubelet's probes, the SDK's metrics.
+    assert (settings.metrics_port, settings.probe_port, settings.sdk_metrics_port) == (
+        9464,
+        9466,
+        9465,
+    )
 
 
 def test_file_then_variables_then_flags(tmp_path: Path) -> None:
@@ -73,6 +79,12 @@ def test_kubeconfig_variable_fills_the_setting(tmp_path: Path) -> None:
         ({"PREEMPT_METRICS_PORT": "abc"}, "PREEMPT_METRICS_PORT: expected an integer, got 'abc'"),
         ({"PREEMPT_DRY_RUN": "maybe"}, "PREEMPT_DRY_RUN: expected true or false, got 'maybe'"),
         ({"PREEMPT_METRICS_PORT": "70000"}, "metrics_port: expected a port from 1 to 65535"),
+        ({"PREEMPT_PROBE_PORT": "0"}, "probe_port: expected a port from 1 to 65535"),
+        (
+            {"PREEMPT_PROBE_PORT": "9464"},
+            "probe_port: expected a port of its own (not metrics_port's or sdk_metrics_port's)"
+            ", got 9464",
+        ),
         ({"PREEMPT_TEMPORAL_ADDRESS": "nohost"}, "temporal_address: expected host:port"),
         ({"PREEMPT_KUBECONFIG": "/no/such/file"}, "kubeconfig: no such file /no/such/file"),
     ],

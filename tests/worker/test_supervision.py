@@ -10,8 +10,6 @@ Scenarios:
 - /healthz answers 503 naming the task the supervisor gave up on;
 - /parked lists the parked pods as JSON (pod, uid, reason, since);
 - an event loop that does not answer is seen from another thread within a bounded wait;
-- the probe server binds the configured address, and closes a connection beyond its
-  thread cap at once instead of starting a thread for it;
 - a ledger that does not answer at start-up is waited for with backoff, one log line per
   attempt, until stopped.
 """
@@ -31,14 +29,8 @@ import pytest
 
 from preemptctl.worker.config import Settings
 from preemptctl.worker.connections import wait_for_ledger
-from preemptctl.worker.dev_command import free_port
 from preemptctl.worker.metrics import Metrics
-from preemptctl.worker.probes import (
-    MAX_REQUEST_THREADS,
-    ProbeServer,
-    loop_answers,
-    open_probe_server,
-)
+from preemptctl.worker.probes import ProbeServer, loop_answers
 from preemptctl.worker.supervisor import Supervisor
 
 
@@ -156,7 +148,7 @@ async def test_stopping_supervisor_does_not_restart_an_ending_task() -> None:
 
 @pytest.fixture
 def probes() -> Iterator[ProbeServer]:
-    server = ProbeServer("127.0.0.1", free_port(), Metrics())
+    server = ProbeServer("127.0.0.1", 0, 0, Metrics())
     server.start()
     yield server
     server.close()
@@ -200,30 +192,6 @@ def test_blocked_event_loop_is_seen_from_another_thread() -> None:
         runner.join(5)
         loop.close()
     assert not loop_answers(loop, timeout=0.2)  # closed
-
-
-def test_probe_server_binds_the_configured_address() -> None:
-    settings = Settings(http_bind_address="127.0.0.1", metrics_port=free_port())
-    server = open_probe_server(settings, Metrics())
-    try:
-        assert server.server_address[0] == "127.0.0.1"
-    finally:
-        server.server_close()
-
-
-def test_connection_beyond_the_thread_cap_is_closed_at_once(probes: ProbeServer) -> None:
-    port = probes.server_address[1]
-    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_REQUEST_THREADS)]
-    try:
-        extra = socket.create_connection(("127.0.0.1", port))
-        extra.settimeout(5)
-        extra.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
-        assert extra.recv(100) == b""  # closed without an answer
-        extra.close()
-    finally:
-        for connection in idle:
-            connection.close()
-    assert get(probes, "/healthz")[0] == 200  # slots come back
 
 
 async def test_unreachable_ledger_is_waited_for_with_one_line_per_attempt(
