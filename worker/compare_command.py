@@ -22,12 +22,23 @@ A preemptor neither side preempted for is not listed. When we decided several ti
 trigger retries a pod that stays unschedulable), the comparable decision is our latest
 `Preempt` if there is one, else our latest decision. Agreement is `agree` over every
 compared preemptor except `after-upstream`.
+
+Agreement needs the scheduler's side: with nothing recorded from kube-scheduler in the window
+(the worker was not in shadow mode, or kube-scheduler did not preempt) it is not measured,
+and the command says what compare needs instead of a ratio against nothing. A `Preempt`
+decision we carried out (not a dry run) is counted apart too: kube-scheduler had nothing
+left to preempt for it.
+
+What the cluster wrote (names, node names, messages) is shown through `printable`, so an
+Event's text cannot move the operator's cursor, retitle the terminal or hide part of a line;
+`-o json` escapes the same characters (as JSON escapes: the values read back unchanged).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -46,6 +57,7 @@ from preemptctl.worker.errors import add_output_flag
 from preemptctl.worker.ledger_commands import open_ledger, parse_since
 
 PREEMPT = "Preempt"
+NOTICE_WIDTH = 92  # the table's notices, wrapped
 
 
 class Result(StrEnum):
@@ -120,6 +132,8 @@ class Comparison:
 @dataclass
 class Totals:
     counts: dict[Result, int] = field(default_factory=lambda: dict.fromkeys(Result, 0))
+    upstream_events: int = 0  # kube-scheduler's Preempted Events recorded in the window
+    acted: int = 0  # compared Preempt decisions we carried out (not dry runs)
 
     @property
     def compared(self) -> int:
@@ -127,13 +141,19 @@ class Totals:
 
     @property
     def agreement(self) -> float | None:
-        return self.counts[Result.AGREE] / self.compared if self.compared else None
+        """None when there is nothing to measure: no preemptor compared, or nothing recorded
+        from kube-scheduler (then every one of ours would read as a disagreement)."""
+        if not self.compared or not self.upstream_events:
+            return None
+        return self.counts[Result.AGREE] / self.compared
 
     def to_json(self) -> dict[str, Any]:
         return {
             **{str(result): n for result, n in self.counts.items()},
             "compared": self.compared,
             "agreement": self.agreement,
+            "upstreamEvents": self.upstream_events,
+            "acted": self.acted,
         }
 
 
@@ -228,10 +248,53 @@ def compare(
             comparisons.append(compared)
     order = list(Result)
     comparisons.sort(key=lambda c: (not c.result.disagreement, order.index(c.result), c.preemptor))
-    totals = Totals()
+    totals = Totals(upstream_events=len(rows))
     for compared in comparisons:
         totals.counts[compared.result] += 1
+        totals.acted += carried_out(compared.ours)
     return comparisons, totals
+
+
+def carried_out(decision: OurDecision | None) -> bool:
+    """A `Preempt` decision of a run that acted: not shadow mode's."""
+    return decision is not None and decision.verdict == PREEMPT and not decision.dry_run
+
+
+# -- what the cluster wrote, made safe to print ---------------------------------------------------
+
+
+def _escape(character: str) -> str:
+    code = ord(character)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def printable(text: str) -> str:
+    """`text` with every character `str.isprintable` refuses (C0 and C1 controls such as ESC
+    and CSI, bidirectional overrides, line separators, unassigned code points) written as a
+    Python-style escape (`\\x1b`), so what the cluster wrote cannot act on the terminal.
+    Printable text comes back unchanged."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _json_escape(character: str) -> str:
+    code = ord(character)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def printable_json(document: str) -> str:
+    """A JSON text (as orjson writes it) with every character `printable` would escape, other
+    than the layout's newlines, written as a JSON `\\u` escape: the same values once parsed.
+    Outside strings a JSON text is ASCII and printable, so only string contents change."""
+    if document.replace("\n", "").isprintable():
+        return document
+    return "".join(c if c == "\n" or c.isprintable() else _json_escape(c) for c in document)
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -270,11 +333,39 @@ def run_compare(args: argparse.Namespace) -> int:
             "since": since.isoformat(),
             "preemptors": [c.to_json() for c in comparisons],
             "totals": totals.to_json(),
+            "notices": notices(totals, since),
         }
-        sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+        text = orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
+        sys.stdout.write(printable_json(text) + "\n")
     else:
         sys.stdout.write(render_table(comparisons, totals, since))
     return 0
+
+
+SHADOW_MODE_HINT = (
+    "compare needs the worker in shadow mode (PREEMPT_DRY_RUN=true, or preemptctl worker "
+    "--dry-run) while kube-scheduler still preempts: it then records kube-scheduler's "
+    "Preempted Events beside its own dry-run decisions. On one machine: preemptctl dev "
+    '--shadow. See docs/adopting.md, "Compare, in shadow mode".'
+)
+
+
+def notices(totals: Totals, since: datetime) -> list[str]:
+    """What the numbers cannot say by themselves: that nothing came from kube-scheduler
+    (and how to record it), that some of our decisions were carried out, not dry runs."""
+    found = []
+    if not totals.upstream_events:
+        found.append(
+            f"Nothing was recorded from kube-scheduler since {since.isoformat(timespec='seconds')}."
+        )
+        found.append(SHADOW_MODE_HINT)
+    if totals.acted:
+        found.append(
+            f"Carried out, not dry runs: {totals.acted} of our compared Preempt decisions (the "
+            "worker was not in shadow mode), so kube-scheduler had nothing left to preempt for "
+            "them."
+        )
+    return found
 
 
 def _names(pods: Sequence[str]) -> str:
@@ -305,9 +396,11 @@ def _describe(compared: Comparison) -> list[str]:
 
 
 def render_table(comparisons: Sequence[Comparison], totals: Totals, since: datetime) -> str:
+    """The table, every line through `printable`: names, nodes and messages come from the
+    cluster."""
     out = [f"Since {since.isoformat(timespec='seconds')}:"]
     if not comparisons:
-        out.append("no preemption by either side (is the worker running with --dry-run?)")
+        out.append("no preemption by either side")
     width = max([len("PREEMPTOR"), *(len(c.preemptor) for c in comparisons)])
     if comparisons:
         out.append(f"{'PREEMPTOR':<{width}}  RESULT          DETAIL")
@@ -319,7 +412,9 @@ def render_table(comparisons: Sequence[Comparison], totals: Totals, since: datet
     parts = [f"{counts[result]} {result}" for result in Result if counts[result]]
     out.append("")
     out.append(f"Preemptors: {len(comparisons)} ({', '.join(parts) or 'none'}).")
-    if totals.agreement is None:
+    if not totals.upstream_events:
+        out.append("Agreement: not measured (nothing from kube-scheduler to compare with).")
+    elif totals.agreement is None:
         out.append("Agreement: nothing to compare.")
     else:
         out.append(
@@ -331,4 +426,6 @@ def render_table(comparisons: Sequence[Comparison], totals: Totals, since: datet
                 else "."
             )
         )
-    return "\n".join(out) + "\n"
+    for notice in notices(totals, since):
+        out.extend(textwrap.wrap(notice, width=NOTICE_WIDTH, break_on_hyphens=False))
+    return "\n".join(printable(line) for line in out) + "\n"

@@ -20,7 +20,14 @@ Scenarios:
 - the table lists disagreements first, the pods named, then the totals and the ratio
   (4 agree of 8 compared: the after-upstream case apart);
 - -o json gives the same per preemptor, with both sides' nodes and victims;
-- --since leaves out what is older (and then nothing is there to compare);
+- --since leaves out what is older (and then nothing is there to compare, and the command
+  says compare needs shadow mode);
+- after a normal run (a Preempt decision carried out, nothing recorded from kube-scheduler)
+  the agreement is not measured, and the table and the JSON say that compare needs shadow
+  mode and how to run it, and that our decision was carried out, not a dry run;
+- what the cluster wrote (names, nodes, messages with ESC, OSC, CSI, BEL, bidi overrides)
+  reaches the terminal escaped, in the table and in the JSON (which parses back to the same
+  values); `printable` leaves printable text, accents and CJK included, unchanged;
 - bad flags (--since, -o) exit 2 with one line; an unmigrated ledger too.
 
 End to end (the simulated cluster's scheduler in upstream-preemption mode, a real worker
@@ -56,6 +63,7 @@ from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import PodRef
 from preemptctl.preemption.upstream import UpstreamPreemption
 from preemptctl.worker.cli import main
+from preemptctl.worker.compare_command import printable
 from preemptctl.worker.config import load_settings
 from preemptctl.worker.connections import connect_cluster
 from preemptctl.worker.dev_command import free_port
@@ -78,6 +86,7 @@ def _decide(
     node: str | None = None,
     victims: tuple[str, ...] = (),
     message: str = "",
+    dry_run: bool = True,
 ) -> None:
     preemptor = _preemptor(name)
     run = f"run-{name}-{at.timestamp()}"
@@ -92,7 +101,7 @@ def _decide(
         "message": message or f"{verdict} for {name}",
     }
     batch = decision_events(f"preemption-{name}", run, preemptor, decision, at)
-    if verdict == "Preempt":
+    if verdict == "Preempt" and dry_run:
         batch.append(
             LedgerEvent(
                 f"preemption-{name}",
@@ -108,7 +117,13 @@ def _decide(
 
 
 def _upstream(
-    engine: Engine, name: str, node: str, victims: tuple[str, ...], at: datetime, old: bool = False
+    engine: Engine,
+    name: str,
+    node: str,
+    victims: tuple[str, ...],
+    at: datetime,
+    old: bool = False,
+    namespace: str = "prod",
 ) -> None:
     append_upstream(
         engine,
@@ -120,7 +135,7 @@ def _upstream(
                 victim_name=victim,
                 victim_uid=f"uid-{victim}",
                 preemptor_uid="" if old else f"uid-{name}",
-                preemptor_namespace="prod" if old else None,
+                preemptor_namespace=namespace if old else None,
                 preemptor_name=name if old else None,
                 node=node,
                 message=f"Preempted by pod uid-{name} on node {node}",
@@ -228,8 +243,126 @@ def test_since_leaves_out_older_decisions_and_events(
 ) -> None:
     code, out, _ = _run(capsys, "--database-url", migrated_postgres_url, "--since", "5m")
     assert code == 0
-    assert "no preemption by either side" in out
-    assert out.splitlines()[-1] == "Agreement: nothing to compare."
+    lines = out.splitlines()
+    assert lines[1] == "no preemption by either side"
+    assert lines[3:5] == [
+        "Preemptors: 0 (none).",
+        "Agreement: not measured (nothing from kube-scheduler to compare with).",
+    ]
+    assert _notices(out) == [f"Nothing was recorded from kube-scheduler since {lines[0][6:-1]}."]
+
+
+SHADOW_MODE_HINT = (
+    "compare needs the worker in shadow mode (PREEMPT_DRY_RUN=true, or preemptctl worker "
+    "--dry-run) while kube-scheduler still preempts: it then records kube-scheduler's "
+    "Preempted Events beside its own dry-run decisions. On one machine: preemptctl dev "
+    '--shadow. See docs/adopting.md, "Compare, in shadow mode".'
+)
+
+
+def _notices(out: str) -> list[str]:
+    """The notices under the table, unwrapped, the shadow-mode hint checked and left out."""
+    text = " ".join(out.splitlines()[out.splitlines().index("") + 3 :])
+    assert SHADOW_MODE_HINT in text
+    return [part.strip() for part in text.split(SHADOW_MODE_HINT) if part.strip()]
+
+
+@pytest.fixture
+def normal_run(pg_engine: Engine) -> Engine:
+    """What a worker out of shadow mode leaves: our Preempt decision, carried out; nothing
+    recorded from kube-scheduler."""
+    _decide(pg_engine, "urgent", "Preempt", T0, "n1", ("low",), dry_run=False)
+    return pg_engine
+
+
+def test_after_a_normal_run_the_table_says_compare_needs_shadow_mode(
+    normal_run: Engine, migrated_postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(capsys, "--database-url", migrated_postgres_url)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[2].split()[:2] == ["prod/urgent", "ours-only"]
+    assert "%" not in out
+    assert lines[5:7] == [
+        "Preemptors: 1 (1 ours-only).",
+        "Agreement: not measured (nothing from kube-scheduler to compare with).",
+    ]
+    assert _notices(out) == [
+        f"Nothing was recorded from kube-scheduler since {lines[0][6:-1]}.",
+        "Carried out, not dry runs: 1 of our compared Preempt decisions (the worker was not "
+        "in shadow mode), so kube-scheduler had nothing left to preempt for them.",
+    ]
+    assert max(len(line) for line in lines[7:]) <= 92
+
+
+def test_after_a_normal_run_the_json_has_no_ratio_and_says_why(
+    normal_run: Engine, migrated_postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(capsys, "--database-url", migrated_postgres_url, "-o", "json")
+    assert code == 0
+    document = orjson.loads(out)
+    totals = document["totals"]
+    assert (totals["ours-only"], totals["compared"], totals["agreement"]) == (1, 1, None)
+    assert (totals["upstreamEvents"], totals["acted"]) == (0, 1)
+    assert document["notices"][1] == SHADOW_MODE_HINT
+    assert len(document["notices"]) == 3
+
+
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\x9b31m\u202eevil"
+
+
+@pytest.fixture
+def hostile(pg_engine: Engine) -> Engine:
+    """Rows as a forged Event (recorded before the recorder checked Events) and a decision
+    message could carry them: terminal control sequences in every field shown."""
+    _decide(pg_engine, "mine", "Unschedulable", T0, message=f"0/4 nodes {HOSTILE}")
+    _upstream(pg_engine, "mine", f"n1{HOSTILE}", (f"v{HOSTILE}",), T0)
+    _upstream(pg_engine, f"x{HOSTILE}", "n2", ("v2",), T0, old=True, namespace=f"t{HOSTILE}")
+    return pg_engine
+
+
+def test_what_the_cluster_wrote_reaches_the_terminal_escaped(
+    hostile: Engine, migrated_postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(capsys, "--database-url", migrated_postgres_url)
+    assert code == 0
+    assert out.replace("\n", "").isprintable()
+    escaped = "\\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\u202eevil"
+    assert f"ours:     Unschedulable: 0/4 nodes {escaped}" in out
+    assert f"upstream: node n1{escaped}, victims default/v{escaped}" in out
+    assert f"t{escaped}/x{escaped}" in out
+
+
+def test_the_json_escapes_them_and_reads_back_the_same(
+    hostile: Engine, migrated_postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(capsys, "--database-url", migrated_postgres_url, "-o", "json")
+    assert code == 0
+    assert out.replace("\n", "").isprintable()
+    by_uid = {entry["preemptorUid"]: entry for entry in orjson.loads(out)["preemptors"]}
+    mine = by_uid["uid-mine"]
+    assert mine["ours"]["message"] == f"0/4 nodes {HOSTILE}"
+    assert mine["upstream"]["victims"] == [f"default/v{HOSTILE}"]
+    assert by_uid[""]["preemptor"] == f"t{HOSTILE}/x{HOSTILE}"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("default/web-0", "default/web-0"),
+        ("café 日本 ✓", "café 日本 ✓"),
+        ("a\x1b[31mb", "a\\x1b[31mb"),
+        ("bell\x07", "bell\\x07"),
+        ("csi\x9b", "csi\\x9b"),
+        ("del\x7f", "del\\x7f"),
+        ("two\nlines\ttab", "two\\x0alines\\x09tab"),
+        ("\u202eevil\u2066", "\\u202eevil\\u2066"),
+        ("sep\u2028", "sep\\u2028"),
+        ("tag\U000e0041", "tag\\U000e0041"),
+    ],
+)
+def test_printable_escapes_what_a_terminal_acts_on_and_nothing_else(text: str, shown: str) -> None:
+    assert printable(text) == shown
 
 
 @pytest.mark.parametrize(
@@ -279,12 +412,14 @@ async def test_shadow_mode_records_upstream_and_compare_agrees(
     """ours-first: the scheduler holds its preemption until our dry run has decided, then
     preempts. upstream-first: it preempts in the very pass that marks the pod Unschedulable,
     as kube-scheduler does, so our dry run decides with the victims already terminating on
-    the nominated node (kept terminating here, 30 s, long enough for a retried dry run)."""
+    the nominated node (kept terminating here, 30 s, long enough for a retried dry run).
+    Either way the recorder believes an Event only once it has seen its victim marked by the
+    scheduler: ours-first keeps victims 2 s, as dev's simulated kubelet does."""
     url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
     migrations.upgrade(url)
     engine = create_ledger_engine(url)
     cluster = SimulatedCluster(
-        max_grace_seconds=30.0 if scheduler_first else 0.5,
+        max_grace_seconds=30.0 if scheduler_first else 2.0,
         upstream_preemption=True,
         preemption_delay=0.0 if scheduler_first else 3600.0,
     )
@@ -295,6 +430,7 @@ async def test_shadow_mode_records_upstream_and_compare_agrees(
             "kubeconfig": str(cluster.kubeconfig_path),
             "database_url": url,
             "metrics_port": free_port(),
+            "probe_port": free_port(),
             "task_queue": f"shadow-{uuid.uuid4()}",
             "dry_run": True,
         },
