@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import orjson
 from sqlalchemy import Engine, create_engine, event
@@ -43,7 +44,17 @@ MAX_CONNECT_TIMEOUT_SECONDS = 3600
 # NUL in text, a row too big). Postgres reports 54 as an OperationalError, like a lost
 # connection, so the class, not the exception type, decides.
 REFUSED_DATA_CLASSES = frozenset({"22", "23", "54"})
-_USERINFO = re.compile(r"(?<=://)[^/@]*@")
+# The connection keywords libpq treats as secrets (its `dispchar` "*": never displayed), all
+# honoured in a URL's query string as in a keyword/value string; a test compares this with
+# the installed libpq's own list.
+LIBPQ_SECRET_KEYS = frozenset({"password", "sslpassword", "oauth_client_secret"})
+# Other query keys that carry a secret in a URL, and words that mark one in any key.
+SECRET_QUERY_KEYS = LIBPQ_SECRET_KEYS | {"pass", "passwd", "pwd", "api_key", "apikey", "key"}
+SECRET_KEY_WORDS = ("password", "secret", "token")
+MASK = "***"
+# A URL inside free text (a log line, an error message): up to whitespace or a quote, and
+# not ending in the punctuation of the sentence around it (`ledger URL: error`).
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*[^\s'\"<>.,:;!?)\]]")
 
 
 class LedgerRejectedError(LedgerError):
@@ -79,14 +90,14 @@ def normalise_url(url: str | URL) -> URL:
     try:
         parsed = make_url(url) if isinstance(url, str) else url
     except (ArgumentError, ValueError):
-        raise LedgerError(f"not a database URL: {_masked(str(url))}") from None
+        raise LedgerError(f"not a database URL: {masked_url(url)}") from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() not in ("postgresql", "sqlite"):
         raise LedgerError(
             f"unsupported database {parsed.drivername!r}: use postgresql:// or sqlite:///"
         )
-    shown = parsed.render_as_string(hide_password=True)
+    shown = masked_url(parsed)
     if parsed.port is not None and not 1 <= parsed.port <= 65535:
         raise LedgerError(f"database URL {shown}: the port must be from 1 to 65535")
     timeout = parsed.query.get("connect_timeout")
@@ -103,18 +114,55 @@ def normalise_url(url: str | URL) -> URL:
     return parsed
 
 
-def _masked(text: str) -> str:
-    """`text` with any `user:password@` part of a URL replaced, for a URL that cannot be
-    parsed (so SQLAlchemy cannot hide its password for us)."""
-    return _USERINFO.sub("***@", text)
+def masked_url(url: str | URL) -> str:
+    """`url` as it may be printed: the password of its user info and the value of every
+    query parameter that carries a secret (libpq's `password`, `sslpassword`,
+    `oauth_client_secret`; `token`, `api_key` and their kin) replaced by `***`; the rest as
+    written. Text surgery, not parsing, so a URL no parser accepts is masked too; where the
+    user info ends is ambiguous (an `@` in a password), it masks more, never less. The one
+    masking function for every URL setting: the ledger's errors, `preemptctl config`, the
+    CLI's error lines and the worker's logs all print URLs through it."""
+    text = url.render_as_string(hide_password=True) if isinstance(url, URL) else str(url)
+    scheme = text.find("://")
+    if scheme >= 0:
+        start = scheme + 3
+        end = min(
+            (i for i in (text.find("?", start), text.find("#", start)) if i >= 0), default=len(text)
+        )
+        at = text.rfind("@", start, end)
+        user, colon, _ = text[start:at].partition(":") if at >= 0 else ("", "", "")
+        if colon:
+            text = f"{text[:start]}{user}:{MASK}{text[at:]}"
+    query = text.find("?")
+    if query < 0:
+        return text
+    fragment = text.find("#", query)
+    end = fragment if fragment >= 0 else len(text)
+    pairs = [_masked_pair(pair) for pair in text[query + 1 : end].split("&")]
+    return text[: query + 1] + "&".join(pairs) + text[end:]
+
+
+def _masked_pair(pair: str) -> str:
+    key, equals, _ = pair.partition("=")
+    name = unquote(key).strip().lower()  # libpq decodes a key's %-escapes
+    secret = name in SECRET_QUERY_KEYS or any(word in name for word in SECRET_KEY_WORDS)
+    return f"{key}={MASK}" if secret and equals else pair
+
+
+def masked_urls(text: str) -> str:
+    """`text` (an error, a log line) with every URL in it passed through `masked_url`."""
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda found: masked_url(found.group()), text)
 
 
 def display_url(url: str | URL) -> str:
-    """A URL safe to print in an error: the password masked, even in a malformed URL."""
+    """The ledger's URL as an error shows it: normalised (the driver named) and masked,
+    even when it is malformed."""
     try:
-        return normalise_url(url).render_as_string(hide_password=True)
+        return masked_url(normalise_url(url))
     except LedgerError:
-        return _masked(str(url))
+        return masked_url(url)
 
 
 def sqlite_path(url: URL) -> Path | None:

@@ -7,7 +7,7 @@ returning the exit code. To add a command, add one line to `COMMANDS`.
 Exit codes, as kubectl uses them: 0 done; 1 a runtime failure (`Unavailable`: a server or
 database that cannot be reached); 2 bad usage or input (`UsageError`, and argparse's own
 usage errors). Either failure is one line on stderr, `preemptctl <command>: <what to do>`,
-never a traceback.
+never a traceback, and never a URL's password.
 """
 
 from __future__ import annotations
@@ -74,6 +74,14 @@ def _first_command(argv: Sequence[str]) -> list[str]:
     return [word for word in argv if not word.startswith("-")][:1]
 
 
+def _report(command: str, error: Exception) -> None:
+    """A failure's one line on stderr, every URL in it masked (whatever built the message:
+    a password in a URL's user info or query string is never printed)."""
+    from preemptctl.ledger.engine import masked_urls  # on failure only: `plan` stays light
+
+    print(f"preemptctl {command}: {masked_urls(str(error))}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; a failure is reported in one line with exit code 1 or 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -89,10 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"unknown --output {args.output!r}; use one of: {', '.join(formats)}")
         return handler(args)
     except UsageError as error:
-        print(f"preemptctl {args.command}: {error}", file=sys.stderr)
+        _report(args.command, error)
         return EXIT_USAGE
     except Unavailable as error:
-        print(f"preemptctl {args.command}: {error}", file=sys.stderr)
+        _report(args.command, error)
         return EXIT_RUNTIME
     except KeyboardInterrupt:
         return 130

@@ -24,10 +24,11 @@ from typing import Any, get_type_hints
 import yaml
 from temporalio.client import TLSConfig
 
-from preemptctl.ledger.engine import configured_url, display_url
+from preemptctl.ledger.engine import configured_url, display_url, masked_url, masked_urls
 
 ENV_PREFIX = "PREEMPT_"
-SECRET_FIELDS = frozenset({"temporal_api_key", "database_url"})
+# Settings that are a secret whole; a URL setting is masked where it carries one.
+SECRET_FIELDS = frozenset({"temporal_api_key"})
 # A settings file is a few hundred bytes; anything near this is not one (or is /dev/zero).
 MAX_SETTINGS_FILE_BYTES = 256 * 1024
 # Any wait longer than a week is a typo, and `inf` or 1e300 overflow asyncio's timers.
@@ -120,14 +121,18 @@ class Settings:
         return configured_url(self.database_url or None)
 
     def masked(self) -> dict[str, Any]:
-        """The settings as `preemptctl config` prints them: secrets never in clear."""
+        """The settings as `preemptctl config` prints them: secrets never in clear (the API
+        key hidden whole; every URL through `masked_url`: a password in its user info or
+        in its query string)."""
         shown: dict[str, Any] = {}
         for item in fields(self):
             value = getattr(self, item.name)
-            if item.name == "temporal_api_key" and value:
+            if item.name in SECRET_FIELDS and value:
                 value = "********"
             elif item.name == "database_url":
                 value = display_url(self.effective_database_url())
+            elif isinstance(value, str) and "://" in value:
+                value = masked_url(value)
             elif isinstance(value, tuple):
                 value = list(value)
             shown[item.name] = value
@@ -169,7 +174,10 @@ def _convert(name: str, raw: Any, source: str) -> Any:
 
 
 def _shown(raw: Any) -> str:
-    """A value as an error may quote it: short, one line (never a file's whole content)."""
+    """A value as an error may quote it: short, one line (never a file's whole content),
+    a URL's secrets masked."""
+    if isinstance(raw, str):
+        raw = masked_urls(raw)
     text = repr(raw) if isinstance(raw, str | int | float | bool) else type(raw).__name__
     return text if len(text) <= 40 else text[:37] + "..."
 

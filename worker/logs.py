@@ -12,6 +12,10 @@ pipelines are usually fed by). Each line carries:
   `temporal_activity` / `temporal_workflow`, is folded into those);
 - `error` with the traceback when a record has one.
 
+Every URL in a line, the message, a field or a traceback, has its secrets masked
+(`masked_urls`: a password in its user info or its query string), whoever wrote it: a ledger
+retry's error, a library's warning.
+
 `--log-format text` is one line a record for people at a terminal.
 """
 
@@ -24,6 +28,8 @@ from typing import Any
 
 from pythonjsonlogger.json import JsonFormatter as _BaseJsonFormatter
 from temporalio import activity, workflow
+
+from preemptctl.ledger.engine import masked_urls
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # LogRecord attributes that are not a caller's `extra=`: never copied as fields.
@@ -73,26 +79,41 @@ class JsonFormatter(_BaseJsonFormatter):
         log_data["time"] = rfc3339(record.created)
         log_data["level"] = record.levelname.lower()
         log_data["logger"] = record.name
-        log_data["message"] = getattr(record, "message", None) or ""  # set by format()
+        message = getattr(record, "message", None) or ""  # set by format()
+        log_data["message"] = masked_urls(message)
         log_data.update(temporal_context())
         for key, value in record.__dict__.items():
             if key not in _RECORD_ATTRIBUTES and key not in _TEMPORAL_CONTEXT:
-                log_data[key] = value
+                log_data[key] = _masked(value)
         fields = dict(message_dict)  # a dict logged as the message, plus what format() added
         error = fields.pop("exc_info", None) or (
             self.formatException(record.exc_info) if record.exc_info else record.exc_text
         )
         if error:
-            log_data["error"] = error
+            log_data["error"] = _masked(error)
         stack = fields.pop("stack_info", None)
         if stack:
             log_data["stack"] = stack
-        log_data.update(fields)
+        log_data.update(_masked(fields))
+
+
+def _masked(value: Any) -> Any:
+    """`value` with every URL in its text masked (`masked_urls`), through dicts and lists."""
+    if isinstance(value, str):
+        return masked_urls(value)
+    if isinstance(value, dict):
+        return {key: _masked(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_masked(item) for item in value]
+    return value
 
 
 class _TextFormatter(logging.Formatter):
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return rfc3339(record.created)
+
+    def format(self, record: logging.LogRecord) -> str:
+        return masked_urls(super().format(record))
 
 
 def configure_logging(log_format: str, level: int = logging.INFO) -> None:

@@ -6,7 +6,9 @@ Scenarios:
 - `completion bash` prints a script that completes commands and each command's flags, and
   an unknown shell is bad input (exit 2, one line);
 - `-o` names an output format where a command prints data; an unknown one is exit 2;
-- exit codes: 2 for usage errors (argparse's own too), 1 for a runtime failure.
+- exit codes: 2 for usage errors (argparse's own too), 1 for a runtime failure;
+- an error line never shows a URL's password, in its user info or its query string, whatever
+  built the message (the ledger's own errors, a path given as a URL).
 """
 
 from __future__ import annotations
@@ -109,3 +111,24 @@ def test_an_unknown_command_exits_2() -> None:
         [PREEMPTCTL, "retire"], capture_output=True, text=True, check=False, timeout=60
     )
     assert done.returncode == 2
+
+
+def test_an_unreachable_ledgers_error_line_masks_every_password_in_its_url(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = "postgresql://u:hunter1@127.0.0.1:1/ledger?password=hunter2&sslpassword=hunter3"
+    assert main(["history", "--database-url", url]) == 1
+    line = capsys.readouterr().err
+    assert line.startswith(
+        "preemptctl history: cannot reach the ledger database "
+        "postgresql+psycopg://u:***@127.0.0.1:1/ledger?password=***&sslpassword=***: "
+    )
+    assert "hunter" not in line
+
+
+def test_an_error_line_masks_a_url_its_message_quotes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "--config", "https://ops:hunter4@settings.example/s.yaml"]) == 2
+    assert capsys.readouterr().err == (
+        "preemptctl config: cannot read settings file https://ops:***@settings.example/s.yaml: "
+        "No such file or directory\n"
+    )

@@ -7,7 +7,10 @@ Scenarios:
 - KUBECONFIG fills the kubeconfig setting when nothing else does;
 - a wrong value is one error naming the setting and its source; an unknown key in the file
   is refused; a missing kubeconfig file is refused at load time;
-- `preemptctl config` masks secrets, and prints JSON with `-o json`;
+- `preemptctl config` masks secrets, and prints JSON with `-o json`: the API key whole, and
+  in every URL setting the user info's password and the query's secrets (`?password=`,
+  `sslpassword=`: libpq honours them), the Temporal UI's address included;
+- an error quoting a setting's value masks a URL's secrets in it;
 - timeouts that are infinite, not a number or absurdly long are refused, as are addresses
   without a host or a port (`:`), and numbers too long to be a setting;
 - a settings file that is not a regular file (/dev/zero), is too large, or uses YAML aliases
@@ -114,6 +117,31 @@ def test_config_command_masks_secrets(
     assert "very-secret" not in shown and "hunter2" not in shown
     assert "temporal_api_key: '********'" in shown
     assert "worker:***@db:5432/ledger" in shown
+
+
+def test_config_command_masks_the_secrets_in_every_urls_query_and_user_info(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "PREEMPT_DATABASE_URL",
+        "postgresql://worker@db:5432/ledger?password=hunter2&sslpassword=hunter3&sslmode=require",
+    )
+    monkeypatch.setenv("PREEMPT_TEMPORAL_UI_URL", "https://ops:hunter4@temporal.example:8080/")
+    assert main(["config", "-o", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["database_url"] == (
+        "postgresql+psycopg://worker@db:5432/ledger?password=***&sslmode=require&sslpassword=***"
+    )
+    assert shown["temporal_ui_url"] == "https://ops:***@temporal.example:8080/"
+
+
+def test_an_error_quoting_a_url_setting_masks_its_secrets() -> None:
+    with pytest.raises(ConfigError) as error:
+        load_settings(environ={"PREEMPT_TEMPORAL_ADDRESS": "https://ops:hunter5@temporal"})
+    assert str(error.value) == (
+        "temporal_address: expected host:port with a port from 1 to 65535, "
+        "got 'https://ops:***@temporal'"
+    )
 
 
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e300", "604801", "0"])

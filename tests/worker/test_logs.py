@@ -8,7 +8,9 @@ Scenarios:
   dict is not repeated, and with JSON logs it is not appended to the message either;
 - an exception's traceback is the `error` field;
 - a dict logged as the message becomes fields;
-- the text format is one line with the same UTC time.
+- the text format is one line with the same UTC time;
+- a URL's secrets (user info's password, `?password=`, `sslpassword=`) are masked wherever a
+  line carries them: the message, an `extra=` field (nested too), a traceback, a text line.
 """
 
 from __future__ import annotations
@@ -130,3 +132,38 @@ def test_the_text_format_is_one_line_in_utc(capsys: pytest.CaptureFixture[str]) 
         logging.getLogger().setLevel(level)
     (line,) = capsys.readouterr().err.splitlines()
     assert line.endswith("Z WARNING preemptctl: hello")
+
+
+SECRET_URL = "postgresql://w:hunter1@db/ledger?password=hunter2&sslpassword=hunter3"
+MASKED_URL = "postgresql://w:***@db/ledger?password=***&sslpassword=***"
+
+
+def test_a_urls_secrets_are_masked_in_the_message_fields_and_traceback(
+    captured: tuple[logging.Logger, io.StringIO],
+) -> None:
+    logger, stream = captured
+    try:
+        raise ConnectionError(f"cannot reach {SECRET_URL}")
+    except ConnectionError:
+        logger.exception(
+            "waiting for the ledger %s: down",
+            SECRET_URL,
+            extra={"ledger": SECRET_URL, "tried": {"urls": [SECRET_URL]}},
+        )
+    (line,) = lines(stream)
+    assert line["message"] == f"waiting for the ledger {MASKED_URL}: down"
+    assert (line["ledger"], line["tried"]) == (MASKED_URL, {"urls": [MASKED_URL]})
+    assert f"ConnectionError: cannot reach {MASKED_URL}" in str(line["error"])
+    assert "hunter" not in stream.getvalue()
+
+
+def test_a_urls_secrets_are_masked_in_a_text_line(capsys: pytest.CaptureFixture[str]) -> None:
+    saved = logging.getLogger().handlers[:], logging.getLogger().level
+    try:
+        configure_logging("text")
+        logging.getLogger("preemptctl").warning("ledger %s does not answer", SECRET_URL)
+    finally:
+        logging.getLogger().handlers[:], level = saved
+        logging.getLogger().setLevel(level)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(f"Z WARNING preemptctl: ledger {MASKED_URL} does not answer")

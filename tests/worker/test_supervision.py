@@ -11,7 +11,7 @@ Scenarios:
 - /parked lists the parked pods as JSON (pod, uid, reason, since);
 - an event loop that does not answer is seen from another thread within a bounded wait;
 - a ledger that does not answer at start-up is waited for with backoff, one log line per
-  attempt, until stopped.
+  attempt (never a password, in the URL's user info or its query string), until stopped.
 """
 
 from __future__ import annotations
@@ -194,13 +194,21 @@ def test_blocked_event_loop_is_seen_from_another_thread() -> None:
     assert not loop_answers(loop, timeout=0.2)  # closed
 
 
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        "nobody:secret@{address}/ledger",
+        "nobody@{address}/ledger?password=secret&sslpassword=secret",
+    ],
+)
 async def test_unreachable_ledger_is_waited_for_with_one_line_per_attempt(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, credentials: str
 ) -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    settings = Settings(database_url=f"postgresql+psycopg://nobody:secret@127.0.0.1:{port}/ledger")
+    address = f"127.0.0.1:{port}"
+    settings = Settings(database_url="postgresql+psycopg://" + credentials.format(address=address))
     stop = asyncio.Event()
     reasons: list[str] = []
 
