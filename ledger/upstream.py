@@ -83,16 +83,12 @@ class Appended:
     victim_known: frozenset[str] = frozenset()
 
 
-def _recorded_victims(connection: Connection, victim_uids: Sequence[str]) -> dict[str, set[str]]:
-    """victim uid -> the Event UIDs recorded for it."""
-    found: dict[str, set[str]] = {}
-    if victim_uids:
-        statement = select(table.c.victim_uid, table.c.event_uid).where(
-            table.c.victim_uid.in_(victim_uids)
-        )
-        for victim_uid, event_uid in connection.execute(statement):
-            found.setdefault(victim_uid, set()).add(event_uid)
-    return found
+def _recorded_victims(connection: Connection, victim_uids: Sequence[str]) -> set[str]:
+    """Which of these victims already have a row."""
+    if not victim_uids:
+        return set()
+    statement = select(table.c.victim_uid).where(table.c.victim_uid.in_(victim_uids))
+    return set(connection.scalars(statement))
 
 
 def _rows_in_window(
@@ -126,7 +122,7 @@ def append_upstream(
         already = set(
             connection.scalars(select(table.c.event_uid).where(table.c.event_uid.in_(list(rows))))
         )
-        fresh = [fact for uid, fact in rows.items() if uid not in already]
+        fresh = [fact for uid, fact in rows.items() if uid not in already]  # replays aside
         victims = _recorded_victims(connection, [f.victim_uid for f in fresh if f.victim_uid])
         namespaces = sorted({fact.victim_namespace for fact in fresh})
         in_window = _rows_in_window(connection, namespaces, moment - CAP_WINDOW) if fresh else {}
@@ -134,13 +130,13 @@ def append_upstream(
         over_cap: set[str] = set()
         victim_known: set[str] = set()
         for fact in fresh:
-            if fact.victim_uid is not None and victims.get(fact.victim_uid):
+            if fact.victim_uid in victims:
                 victim_known.add(fact.event_uid)
             elif in_window.get(fact.victim_namespace, 0) >= rows_per_namespace_per_hour:
                 over_cap.add(fact.event_uid)
             else:
                 if fact.victim_uid is not None:
-                    victims[fact.victim_uid] = {fact.event_uid}
+                    victims.add(fact.victim_uid)
                 in_window[fact.victim_namespace] = in_window.get(fact.victim_namespace, 0) + 1
                 kept.append(_row(fact, moment))
         recorded = 0
