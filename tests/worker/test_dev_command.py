@@ -32,6 +32,8 @@ Scenarios:
   `other shell` line leaves them) never steers dev; on a real cluster dev's first lines name
   its server and context and the mode, shadow unless --act: shadow touches nothing there,
   --act preempts; contradicting flags and an unreadable kubeconfig are one line, exit 2;
+- a run a person starts with `preemptctl retry` (from the other shell's environment) is
+  reported as the trigger's runs are: its start, by whom and why, its UI link, its end;
 - the fault directory: a file there turns its fault on, removing it lifts it (also while
   dev runs, which says so), an unknown name is reported once and ignored; --help names
   every fault the emulator knows;
@@ -44,10 +46,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shlex
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -494,6 +498,52 @@ def test_removing_the_fault_file_lifts_the_fault_while_dev_runs(tmp_path: Path) 
     assert process.returncode == 0
     assert seen[-1].startswith("fault lifted  deny-delete: the controller may delete a victim")
     assert not fault_file.parent.exists()  # the run's directory is gone with it
+
+
+def other_shell(line: str) -> dict[str, str]:
+    """The environment dev's `other shell   export ...` line sets, as a shell would."""
+    words = shlex.split(line.removeprefix("other shell").strip())
+    assert words[0] == "export"
+    return dict(word.split("=", 1) for word in words[1:])
+
+
+def test_a_run_a_person_retries_is_reported_from_start_to_end(tmp_path: Path) -> None:
+    """nginx-a fails on the denied DELETE and is parked; with the fault lifted, a person runs
+    `preemptctl retry` in the other shell (the environment dev printed): dev says the new
+    run started, by whom and why, with its UI link, and how it ended."""
+    seen: list[str] = []
+    with dev_running(tmp_path, "--fault", "deny-delete") as process:
+        assert process.stderr is not None
+        watchdog = threading.Timer(120, process.terminate)  # a line never said ends the run
+        watchdog.start()
+        for line in process.stderr:
+            seen.append(line.rstrip("\n"))
+            if line.startswith("  lift it:    rm "):
+                fault_file = Path(line.split()[-1])
+            if line.startswith("other shell   export "):
+                shell = {"PATH": "/usr/bin:/bin", **other_shell(line.rstrip())}
+            if line.startswith("preemption failed     default/nginx-a"):
+                fault_file.unlink()
+            if line.startswith("fault lifted  deny-delete"):
+                subprocess.run(
+                    [PREEMPTCTL, "retry", "default/nginx-a", "--reason", "granted delete"],
+                    env=shell,
+                    check=True,
+                    capture_output=True,
+                    timeout=60,
+                )
+            if line.startswith("preemption completed  default/nginx-a"):
+                break
+        watchdog.cancel()
+    retried = next(i for i, line in enumerate(seen) if line.startswith("preemption retried"))
+    assert seen[retried].startswith("preemption retried   default/nginx-a  (preemption-default-")
+    assert seen[retried].endswith(") by a person: granted delete")
+    assert seen[retried + 1].startswith("  http://127.0.0.1:")
+    assert seen[retried + 1].endswith("/history")
+    assert seen[-1].startswith(
+        "preemption completed  default/nginx-a on node-1: victims default/batch-1a, "
+        "default/batch-1b ("
+    )
 
 
 @pytest.mark.parametrize(
