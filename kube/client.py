@@ -10,6 +10,11 @@ which the API server then refuses).
 urllib3's own retries are off: a retried call must be visible to the workflow's retry
 policy and the ledger, not hidden in the transport.
 
+Beyond the client's documented API the gateway uses a few parts of its generated plumbing
+(`CLIENT_INTERNALS`: the pool manager, `auth_settings`, `param_serialize`, ...). `connect`
+checks each on the installed client and refuses, in one line, a client that moved one, and
+pyproject.toml bounds the client to the releases the tests have checked.
+
 The bearer token is looked up at most once a second (`BearerToken`), not per request: the
 client's lookup runs the kubeconfig loader's refresh hook, which sets the configuration's
 host again, which reads every environment variable for a proxy: about a fifth of a
@@ -18,15 +23,19 @@ gateway call's CPU.
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import kubernetes
 import orjson
 import urllib3
 from kubernetes import client as k8s
@@ -73,6 +82,102 @@ class BearerToken:
                     self._header = None
                 self._looked_up = now
             return self._header
+
+
+@dataclass(frozen=True)
+class Internal:
+    """One part of the official client the gateway relies on beyond its documented API (the
+    generated `ApiClient`'s plumbing): a dotted path from `api` (the `ApiClient` instance) or
+    from `kubernetes` (the package), and the keyword parameters a callable must accept."""
+
+    path: str
+    parameters: tuple[str, ...] = ()
+    used_by: str = ""
+
+
+CLIENT_INTERNALS: tuple[Internal, ...] = (
+    Internal("api.configuration.host", used_by="KubeClient.send"),
+    Internal("api.configuration.auth_settings", used_by="BearerToken.header"),
+    Internal("api.configuration.retries", used_by="load_configuration"),
+    Internal("api.configuration.connection_pool_maxsize", used_by="connect"),
+    Internal("api.default_headers", used_by="KubeClient.send"),
+    Internal("api.cookie", used_by="KubeClient.send"),
+    Internal(
+        "api.rest_client.pool_manager.request",
+        ("method", "url", "body", "headers", "timeout", "preload_content"),
+        "KubeClient.send",
+    ),
+    Internal(
+        "api.param_serialize",
+        ("method", "resource_path", "query_params", "header_params"),
+        "KubeClient.stream",
+    ),
+    Internal(
+        "api.call_api", ("method", "url", "header_params", "_request_timeout"), "KubeClient.stream"
+    ),
+    Internal("kubernetes.client.rest.RESTResponse", ("resp",), "KubeClient.send"),
+    Internal(
+        "kubernetes.client.exceptions.ApiException.from_response",
+        ("http_resp", "body", "data"),
+        "KubeClient.send",
+    ),
+    Internal("kubernetes.client.exceptions.ApiException", ("status", "reason"), "KubeClient.send"),
+    Internal(
+        "kubernetes.config.load_kube_config",
+        ("config_file", "context", "client_configuration", "persist_config"),
+        "load_configuration",
+    ),
+    Internal(
+        "kubernetes.config.load_incluster_config",
+        ("client_configuration",),
+        "load_configuration",
+    ),
+)
+"""What `client_internals_problems` checks, so that a client release that moves any of it
+fails loudly (at `connect`, and in tests/kube/test_client.py) instead of at the first
+preemption. pyproject.toml bounds the client to the releases checked."""
+
+
+def internal_problem(internal: Internal, api: Any) -> str | None:
+    """What is wrong with `internal` on the installed client (`api` an `ApiClient`), or None."""
+    root, _, rest = internal.path.partition(".")
+    found: Any = api if root == "api" else kubernetes
+    for name in rest.split("."):
+        if not hasattr(found, name):
+            return f"{internal.path} is gone"
+        found = getattr(found, name)
+    if not internal.parameters:
+        return None
+    if not callable(found):
+        return f"{internal.path} is not callable"
+    try:
+        parameters = inspect.signature(found).parameters.values()
+    except (TypeError, ValueError):
+        return None  # a builtin without a signature: called as before
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    missing = [name for name in internal.parameters if name not in {p.name for p in parameters}]
+    return f"{internal.path} takes no {', '.join(missing)}" if missing else None
+
+
+def client_internals_problems(api: Any) -> list[str]:
+    """Every internal of `CLIENT_INTERNALS` the installed client lacks, as `path: problem`."""
+    problems = (internal_problem(internal, api) for internal in CLIENT_INTERNALS)
+    return [problem for problem in problems if problem]
+
+
+class UnsupportedClientError(RuntimeError):
+    """The installed kubernetes client lacks what the gateway uses."""
+
+
+def _supported_clients() -> str:
+    """The kubernetes requirement this distribution declares (`kubernetes>=37,<38`)."""
+    try:
+        requires = metadata.requires("preemptctl") or []
+    except metadata.PackageNotFoundError:  # pragma: no cover (a bare checkout)
+        return "the kubernetes version pyproject.toml names"
+    declared = [r.split(";")[0].strip() for r in requires if re.match(r"kubernetes\b(?!-)", r)]
+    return declared[0] if declared else "the kubernetes version pyproject.toml names"
 
 
 @dataclass(frozen=True)
@@ -220,4 +325,11 @@ def connect(
     per watched kind (nine) plus the gateway's calls."""
     configuration = load_configuration(kubeconfig, context)
     configuration.connection_pool_maxsize = pool_size
-    return KubeClient(k8s.ApiClient(configuration), connect_timeout, read_timeout)
+    api = k8s.ApiClient(configuration)
+    problems = client_internals_problems(api)
+    if problems:
+        raise UnsupportedClientError(
+            f"the installed kubernetes client {metadata.version('kubernetes')} lacks what the "
+            f"gateway uses ({'; '.join(problems)}): install {_supported_clients()}"
+        )
+    return KubeClient(api, connect_timeout, read_timeout)

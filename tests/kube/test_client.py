@@ -10,20 +10,38 @@ Scenarios:
   is the client's `ApiException` with the server's status and body;
 - each request carries the kubeconfig's bearer token, as the official client would send it;
 - the token is looked up at most once a second (the lookup is costly), so a token the
-  configuration renews is sent from the next lookup on, and none is sent when there is none.
+  configuration renews is sent from the next lookup on, and none is sent when there is none;
+- every internal of the official client the gateway relies on (`CLIENT_INTERNALS`: the pool
+  manager, `auth_settings`, `param_serialize`, ...) is on the installed client with the
+  shape the gateway uses: each one a test that names what moved; the bearer token setting
+  and `param_serialize`'s answer keep the shape the gateway reads;
+- `connect` refuses a client that moved one, in one line naming it and the supported range;
+- the kubernetes requirement has an upper bound, and the installed client is within it.
 """
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import Any
 
 import orjson
 import pytest
+from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from packaging.requirements import Requirement
 
 from preemptctl.emulator import Emulator
 from preemptctl.kube.classify import Call
-from preemptctl.kube.client import STRATEGIC_MERGE_PATCH, TOKEN_LOOKUP_SECONDS, BearerToken, connect
+from preemptctl.kube.client import (
+    CLIENT_INTERNALS,
+    STRATEGIC_MERGE_PATCH,
+    TOKEN_LOOKUP_SECONDS,
+    BearerToken,
+    Internal,
+    UnsupportedClientError,
+    connect,
+    internal_problem,
+)
 from preemptctl.kube.deletion import delete_victim
 from preemptctl.kube.results import Retryable
 from preemptctl.preemption.decision import PodRef
@@ -113,3 +131,80 @@ def test_an_error_answer_is_the_clients_api_exception(emulator: Emulator) -> Non
         kube.send("GET", "/api/v1/namespaces/default/pods/no-such-pod")
     assert raised.value.status == 404
     assert orjson.loads(raised.value.body)["reason"] == "NotFound"
+
+
+# -- the client's internals --------------------------------------------------------------------
+
+CLIENT = metadata.version("kubernetes")
+
+
+@pytest.mark.parametrize("internal", CLIENT_INTERNALS, ids=lambda internal: internal.path)
+def test_each_client_internal_the_gateway_uses_is_on_the_installed_client(
+    internal: Internal,
+) -> None:
+    problem = internal_problem(internal, k8s.ApiClient(k8s.Configuration()))
+    assert problem is None, (
+        f"kubernetes {CLIENT}: {problem}, which kube/client.py ({internal.used_by}) relies on: "
+        "adapt the gateway to this client, or keep pyproject.toml's bound below it"
+    )
+
+
+def test_the_bearer_token_setting_keeps_the_shape_the_gateway_reads() -> None:
+    configuration = k8s.Configuration(
+        api_key={"authorization": "t0ken"}, api_key_prefix={"authorization": "Bearer"}
+    )
+    setting = configuration.auth_settings().get("BearerToken")
+    assert setting == {
+        "type": "api_key",
+        "in": "header",
+        "key": "authorization",
+        "value": "Bearer t0ken",
+    }, f"kubernetes {CLIENT}: Configuration.auth_settings() changed shape: {setting}"
+
+
+def test_param_serialize_answers_what_call_api_takes() -> None:
+    api = k8s.ApiClient(k8s.Configuration(host="https://api.example:6443"))
+    serialized = api.param_serialize(
+        method="GET",
+        resource_path="/api/v1/pods",
+        query_params=[("watch", "true")],
+        header_params={"Accept": "application/json"},
+    )
+    method, url, headers, body, post_params = serialized
+    assert (method, url, body, post_params) == (
+        "GET",
+        "https://api.example:6443/api/v1/pods?watch=true",
+        None,
+        None,
+    ), f"kubernetes {CLIENT}: ApiClient.param_serialize changed its answer: {serialized}"
+    assert headers["Accept"] == "application/json"
+
+
+def test_connect_refuses_a_client_that_moved_an_internal(
+    emulator: Emulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delattr(k8s.ApiClient, "param_serialize")
+    with pytest.raises(UnsupportedClientError) as raised:
+        connect(emulator.kubeconfig_path)
+    assert str(raised.value) == (
+        f"the installed kubernetes client {CLIENT} lacks what the gateway uses "
+        "(api.param_serialize is gone): install kubernetes<38,>=37"
+    )
+
+
+def test_a_moved_parameter_is_named() -> None:
+    internal = Internal("api.call_api", ("_request_timeout", "_timeout"))
+    problem = internal_problem(internal, k8s.ApiClient(k8s.Configuration()))
+    assert problem == "api.call_api takes no _timeout"
+
+
+def test_the_kubernetes_requirement_is_bounded_and_the_installed_client_within_it() -> None:
+    (declared,) = [
+        Requirement(line)
+        for line in metadata.requires("preemptctl") or []
+        if Requirement(line).name == "kubernetes"
+    ]
+    assert any(spec.operator in ("<", "<=", "~=", "==") for spec in declared.specifier), (
+        f"{declared} has no upper bound: a client release could move the internals unseen"
+    )
+    assert declared.specifier.contains(CLIENT), f"kubernetes {CLIENT} is outside {declared}"
