@@ -13,8 +13,11 @@
 5. keep that placement and reprieve units back, PDB-violating ones first, then the rest,
    most important first, each whole (`reprieveVictim`); those that do not fit are victims.
 
-Deliberate differences from upstream, each for determinism or because the planner has no
-scheduler to call:
+Budgets are spent as upstream spends them: every potential victim of the cluster, most
+important first, wherever it runs (`filter_affected_victims_with_pdb_violation`).
+
+Deliberate differences from upstream, each forced by the planner having no scheduler to call
+and deciding over a snapshot (docs/planner.md gives the whole list):
 - placement (step 4) is the planner's own: members in name order, each on the feasible node
   with the most cpu and memory left after it (the default profile's NodeResourcesFit
   LeastAllocated score; other scores are not modelled), ties by node name; upstream runs its
@@ -22,12 +25,11 @@ scheduler to call:
 - before preempting, the group is placed on the cluster as it stands: if every pending member
   fits, the answer is `FitsWithoutPreemption` (upstream runs PostFilter only after the group
   failed to schedule);
-- only units with a pod on a node where a member is placed can be victims (any other is
-  reprieved without effect), so only they spend PodDisruptionBudgets; upstream charges the
-  budgets for every potential victim of the cluster, including those it always reprieves;
 - members with pod (anti-)affinity, topology spread constraints or volumes are refused
   (`Unsupported`): the placement judges resources, host ports, node name, cordons, taints and
-  node affinity only.
+  node affinity only;
+- an ongoing preemption on a member's nominated node is `Ineligible` (upstream's newest code:
+  Success with the current nominations); nothing is preempted either way.
 """
 
 from __future__ import annotations
@@ -198,7 +200,9 @@ def select_victims_on_domain(
     # 5) Reprieve, PDB-violating units first, then the rest, each most important first.
     units = UnitIndex(snapshot, args.pod_group_label)
     potential = affected_victims(snapshot, preemptor, args, scheduled, units)
-    violating, non_violating = filter_victims_with_pdb_violation(potential, snapshot)
+    violating, non_violating = filter_affected_victims_with_pdb_violation(
+        snapshot, preemptor, args, units, potential
+    )
     reprieve = Reprieve(scheduled, rooms)
     taken: list[tuple[VictimUnit, int, str]] = []
     for unit, count in [*violating, *((unit, 0) for unit in non_violating)]:
@@ -592,6 +596,55 @@ def affected_victims(
             if unit.priority < preemptor.priority:
                 found.setdefault((unit.kind, unit.key), unit)
     return sorted(found.values(), key=importance)
+
+
+def budget_spending_victims(
+    snapshot: ClusterSnapshot, preemptor: PodGroupPreemptor, args: PreemptionArgs, units: UnitIndex
+) -> list[VictimUnit]:
+    """The potential victims of the whole cluster with a pod some budget selects: the only
+    ones that spend budgets (`FilterVictimsWithPDBViolation` over every potential victim)."""
+    if not snapshot.pdbs:
+        return []
+    priority, protected = preemptor.priority, args.protected_namespaces
+    found: dict[tuple[UnitKind, str], VictimUnit] = {}
+    for info in snapshot.nodes():
+        start = info.lower_priority_start(priority)
+        matches = info.pdb_matches(snapshot)
+        if not any(matches[start:]):
+            continue
+        ordered = info.pods_by_importance()
+        for index in range(start, len(ordered)):
+            pod = ordered[index]
+            if matches[index] and _removable(pod, priority, protected, units):
+                unit = units.unit_of(pod)
+                if unit.priority < priority:
+                    found.setdefault((unit.kind, unit.key), unit)
+    return list(found.values())
+
+
+def filter_affected_victims_with_pdb_violation(
+    snapshot: ClusterSnapshot,
+    preemptor: PodGroupPreemptor,
+    args: PreemptionArgs,
+    units: UnitIndex,
+    affected: Sequence[VictimUnit],
+) -> tuple[list[tuple[VictimUnit, int]], list[VictimUnit]]:
+    """`FilterVictimsWithPDBViolation` over every potential victim of the cluster, most
+    important first, as upstream runs it, with the answer kept for the `affected` units (the
+    others are always reprieved). Units no budget selects spend nothing and violate nothing,
+    so only they are left out of the walk; the budgets are spent as upstream spends them."""
+    spending = budget_spending_victims(snapshot, preemptor, args, units)
+    if not spending:
+        return [], list(affected)
+    keys = {(unit.kind, unit.key) for unit in affected}
+    walk = {(unit.kind, unit.key): unit for unit in (*spending, *affected)}
+    violating, non_violating = filter_victims_with_pdb_violation(
+        sorted(walk.values(), key=importance), snapshot
+    )
+    return (
+        [(unit, count) for unit, count in violating if (unit.kind, unit.key) in keys],
+        [unit for unit in non_violating if (unit.kind, unit.key) in keys],
+    )
 
 
 class Reprieve:

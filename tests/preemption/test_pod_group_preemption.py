@@ -13,6 +13,9 @@ Scenarios:
   with no victim, when fewer than minCount members (or none for basic) can be placed;
   FitsWithoutPreemption when every pending member fits as the cluster stands;
 - numPDBViolations counts the violating pods of the units preempted, not the units;
+- every potential victim of the cluster spends budgets, most important first, wherever it
+  runs (upstream's FilterVictimsWithPDBViolation over all of them): a victim on a placement
+  node whose budget a more important pod elsewhere spent violates it;
 - a label-named group (a setting) is one unit as a victim, and a preemptor whose minCount is
   its members' size annotation;
 - the decision is the same whatever the order of the snapshot's objects;
@@ -261,6 +264,50 @@ def test_pdb_violations_count_the_violating_pods_of_preempted_units() -> None:
     assert (members(decision), decision.num_pdb_violations, len(decision.units)) == (
         {"v-1", "v-2"},
         2,
+        1,
+    )
+
+
+def budget_spent_elsewhere() -> list[Json]:
+    """node-a holds `x` (the most important potential victim, started first), node-b (where the
+    one-pod gang is placed: it has the most room left) holds `y-kept` (started second) and
+    `y-budget` (started last); `x` and `y-budget` share a budget that allows one eviction."""
+    return [
+        node("node-a", cpu="1"),
+        node("node-b", cpu="2"),
+        pdb("budget", match_labels={"app": "v"}, allowed=1),
+        pod("x", cpu="1", node="node-a", priority=1, start=0, labels={"app": "v"}),
+        pod("y-kept", cpu="1", node="node-b", priority=1, start=1),
+        pod("y-budget", cpu="1", node="node-b", priority=1, start=2, labels={"app": "v"}),
+        *gang("t-1", min_count=1),
+    ]
+
+
+def test_every_potential_victim_spends_budgets_in_importance_order_wherever_it_runs() -> None:
+    """Upstream sorts every potential victim of the cluster and runs
+    FilterVictimsWithPDBViolation over them all: `x`, on a node no member is placed on, spends
+    the budget first, so `y-budget` violates, is reprieved first and stays; `y-kept` goes."""
+    decision = decide(*budget_spent_elsewhere())
+    assert (decision.nominations, members(decision), decision.num_pdb_violations) == (
+        {"default/t-1": "node-b"},
+        {"y-kept"},
+        0,
+    )
+
+
+def test_a_victim_whose_budget_another_node_spent_counts_as_a_violation() -> None:
+    items = [
+        node("node-a", cpu="1"),
+        node("node-b", cpu="2"),
+        pdb("budget", match_labels={"app": "v"}, allowed=1),
+        pod("x", cpu="1", node="node-a", priority=1, start=0, labels={"app": "v"}),
+        pod("y", cpu="2", node="node-b", priority=1, start=1, labels={"app": "v"}),
+        *gang("t-1", min_count=1),
+    ]
+    decision = decide(*items)
+    assert (decision.nominations, members(decision), decision.num_pdb_violations) == (
+        {"default/t-1": "node-b"},
+        {"y"},
         1,
     )
 

@@ -14,7 +14,14 @@ answer; those cases assert the planner's answer and say why beside the case:
 - the two "Failure" cases with room to spare: the group fits without preemption (upstream
   runs PostFilter only after scheduling failed); their "no victims" case is kept with a node
   that is full;
-- the reprieve-filter error cases have no counterpart (the planner has no ReprieveFilter).
+- the reprieve-filter error cases have no counterpart (the planner has no ReprieveFilter);
+- "ongoing preemption on nominated nodes" (upstream: Success, the members' current
+  nominations kept, nothing preempted) is `Ineligible`, naming the terminating pod's node
+  reason: the planner's verdicts have no "keep going" value, and either way nothing new is
+  evicted while an earlier preemption's victim terminates.
+
+Upstream's newest table changed "Preempt group as a whole on single node" (its lone pod now
+has mid priority, so the group goes); both versions are kept, each with its own answer.
 """
 
 from __future__ import annotations
@@ -219,6 +226,171 @@ PREEMPT_VICTIMS: list[tuple[str, list[Json], set[str], int]] = [
         0,
     ),
 ]
+
+
+def mid_preemptor(*pods: Json) -> list[Json]:
+    """The pending group `preemptor-pg` at mid priority (basic), with the given members."""
+    return [pod_group("preemptor-pg", priority=MID), *pods]
+
+
+def member(name: str, priority: int = HIGH, **rest: Any) -> Json:
+    return pod(name, cpu="1", priority=priority, group="preemptor-pg", **rest)
+
+
+# Cases of upstream's newest table, each with its own preemptor.
+NEWEST_VICTIMS: list[tuple[str, list[Json], set[str]]] = [
+    (
+        "PodGroup: Preempt group as a whole on single node (newest: the pod at mid priority)",
+        [
+            n("node1", 3),
+            PG1_ALL,
+            v("g1-1", "node1", LOW, uid="g1", group="pg1"),
+            v("g1-2", "node1", LOW, uid="g2", group="pg1"),
+            v("p1", "node1", MID, uid="p1"),
+            *preemptor("p"),
+        ],
+        {"g1-1", "g1-2"},
+    ),
+    (
+        "Priority divergence: candidate victim PodGroup has lower priority than the Pods "
+        "from that group",
+        [
+            n("node1", 1),
+            n("node2", 1),
+            pod_group("pg1", priority=MID, disruption="all"),
+            v("p1", "node1", HIGH, uid="v1", group="pg1"),
+            v("p2", "node2", HIGH, uid="v2", group="pg1"),
+            *preemptor("p"),
+        ],
+        {"p1", "p2"},
+    ),
+    (
+        "Preemptor group is eligible if terminating pods are on non-nominated nodes",
+        [
+            n("node1", 1),
+            n("node2", 1),
+            v("victim", "node2", LOW, uid="v1", terminating=True, disrupted_by_scheduler=True),
+            v("other-victim", "node1", LOW, uid="v2"),
+            pod_group("preemptor-pg", priority=HIGH),
+            member("p1"),
+            member("p2", nominated="node1"),
+        ],
+        {"other-victim", "victim"},
+    ),
+    *(
+        (
+            "Preemptor group is eligible if nominated node has terminating pod belonging to a "
+            f"pod group of higher priority ({mode})",
+            [
+                n("node1", 2),
+                n("node2", 1),
+                pod_group("victim-pg", priority=HIGH, disruption=mode),
+                v(
+                    "victim",
+                    "node1",
+                    LOW,
+                    uid="v1",
+                    group="victim-pg",
+                    terminating=True,
+                    disrupted_by_scheduler=True,
+                ),
+                v("other-victim", "node1", LOW, uid="v2"),
+                *mid_preemptor(member("p1", MID), member("p2", MID, nominated="node1")),
+            ],
+            {"other-victim"},
+        )
+        for mode in ("all", "single")
+    ),
+    *(
+        (
+            "PodGroup preemptor with PreemptLowerPriority preemption policy performs preemption"
+            + (" with PodGroup victims" if victim_groups else "")
+            + (", ignoring member pod preemption policy" if never else ""),
+            [
+                n("node1", 1),
+                n("node2", 1),
+                n("node3", 1),
+                v("p1", "node1", LOW, uid="v1"),
+                v("p2", "node2", LOW, uid="v2", group="pg1"),
+                v("p3", "node3", LOW, uid="v3", group="pg2"),
+                *(
+                    [pod_group("pg1", priority=LOW), pod_group("pg2", priority=LOW)]
+                    if victim_groups
+                    else []
+                ),
+                pod_group("preemptor-pg", priority=HIGH, preemption_policy="PreemptLowerPriority"),
+                member("p-1", preemption_policy="Never" if never else None),
+            ],
+            {"p1"},
+        )
+        for victim_groups in (False, True)
+        for never in (False, True)
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("items", "expected"),
+    [pytest.param(items, want, id=name) for name, items, want in NEWEST_VICTIMS],
+)
+def test_pod_group_evaluator_preempt_victims_newest(items: list[Json], expected: set[str]) -> None:
+    decision = decide(*items)
+    assert (decision.verdict, victims(decision)) == (Verdict.PREEMPT, expected)
+
+
+def test_priority_divergence_group_of_higher_priority_than_its_pods_is_no_victim() -> None:
+    """Upstream's "candidate victim PodGroup has higher priority than the Pods from that
+    group": the pods' own priority is below the preemptor's, their group's is not."""
+    items = [
+        n("node1", 1),
+        n("node2", 1),
+        pod_group("pg1", priority=MID, disruption="all"),
+        v("p1", "node1", LOW, uid="v1", group="pg1"),
+        v("p2", "node2", LOW, uid="v2", group="pg1"),
+    ]
+    decision = decide(*items, *mid_preemptor(member("p", MID)))
+    assert (decision.verdict, decision.victims) == (Verdict.UNSCHEDULABLE, ())
+
+
+@pytest.mark.parametrize(
+    ("victim_priority", "victim_group"),
+    [
+        pytest.param(LOW, None, id="member has nominated node with terminating pods"),
+        pytest.param(HIGH, "all", id="terminating pod belonging to a pod group of lower priority"),
+        pytest.param(
+            HIGH,
+            "single",
+            id="terminating pod belonging to a pod group of lower priority with DisruptionModePod",
+        ),
+    ],
+)
+def test_ongoing_preemption_on_a_nominated_node_preempts_nothing_more(
+    victim_priority: int, victim_group: str | None
+) -> None:
+    """Upstream's "Preemptor group returns success with current nominating infos ...": the
+    planner says Ineligible (see the module docstring); either way no victim is chosen."""
+    items = [
+        n("node1", 1),
+        v(
+            "victim",
+            "node1",
+            victim_priority,
+            uid="v1",
+            group="victim-pg" if victim_group else None,
+            terminating=True,
+            disrupted_by_scheduler=True,
+        ),
+        *([pod_group("victim-pg", priority=LOW, disruption=victim_group)] if victim_group else []),
+        pod_group("preemptor-pg", priority=HIGH),
+        member("p1"),
+        member("p2", nominated="node1"),
+    ]
+    decision = decide(*items)
+    assert (decision.verdict, decision.victims, decision.message) == (
+        Verdict.INELIGIBLE,
+        (),
+        "not eligible due to a terminating pod on the nominated node.",
+    )
 
 
 @pytest.mark.parametrize(
