@@ -894,11 +894,14 @@ def filter_pods_with_pdb_violation(
     snapshot: ClusterSnapshot,
     matches: Sequence[tuple[int, ...]] | None = None,
 ) -> tuple[list[Pod], list[Pod]]:
-    """`filterPodsWithPDBViolation`: split pods into those whose eviction would exceed a budget.
+    """`FilterVictimsWithPDBViolation` for victims of one pod: split pods into those whose
+    eviction would exceed a budget and the rest.
 
     Budgets are counted afresh for each node. `matches` (the budgets selecting each pod) may
     be passed in when the caller has them cached. A pod already listed in a PDB's
-    `disruptedPods` has been counted by the API server and does not spend budget again.
+    `disruptedPods` has been counted by the API server and does not spend budget again; a pod
+    stops spending at the first budget it exceeds (upstream's `podIsViolating`; the older
+    `filterPodsWithPDBViolation` spent every matching budget).
     """
     pdbs = snapshot.sorted_pdbs()
     spent: dict[int, int] = {}
@@ -916,6 +919,7 @@ def filter_pods_with_pdb_violation(
             spent[index] = left
             if left < 0:
                 violated = True
+                break
         (violating if violated else non_violating).append(pod)
     return violating, non_violating
 

@@ -1,7 +1,10 @@
-"""filterPodsWithPDBViolation: which evictions would exceed a PodDisruptionBudget.
+"""FilterVictimsWithPDBViolation for pods: which evictions would exceed a PodDisruptionBudget.
 
 Pods are taken in the order given (most important first); each matching budget is spent
-once per pod, and a pod whose eviction takes any budget below zero is violating.
+once per pod, in the budgets' order, and a pod whose eviction takes any budget below zero is
+violating and spends no further budget (upstream's `podIsViolating`, which its newest
+SelectVictimsOnNode uses for every victim; the older `filterPodsWithPDBViolation` went on
+spending the rest).
 
 Scenarios:
 - a budget of one lets the first matching pod go and makes the second violating;
@@ -11,6 +14,8 @@ Scenarios:
 - matchExpressions select as label selectors do;
 - a pod already in a budget's `disruptedPods` spends nothing;
 - a pod matched by two budgets spends both, and violates if either runs out;
+- a pod stops spending at the first budget it exceeds: a later budget it matches is left for
+  the next pod;
 - budgets are counted afresh for each node.
 """
 
@@ -115,6 +120,16 @@ def test_a_pod_matched_by_two_budgets_spends_both() -> None:
         pod("gold-only", labels={"tier": "gold"}),
     )
     assert got == (["gold-only"], ["both"])
+
+
+def test_a_pod_stops_spending_at_the_first_budget_it_exceeds() -> None:
+    got = split(
+        pdb("a-strict", match_labels={"tier": "gold"}, allowed=0),
+        pdb("b-shared", match_labels=DB, allowed=1),
+        pod("both", labels={**DB, "tier": "gold"}),
+        pod("later", labels=DB),
+    )
+    assert got == (["both"], ["later"])
 
 
 def test_budgets_are_counted_afresh_for_each_node() -> None:
