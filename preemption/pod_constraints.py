@@ -12,8 +12,9 @@ The counts are built from `BoundPodIndex` (pods by namespace and label, anti-aff
 their terms), so PreFilter touches the pods a selector can match, never the whole cluster.
 A dry run on a node changes only that node's domains; `begin`/`restore` undo it exactly.
 
-Deliberate difference: upstream's spread PreFilter skips terminating pods but its RemovePod
-does not; here a terminating pod counts nowhere, so removing it changes nothing.
+As upstream, the spread PreFilter skips terminating pods but RemovePod and AddPod do not:
+removing a terminating victim in the dry run lowers its domain's count below what PreFilter
+counted, and reprieving it raises it back.
 """
 
 from __future__ import annotations
@@ -288,11 +289,13 @@ class PodConstraints:
             if selector is None:
                 continue
             for pod in self.snapshot.pod_index().selectable(self.pod.namespace, selector):
-                if pod.terminating or not label_selector_matches(selector, pod.labels):
+                if not label_selector_matches(selector, pod.labels):
                     continue
+                # A terminating pod is not counted, but RemovePod and AddPod count it
+                # as any other (upstream's updateWithPod does not look at deletion).
                 self._effect(pod).spread.append(index)
                 domain = spread.eligible.get(pod.node_name)
-                if domain is not None:
+                if domain is not None and not pod.terminating:
                     spread.counts[domain] += 1
             spread.settle()
 
@@ -311,7 +314,7 @@ class PodConstraints:
         effect.existing = [
             t.topology_key for t in pod.pod_anti_affinity if term_matches(t, self.pod, labels)
         ]
-        if pod.namespace == self.pod.namespace and not pod.terminating:
+        if pod.namespace == self.pod.namespace:
             effect.spread = [
                 i for i, s in enumerate(self.spreads) if _spread_selects(s.constraint, pod)
             ]

@@ -224,3 +224,24 @@ def test_the_spread_decision_preempts_one_pod() -> None:
     assert decision.nominated_node in ("node-a", "node-b")
     assert len(decision.victims) == 1
     assert decision.rationale.filtered[ERR_SPREAD] == 3
+
+
+def test_removing_a_terminating_victim_lowers_its_domains_count_as_upstream_remove_pod() -> None:
+    """Upstream's PreFilter skips a terminating pod but its RemovePod does not: the dry run
+    that removes the terminating `t` takes zone a's count from 1 (`r`) to 0, so the spread
+    allows the node, and reprieving `t` puts it back to 1, which it does not: `t` is the
+    victim (without RemovePod's decrement the node would never be a candidate)."""
+    items = (
+        zoned("a1", "a", cpu="1"),
+        zoned("b1", "b", cpu="1"),
+        pod("r", node="a1", labels=FOO, priority=100),
+        pod("t", node="a1", cpu="1", labels=FOO, priority=1, terminating=True),
+        pod("busy", node="b1", cpu="1", priority=100),
+        pod("p", cpu="1", labels=FOO, priority=10, spread=[spread(match_labels=FOO)]),
+    )
+    decision = decide(*items, preemptor="p")
+    assert (decision.verdict, decision.nominated_node, [v.name for v in decision.victims]) == (
+        Verdict.PREEMPT,
+        "a1",
+        ["t"],
+    )
