@@ -21,7 +21,13 @@ from collections.abc import Callable, Sequence
 from importlib import import_module, metadata
 from types import ModuleType
 
-from preemptctl.worker.errors import EXIT_RUNTIME, EXIT_USAGE, Unavailable, UsageError
+from preemptctl.worker.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    Unavailable,
+    UsageError,
+)
 
 # Command name → the module that registers it. Modules are imported only when needed, so
 # `preemptctl plan` does not pay for Temporal, SQLAlchemy and the Kubernetes client.
@@ -113,13 +119,58 @@ def console() -> None:
     a crash seen when the Temporal SDK's native threads outlive Python's finalization in a
     short-lived process (setup-temporal, replay), and a few seconds of freeing a large
     snapshot object by object after `plan`.
+
+    A reader that closed the pipe early (`preemptctl history | head -1`) has what it wanted:
+    as a Unix tool that SIGPIPE ends, the command stops quietly, without a traceback, with
+    status 141 (128 + SIGPIPE, what a shell shows for such a tool), and the output still
+    buffered goes nowhere instead of failing again at exit.
     """
-    code = main()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError):  # a reader that closed the pipe has what it wanted
-            stream.flush()
+    try:
+        code = main()
+    except SystemExit as exit_:  # argparse's --help, --version and usage errors
+        code = _exit_status(exit_.code)
+    except BrokenPipeError:
+        code = EXIT_BROKEN_PIPE
+    if not _flushed():
+        code = EXIT_BROKEN_PIPE
+    if code == EXIT_BROKEN_PIPE:
+        _discard_output()
     logging.shutdown()
     os._exit(code)
+
+
+def _exit_status(code: object) -> int:
+    """The status `sys.exit(code)` would give (a message is printed, as Python does)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    with contextlib.suppress(OSError):
+        print(code, file=sys.stderr)
+    return 1
+
+
+def _flushed() -> bool:
+    """Flush stdout and stderr; False when a reader closed the pipe first (any other
+    failure to flush is ignored, as before: nothing more can be said)."""
+    delivered = True
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            delivered = False
+        except (OSError, ValueError):
+            pass
+    return delivered
+
+
+def _discard_output() -> None:
+    """Point stdout and stderr at /dev/null, so that nothing still buffered raises again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(devnull, stream.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,12 +8,16 @@ Scenarios:
 - `-o` names an output format where a command prints data; an unknown one is exit 2;
 - exit codes: 2 for usage errors (argparse's own too), 1 for a runtime failure;
 - an error line never shows a URL's password, in its user info or its query string, whatever
-  built the message (the ledger's own errors, a path given as a URL).
+  built the message (the ledger's own errors, a path given as a URL);
+- with its output pipe closed by the reader (`| head -0`), a command stops quietly: status
+  141 (128 + SIGPIPE), no traceback, nothing on stderr (history, explain, config,
+  completion, --help).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from importlib import metadata
@@ -21,8 +25,12 @@ from pathlib import Path
 
 import pytest
 
+from preemptctl import migrations
+from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.ledger.writer import append_batch
 from preemptctl.worker.cli import COMMANDS, build_parser, main
 from preemptctl.worker.completion_command import completion_script
+from tests.ledger.builders import completed_preemption
 
 PREEMPTCTL = str(Path(sys.executable).with_name("preemptctl"))
 
@@ -132,3 +140,53 @@ def test_an_error_line_masks_a_url_its_message_quotes(capsys: pytest.CaptureFixt
         "preemptctl config: cannot read settings file https://ops:***@settings.example/s.yaml: "
         "No such file or directory\n"
     )
+
+
+@pytest.fixture
+def ledger_with_a_preemption(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    migrations.upgrade(url)
+    engine = create_ledger_engine(url)
+    append_batch(engine, completed_preemption())
+    engine.dispose()
+    return url
+
+
+COMMANDS_THAT_PRINT = [
+    ["history", "--database-url", "{ledger}"],
+    ["explain", "prod/api-0", "--database-url", "{ledger}"],
+    ["config"],
+    ["completion", "bash"],
+    ["--help"],
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "unbuffered"),
+    # Unbuffered, argparse's own --help swallows the write error (and exits 0).
+    [(argv, "") for argv in COMMANDS_THAT_PRINT]
+    + [(argv, "1") for argv in COMMANDS_THAT_PRINT if argv != ["--help"]],
+    ids=lambda value: value[0] if isinstance(value, list) else ("un" * bool(value)) + "buffered",
+)
+def test_a_closed_output_pipe_ends_the_command_quietly(
+    argv: list[str], unbuffered: str, ledger_with_a_preemption: str, tmp_path: Path
+) -> None:
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first byte, as `| head -0` can be
+    try:
+        done = subprocess.run(
+            [PREEMPTCTL, *(word.format(ledger=ledger_with_a_preemption) for word in argv)],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+            timeout=60,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "XDG_STATE_HOME": str(tmp_path / "state"),
+                "PYTHONUNBUFFERED": unbuffered,  # set in many images: every print writes
+            },
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
