@@ -9,7 +9,7 @@ RBAC denial worded as the authorizer words it, a dropped connection, or added la
 Latency rules add up and let the request go on; the first matching failure rule answers.
 
 `DEV_FAULTS` are the denials `preemptctl dev --fault NAME` injects by name, each one RBAC
-permission the controller's ClusterRole grants (deploy/clusterrole.yaml) taken away;
+permission the controller's ClusterRole grants (deploy/base/clusterrole.yaml) taken away;
 `NamedFaults` keeps the table in step with the set of names a person wants on now.
 """
 
@@ -186,7 +186,7 @@ class DevFault:
 
     @property
     def rule(self) -> str:
-        """The ClusterRole rule that grants it back, as deploy/clusterrole.yaml writes it."""
+        """The ClusterRole rule that grants it back, as deploy/base/clusterrole.yaml writes it."""
         return (
             f'{{apiGroups: ["{self.group}"], resources: ["{self.resource}"], '
             f'verbs: ["{self.verb}"]}}'

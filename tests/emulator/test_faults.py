@@ -11,7 +11,7 @@ Scenarios:
   cluster-scoped lists;
 - the request log records verb, RBAC resource, object, body and answer code;
 - dev mode's named faults: each denies one permission the controller's ClusterRole grants
-  (its rule as deploy/clusterrole.yaml writes it), `deny-delete` refuses a pod DELETE with
+  (its rule as deploy/base/clusterrole.yaml writes it), `deny-delete` refuses a pod DELETE with
   the authorizer's 403 until it is lifted, and lifting one fault leaves the others on.
 """
 
@@ -141,7 +141,9 @@ def test_request_log_records_what_was_sent(core: Any, emulator: Emulator) -> Non
 
 
 def test_each_dev_fault_is_a_rule_of_the_controllers_cluster_role() -> None:
-    role = (Path(__file__).resolve().parents[2] / "deploy" / "clusterrole.yaml").read_text()
+    role = (
+        Path(__file__).resolve().parents[2] / "deploy" / "base" / "clusterrole.yaml"
+    ).read_text()
     granted = {
         (group, resource, verb)
         for rule in yaml.safe_load(role)["rules"]

