@@ -5,7 +5,9 @@ over real HTTP with the unmodified `kubernetes` client against this emulator, wh
 the semantics a preemption controller depends on: resourceVersion, the status subresource,
 strategic merge patches, delete preconditions, graceful pod deletion, the Eviction API with
 PodDisruptionBudgets, list pagination, watches with bookmarks and 410 Gone, and injectable
-faults with a request log.
+faults with a request log. It serves kube-scheduler's PodGroup API (`scheduling.k8s.io/
+v1beta1`) like its other kinds, and can be started without it (`pod_groups=False`), as a
+cluster whose `GenericWorkload` gate is off.
 
 Why not kmock (PyPI `kmock` 0.8, evaluated as a base): it is a well-made HTTP mock with a
 terse DSL and a simple stateful "KubernetesEmulator", but its Kubernetes layer is, by its own

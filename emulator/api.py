@@ -21,8 +21,8 @@ from preemptctl.emulator.faults import Faults
 from preemptctl.emulator.http_server import EmulatorServer
 from preemptctl.emulator.kubeconfig import write_kubeconfig
 from preemptctl.emulator.requestlog import RequestLog
-from preemptctl.emulator.resources import PODS
-from preemptctl.emulator.scenario import iter_objects, read_document
+from preemptctl.emulator.resources import PODS, serving
+from preemptctl.emulator.scenario import ScenarioError, iter_objects, read_document
 from preemptctl.emulator.store import Obj, Store
 
 
@@ -33,7 +33,9 @@ class Emulator:
     sends one about every minute; tests want them sooner). `history_limit` is how many
     changes a watch can resume across before it gets 410 Gone. `reap_interval` is how often
     terminating pods whose grace period is over are removed; None runs no reaper (the
-    simulated kubelet reaps instead, with its own cap on grace periods)."""
+    simulated kubelet reaps instead, with its own cap on grace periods). `pod_groups=False`
+    starts it without the PodGroup API (scheduling.k8s.io/v1beta1), as a cluster whose
+    `GenericWorkload` gate is off: discovery does not list it and its paths answer 404."""
 
     def __init__(
         self,
@@ -43,7 +45,9 @@ class Emulator:
         bookmark_interval: float = 1.0,
         history_limit: int = 200_000,
         reap_interval: float | None = 0.05,
+        pod_groups: bool = True,
     ) -> None:
+        self.served = serving(pod_groups=pod_groups)
         self.store = Store(history_limit=history_limit)
         self.faults = Faults()
         self.requests = RequestLog()
@@ -62,7 +66,12 @@ class Emulator:
         if self._server is not None:
             return self.base_url
         self._server = EmulatorServer(
-            self._address, self.store, self.faults, self.requests, self._bookmark_interval
+            self._address,
+            self.store,
+            self.faults,
+            self.requests,
+            self._bookmark_interval,
+            self.served,
         )
         host, port = self._server.server_address[:2]
         self.base_url = f"http://{host!s}:{port}"
@@ -141,12 +150,18 @@ class Emulator:
 
     def load(self, source: str | Path | Mapping[str, Any]) -> int:
         """Add the objects of a `v1 List` (a path to JSON/YAML, or the parsed document), keeping
-        their uids; returns how many were loaded."""
-        count = 0
-        for resource, item in iter_objects(read_document(source)):
+        their uids; returns how many were loaded. An object of an API this emulator does not
+        serve is refused, as creating it on such a cluster is, and nothing is loaded."""
+        items = list(iter_objects(read_document(source)))
+        for index, (resource, _) in enumerate(items):
+            if resource not in self.served:
+                raise ScenarioError(
+                    f"item {index}: a {resource.kind} ({resource.api_version}), an API this "
+                    "emulator was started without"
+                )
+        for resource, item in items:
             self.store.load(resource, item)
-            count += 1
-        return count
+        return len(items)
 
     def finalize(self, pod: Mapping[str, Any] | str) -> Obj:
         """End a terminating pod now: a pod dict, or "namespace/name"."""

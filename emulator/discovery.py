@@ -8,9 +8,10 @@ against any server that predates aggregated discovery.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
-from preemptctl.emulator.resources import ALL
+from preemptctl.emulator.resources import ALL, Resource
 
 Obj = dict[str, Any]
 
@@ -36,13 +37,13 @@ def _singular(kind: str) -> str:
     return kind.lower()
 
 
-def resource_list(group: str, version: str) -> Obj | None:
+def resource_list(group: str, version: str, served: Collection[Resource] = ALL) -> Obj | None:
     """The APIResourceList of one group version; None if the emulator serves none of it."""
-    served = [r for r in ALL if (r.group, r.version) == (group, version)]
-    if not served:
+    listed = [r for r in ALL if r in served and (r.group, r.version) == (group, version)]
+    if not listed:
         return None
     resources: list[Obj] = []
-    for resource in served:
+    for resource in listed:
         entry: Obj = {
             "name": resource.plural,
             "singularName": _singular(resource.kind),
@@ -71,9 +72,11 @@ def resource_list(group: str, version: str) -> Obj | None:
     }
 
 
-def _groups() -> dict[str, list[str]]:
+def _groups(served: Collection[Resource]) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for resource in ALL:
+        if resource not in served:
+            continue
         if resource.group and resource.version not in found.setdefault(resource.group, []):
             found[resource.group].append(resource.version)
     return found
@@ -90,8 +93,9 @@ def _group(name: str, versions: list[str]) -> Obj:
     }
 
 
-def discovery(path: str) -> Obj | None:
-    """The discovery document at `path`, or None when it is not a discovery path."""
+def discovery(path: str, served: Collection[Resource] = ALL) -> Obj | None:
+    """The discovery document at `path` for the resources `served`, or None when it is not
+    a discovery path (or names a group or version none of them is in)."""
     parts = [part for part in path.split("/") if part]
     if parts == ["api"]:
         return {
@@ -100,13 +104,13 @@ def discovery(path: str) -> Obj | None:
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}],
         }
     if parts == ["api", "v1"]:
-        return resource_list("", "v1")
+        return resource_list("", "v1", served)
     if parts == ["apis"]:
-        groups = [_group(name, versions) for name, versions in sorted(_groups().items())]
+        groups = [_group(name, versions) for name, versions in sorted(_groups(served).items())]
         return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
     if len(parts) == 2 and parts[0] == "apis":
-        versions = _groups().get(parts[1])
+        versions = _groups(served).get(parts[1])
         return _group(parts[1], versions) if versions else None
     if len(parts) == 3 and parts[0] == "apis":
-        return resource_list(parts[1], parts[2])
+        return resource_list(parts[1], parts[2], served)
     return None

@@ -25,6 +25,7 @@ from preemptctl.emulator.discovery import discovery
 from preemptctl.emulator.faults import Action, Faults
 from preemptctl.emulator.handlers import handle, predicate
 from preemptctl.emulator.requestlog import Request, RequestLog
+from preemptctl.emulator.resources import ALL, Resource
 from preemptctl.emulator.routing import Route, route
 from preemptctl.emulator.status import ApiError
 from preemptctl.emulator.store import Store
@@ -50,8 +51,10 @@ class EmulatorServer(ThreadingHTTPServer):
         faults: Faults,
         requests: RequestLog,
         bookmark_interval: float,
+        served: frozenset[Resource] = frozenset(ALL),
     ) -> None:
         super().__init__(address, _Handler)
+        self.served = served
         self.store = store
         self.faults = faults
         self.requests = requests
@@ -110,7 +113,7 @@ class _Handler(BaseHTTPRequestHandler):
         content_type = self.headers.get("Content-Type", "")
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         watch = query.get("watch") in ("true", "1")
-        target = route(method, split.path, watch)
+        target = route(method, split.path, watch, self.server.served)
         if target is None:
             self._serve_other(method, split.path)
             return
@@ -231,7 +234,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, _VERSION)
         elif method == "GET" and path in ("/healthz", "/readyz", "/livez"):
             self._send_json(200, "ok")
-        elif method == "GET" and (document := discovery(path)) is not None:
+        elif method == "GET" and (document := discovery(path, self.server.served)) is not None:
             self._send_json(200, document)
         else:
             body = status.status_body(

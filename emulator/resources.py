@@ -1,7 +1,9 @@
 """The resources the emulator serves: the ones a preemption controller reads or writes.
 
 A table rather than generic discovery, because each entry carries behaviour the emulator
-must get right (which are namespaced, which have a status subresource).
+must get right (which are namespaced, which have a status subresource). The `OPTIONAL` ones
+are served unless the emulator is started without them, as a cluster whose feature gate is
+off does not serve them: discovery leaves them out and their paths answer 404.
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ VOLUME_ATTACHMENTS = Resource(
     "storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", False, frozenset({"status"})
 )
 
+# KEP-4671's PodGroup (the `GenericWorkload` gate, beta in 1.37): pods join one with
+# `spec.schedulingGroup.podGroupName`. A cluster may not serve it: `Emulator(pod_groups=False)`.
+POD_GROUPS = Resource(
+    "scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", True, frozenset({"status"})
+)
+
 ALL = (
     PODS,
     NODES,
@@ -68,7 +76,15 @@ ALL = (
     STORAGE_CLASSES,
     CSI_NODES,
     VOLUME_ATTACHMENTS,
+    POD_GROUPS,
 )
+OPTIONAL = frozenset({POD_GROUPS})  # APIs a cluster may not serve (a feature gate off)
 BY_PATH = {(r.group, r.version, r.plural): r for r in ALL}
 BY_KEY = {r.key: r for r in ALL}
 BY_KIND = {r.kind: r for r in ALL if r is not EVENTS_V1}
+
+
+def serving(*, pod_groups: bool = True) -> frozenset[Resource]:
+    """The resources an emulator serves: all of them, or all but the optional ones left out."""
+    left_out = set() if pod_groups else {POD_GROUPS}
+    return frozenset(ALL) - left_out

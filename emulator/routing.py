@@ -3,9 +3,10 @@ namespace, name, subresource (`RequestInfoFactory` in apiserver/pkg/endpoints/re
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
-from preemptctl.emulator.resources import BY_PATH, NAMESPACES, Resource
+from preemptctl.emulator.resources import ALL, BY_PATH, NAMESPACES, Resource
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +35,9 @@ def _verb(method: str, has_name: bool, watch: bool) -> str:
     return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
 
 
-def route(method: str, path: str, watch: bool) -> Route | None:
-    """The route of a resource request; None for paths that name no served resource."""
+def route(method: str, path: str, watch: bool, served: Collection[Resource] = ALL) -> Route | None:
+    """The route of a resource request; None for paths that name no resource in `served`
+    (the server answers those 404, as a real one does for an API it does not serve)."""
     parts = [part for part in path.split("/") if part]
     if parts[:2] == ["api", "v1"]:
         group, version, rest = "", "v1", parts[2:]
@@ -53,7 +55,7 @@ def route(method: str, path: str, watch: bool) -> Route | None:
     if not rest:
         return None
     found = BY_PATH.get((group, version, rest[0]))
-    if found is None:
+    if found is None or found not in served:
         return None
     resource = found
     name = rest[1] if len(rest) >= 2 else ""
