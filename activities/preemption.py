@@ -1,23 +1,27 @@
 """The preemption workflow's activities: every side effect it has, each safe to retry.
 
 Each activity translates between the workflow's contracts and `kube/` (one gateway call, or
-a few), the domain (`preemption/`) and the ledger, and classifies what went wrong: a
-Kubernetes error that retrying can cure becomes a retryable `ApplicationError` (honouring a
-429's Retry-After), one that needs a person (RBAC, an invalid request) a non-retryable one
-whose message says what to fix.
+a few), the decision path (`deciding/`) and the ledger, and classifies what went wrong
+(`activities.errors`). It decides nothing itself: the gateway says what a write settled as,
+the domain says whether the preemptor still needs room (`preemption.standing`), the decision
+path decides and writes its decision ahead.
 
 Each activity that acts on the cluster appends the ledger event of what it did, in the same
 attempt, keyed by the run and the victim: a retry appends nothing twice. What the cluster
-answered is kept in the attempt's heartbeat details before the append, so an attempt retried
-after a failed append records the answer the first attempt got (a victim it deleted is
-"deleted", not "already gone"). The heartbeat may never reach the server (a worker killed
-right after its DELETE), so a delete also records its intent (`victim_delete_sent`) before
-the call: a retry that finds it, and then the victim gone, records the victim deleted by
-this preemption (`answerLost`), with its `Preempted` event.
+answered is kept in the attempt's heartbeat details before the append (`activities.heartbeat`),
+so an attempt retried after a failed append records the answer the first attempt got (a
+victim it deleted is "deleted", not "already gone"). The heartbeat may never reach the server
+(a worker killed right after its DELETE), so a delete also records its intent
+(`victim_delete_sent`) before the call: a retry that finds it, and then the victim gone,
+records the victim deleted by this preemption (`answerLost`), with its `Preempted` event.
+
+A run's end is the workflow's to record (`record_end`), the decision's write-ahead's when the
+decision ends it: an activity that finds the preemptor no longer needs room (select, delete)
+reports why and records nothing of the sort.
 
 The activities are synchronous (the Kubernetes client and the ledger's engine are), so the
 worker runs them on a thread pool. Decisions are serialized by the ledger's decision lock
-(see `ledger.claims` and `preemption.claims`).
+(see `deciding.path`).
 """
 
 from __future__ import annotations
@@ -25,8 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine
@@ -44,80 +47,26 @@ from preemptctl.activities.contracts import (
     VictimInput,
     VictimResult,
 )
-from preemptctl.activities.deciding import (
-    INPUTS_MAX_BYTES,
-    INPUTS_RETENTION_DAYS,
-    DecisionPath,
-    DecisionRequest,
-)
+from preemptctl.activities.errors import decision_errors, kube_errors, ledger_errors
+from preemptctl.activities.heartbeat import answered, remember
+from preemptctl.deciding.path import Decided, DecisionPath, DecisionRequest
 from preemptctl.kube import conditions, deletion, events, nomination
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.pods import get_pod
 from preemptctl.kube.results import KubeCallError, WriteEffect, WriteResult
 from preemptctl.kube.view import ClusterView
-from preemptctl.ledger.errors import LedgerError, LedgerNotMigratedError, LedgerUnavailableError
 from preemptctl.ledger.events import LedgerEvent
+from preemptctl.ledger.inputs_recorder import INPUTS_MAX_BYTES, INPUTS_RETENTION_DAYS
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import DeleteSent, Retried, Scheduled, Terminal, VictimStep, Write
 from preemptctl.ledger.queries import delete_sent, earlier_run
-from preemptctl.ledger.vocabulary import KIND_OF_OUTCOME, Fate, Outcome
+from preemptctl.ledger.vocabulary import KIND_OF_FATE, KIND_OF_OUTCOME, Fate, Outcome
 from preemptctl.ledger.writer import append_batch
-from preemptctl.preemption.decision import Decision, PodRef, Strategy, Verdict
+from preemptctl.preemption.decision import PodRef, Verdict
 from preemptctl.preemption.default_preemption import PreemptionArgs
-from preemptctl.preemption.errors import PlannerInputError
-from preemptctl.preemption.standing import PreemptorStanding, Standing, reason_to_stop
+from preemptctl.preemption.standing import PreemptorStanding, reason_to_stop, standing_of
 
 logger = logging.getLogger(__name__)
-
-KIND_OF_FATE = {
-    Fate.MARKED: EventKind.VICTIM_MARKED,
-    Fate.DELETED: EventKind.VICTIM_DELETED,
-    Fate.ALREADY_GONE: EventKind.VICTIM_ALREADY_GONE,
-    Fate.REPLACED: EventKind.VICTIM_REPLACED,
-    Fate.FAILED: EventKind.VICTIM_FAILED,
-}
-
-
-@contextmanager
-def kube_errors() -> Iterator[None]:
-    """A classified Kubernetes failure as the `ApplicationError` Temporal retries (or not)."""
-    try:
-        yield
-    except KubeCallError as error:
-        delay = timedelta(seconds=error.retry_after) if error.retry_after else None
-        raise ApplicationError(
-            error.message,
-            type=error.kind.value,
-            non_retryable=not error.retryable,
-            next_retry_delay=delay,
-        ) from None
-
-
-@contextmanager
-def ledger_errors() -> Iterator[None]:
-    """A ledger failure as an `ApplicationError`: an outage (or a schema a migration will
-    bring) is retried; anything else (a row the database refuses) is not."""
-    try:
-        yield
-    except LedgerError as error:
-        transient = isinstance(error, LedgerUnavailableError | LedgerNotMigratedError)
-        raise ApplicationError(
-            f"ledger: {error}",
-            type="LedgerUnavailable" if transient else "LedgerRejected",
-            non_retryable=not transient,
-        ) from None
-
-
-def _when(run: RunRef) -> datetime:
-    return datetime.fromisoformat(run.occurred_at)
-
-
-@dataclass(frozen=True, slots=True)
-class FreshPreemptor:
-    """The preemptor as the API server just returned it, ready to plan for."""
-
-    obj: dict[str, Any]
-    scheduler_name: str
 
 
 class PreemptionActivities:
@@ -141,13 +90,15 @@ class PreemptionActivities:
         self._view = view
         self._ledger = ledger
         self._identity = identity
-        self._view_ready_timeout = view_ready_timeout
         self._decisions = DecisionPath(
             ledger,
+            view,
+            lambda pod: get_pod(kube, pod),
             identity=identity,
             planner_args=planner_args,
             evictions_per_minute=evictions_per_minute,
             lock_wait_seconds=lock_wait_seconds,
+            view_ready_timeout=view_ready_timeout,
             inputs_max_bytes=inputs_max_bytes,
             inputs_retention_days=inputs_retention_days,
         )
@@ -176,46 +127,44 @@ class PreemptionActivities:
             self.record_end,
         ]
 
-    # -- deciding: preemptor fresh? then the decision path (activities.deciding) -------------
+    # -- deciding ---------------------------------------------------------------------------
 
     @activity.defn(name="select_preemption")
     def select_preemption(self, request: SelectInput) -> Selection:
-        """1) Is the preemptor still there, unbound? Then the decision path: lock, claims,
-        plan, budget, write ahead (`activities.deciding`), serial across all replicas.
+        """The decision path (`deciding.path`): the preemptor fresh from the API server,
+        then lock, claims, plan, budget, write ahead, serial across all replicas; then tell
+        the preemptor what is decided for it.
 
-        What this run's ledger needs at this point is appended here: the decision (and its
-        end when it is final: fits, ineligible, no candidate, unsupported, dry run), or
-        `throttled`, or `preemption_aborted` when the preemptor no longer needs room."""
+        A run after the first appends `retried` first. The path writes the decision ahead
+        (with its end when it is final: fits, ineligible, no candidate, unsupported, dry
+        run) or `throttled`; a preemptor that no longer needs room is reported (no verdict,
+        the reason as the message) for the workflow to record the abort."""
         if not request.throttled:
             self._record_retried(request)
-        fresh = self._preemptor_fresh(request)
-        if isinstance(fresh, Selection):
-            return fresh
+        run = request.run
         decision_request = DecisionRequest(
-            request.run.preemption_id,
-            request.run.run_id,
-            _when(request.run),
+            run.preemption_id,
+            run.run_id,
+            _when(run),
             request.preemptor,
-            fresh.obj,
             request.strategy,
             request.dry_run,
             request.throttled,
         )
-        try:
-            with ledger_errors():
-                decided = self._decisions.decide(
-                    decision_request, self._view.read, beat=activity.heartbeat
-                )
-        except PlannerInputError as error:
-            raise ApplicationError(
-                f"cannot plan for {request.preemptor.key}: {error}", non_retryable=True
-            ) from None
+        with decision_errors(request.preemptor):
+            decided = self._decisions.decide(decision_request, beat=activity.heartbeat)
+        if not isinstance(decided, Decided):
+            return Selection(request.preemptor, decided.reason)
+        self._tell_the_preemptor_the_decision(request, decided)
+        return _selection(decided)
+
+    def _tell_the_preemptor_the_decision(self, request: SelectInput, decided: Decided) -> None:
+        """`Preempting` (which pods, where) for a decision to preempt that goes on now;
+        `PreemptionUnsupported` (why) for a refusal."""
         decision = decided.decision
-        selection = _selection(decision, fresh.scheduler_name)
         if decided.retry_after_seconds:
-            selection.retry_after_seconds = decided.retry_after_seconds
-            selection.message = decided.message
-        elif decision.verdict is Verdict.UNSUPPORTED:
+            return
+        if decision.verdict is Verdict.UNSUPPORTED:
             self._tell_the_preemptor(request.preemptor, "PreemptionUnsupported", decision.message)
         elif decision.verdict is Verdict.PREEMPT and not request.dry_run:
             victims = ", ".join(v.key for v in decision.victims)
@@ -226,35 +175,6 @@ class PreemptionActivities:
                 normal=True,
                 run=request.run,
             )
-        return selection
-
-    def _preemptor_fresh(self, request: SelectInput) -> FreshPreemptor | Selection:
-        """1) The preemptor as the API server has it now: still there, same UID, unbound (a
-        critical-admission preemptor is bound by nature). Otherwise the run stops here."""
-        preemptor = request.preemptor
-        with kube_errors():
-            lookup = get_pod(self._kube, preemptor)
-        standing = lookup.standing()
-        critical = request.strategy is Strategy.CRITICAL_ADMISSION  # bound by nature
-        reason = reason_to_stop(standing, standing.node if critical else None)
-        if reason:
-            self._append(
-                [
-                    LedgerEvent(
-                        request.run.preemption_id,
-                        request.run.run_id,
-                        EventKind.PREEMPTION_ABORTED,
-                        preemptor,
-                        payload=Terminal(reason=reason).to_json(),
-                        occurred_at=_when(request.run),
-                    )
-                ]
-            )
-            return Selection(preemptor, reason)
-        if not self._view.wait_ready(self._view_ready_timeout):
-            raise ApplicationError("the cluster view has not finished its initial sync yet")
-        assert lookup.pod is not None
-        return FreshPreemptor(lookup.pod, lookup.scheduler_name)
 
     def _record_retried(self, request: SelectInput) -> None:
         """A run after the first appends `retried` (who, why, after which run) before
@@ -270,9 +190,7 @@ class PreemptionActivities:
             f"ended {ended or 'without recording an end'}"
         )
         payload = Retried(run.run_id, earlier.run_id, ended, request.started_by, reason)
-        self._append(
-            [self._event(run, EventKind.RETRIED, request.preemptor, None, payload.to_json())]
-        )
+        self._append([_event(run, EventKind.RETRIED, request.preemptor, None, payload.to_json())])
 
     def _tell_the_preemptor(
         self,
@@ -313,16 +231,14 @@ class PreemptionActivities:
         result = NominationResult()
         try:
             with kube_errors():
-                outcome = nomination.nominate(self._kube, request.preemptor, node, overwrite=True)
-            result = NominationResult(outcome.effect.value, outcome.message, outcome.previous)
+                written = nomination.nominate(self._kube, request.preemptor, node, overwrite=True)
+            result = NominationResult(written.effect.value, written.message, written.previous)
             payload = Write(result.effect, result.message, result.previous)
         except ApplicationError as error:
             if not error.non_retryable:
                 raise
             result, payload = NominationResult(error=error.message), Write(error=error.message)
-        batch.append(
-            self._event(run, EventKind.NOMINATED, request.preemptor, node, payload.to_json())
-        )
+        batch.append(_event(run, EventKind.NOMINATED, request.preemptor, node, payload.to_json()))
         for pod in request.clear:
             try:
                 with kube_errors():
@@ -333,7 +249,7 @@ class PreemptionActivities:
                     raise
                 payload = Write(error=error.message, pod=pod.key, uid=pod.uid)
             batch.append(
-                self._event(
+                _event(
                     run,
                     EventKind.NOMINATION_CLEARED,
                     request.preemptor,
@@ -349,7 +265,7 @@ class PreemptionActivities:
     def mark_victim(self, request: VictimInput) -> VictimResult:
         """Add the DisruptionTarget condition, unless the victim is gone, replaced, or already
         terminating (then there is nothing left to do to it); record what became of it."""
-        result = _answered() or self._mark(request)
+        result = answered() or self._mark(request)
         if result.fate is Fate.ALREADY_GONE and self._delete_sent(request):
             # A re-run of this mark after this run's own delete: a local activity is re-run
             # when its worker dies before the workflow task that ran it was recorded, and
@@ -370,29 +286,20 @@ class PreemptionActivities:
             written = conditions.add_disruption_target(
                 self._kube, request.victim, request.scheduler_name
             )
-            result = _victim_result(written, Fate.MARKED)
-        _remember(result)
+        result = _victim_result(written, Fate.MARKED)
+        remember(result)
         return result
 
     @activity.defn(name="delete_victim")
     def delete_victim(self, request: VictimInput) -> VictimResult:
         """Delete (or evict) exactly this victim, UID precondition included, if the preemptor
-        still needs the room: not gone, not replaced, not bound to another node (the view
-        answers when it shows the preemptor; else the API server). Record what became of the
-        victim, and the `Preempted` event on it, as upstream records it."""
-        result = _answered() or self._delete(request)
+        still needs the room (`reason_to_stop`: not gone, not replaced, not bound to another
+        node; the view answers when it shows the preemptor, else the API server). Record what
+        became of the victim, and the `Preempted` event on it, as upstream records it. A
+        victim left alone because the preemptor moved on is reported (`stopped`): the
+        workflow stops and records the abort."""
+        result = answered() or self._delete(request)
         if result.stopped:
-            self._append(
-                [
-                    self._event(
-                        request.run,
-                        EventKind.PREEMPTION_ABORTED,
-                        request.preemptor,
-                        request.node,
-                        Terminal(reason=result.stopped).to_json(),
-                    )
-                ]
-            )
             return result
         self._record_victim(request, result)
         if result.fate is Fate.DELETED:
@@ -412,21 +319,21 @@ class PreemptionActivities:
             )
         sent_before = self._intend_delete(request)
         with self._failure_recorded(request):
-            outcome = deletion.delete_victim(
+            written = deletion.delete_victim(
                 self._kube,
                 request.victim,
                 grace_period_seconds=request.grace_period_seconds,
                 use_eviction=request.use_eviction,
             )
-            result = _victim_result(outcome, Fate.DELETED)
+        result = _victim_result(written, Fate.DELETED)
         if result.fate is Fate.ALREADY_GONE and sent_before:
             result = VictimResult(
                 Fate.DELETED,
                 "deleted by this preemption: an earlier attempt of this run sent the DELETE "
-                f"and its answer was lost; the retry found the victim gone ({outcome.message})",
+                f"and its answer was lost; the retry found the victim gone ({written.message})",
                 answer_lost=True,
             )
-        _remember(result)
+        remember(result)
         return result
 
     def _intend_delete(self, request: VictimInput) -> bool:
@@ -437,7 +344,7 @@ class PreemptionActivities:
         have sent its heartbeat to the server, while this row was committed before the
         call. The insert is idempotent, and whether it was new is the answer, in one
         round trip."""
-        intent = self._event(
+        intent = _event(
             request.run,
             EventKind.VICTIM_DELETE_SENT,
             request.preemptor,
@@ -455,15 +362,15 @@ class PreemptionActivities:
         the condition then lapses on its own (kube-controller-manager, after 2 minutes)."""
         try:
             with kube_errors():
-                outcome = conditions.remove_disruption_target(self._kube, request.victim)
-            step = VictimStep(message=outcome.message)
+                written = conditions.remove_disruption_target(self._kube, request.victim)
+            step = VictimStep(message=written.message)
         except ApplicationError as error:
             if not error.non_retryable:
                 raise
             step = VictimStep(error=error.message)
         self._append(
             [
-                self._event(
+                _event(
                     request.run,
                     EventKind.VICTIM_UNMARKED,
                     request.preemptor,
@@ -486,9 +393,7 @@ class PreemptionActivities:
         with self._view.read() as snapshot:
             pod = snapshot.pods.get(preemptor.uid)
             if pod is not None:
-                if pod.node_name:
-                    return PreemptorStanding(Standing.BOUND, pod.node_name)
-                return PreemptorStanding(Standing.PENDING)
+                return standing_of(pod)
         with kube_errors():
             return get_pod(self._kube, preemptor).standing()
 
@@ -504,7 +409,6 @@ class PreemptionActivities:
             raise
 
     def _record_victim(self, request: VictimInput, result: VictimResult) -> None:
-        victim = request.victim
         failed = result.fate is Fate.FAILED
         payload = VictimStep(
             message=None if failed else result.message,
@@ -515,13 +419,13 @@ class PreemptionActivities:
         ).to_json()
         self._append(
             [
-                self._event(
+                _event(
                     request.run,
                     KIND_OF_FATE[result.fate],
                     request.preemptor,
                     request.node,
                     payload,
-                    victim=victim,
+                    victim=request.victim,
                 )
             ]
         )
@@ -530,13 +434,13 @@ class PreemptionActivities:
 
     @activity.defn(name="record_end")
     def record_end(self, request: EndInput) -> int:
-        """Append how the run ended (what the workflow decided itself: completed, failed,
+        """Append how the run ended (what the workflow records itself: completed, failed,
         aborted), with the preemptor's scheduling and a victim failed for good, if any."""
-        run, at = request.run, _when(request.run)
+        run = request.run
         batch: list[LedgerEvent] = []
         if request.failed_victim is not None:
             batch.append(
-                self._event(
+                _event(
                     run,
                     EventKind.VICTIM_FAILED,
                     request.preemptor,
@@ -546,15 +450,14 @@ class PreemptionActivities:
                 )
             )
         if request.scheduled_node is not None:
+            scheduled = Scheduled(request.seconds_to_schedule).to_json()
             batch.append(
-                LedgerEvent(
-                    run.preemption_id,
-                    run.run_id,
+                _event(
+                    run,
                     EventKind.PREEMPTOR_SCHEDULED,
                     request.preemptor,
-                    node=request.scheduled_node,
-                    payload=Scheduled(request.seconds_to_schedule).to_json(),
-                    occurred_at=at,
+                    request.scheduled_node,
+                    scheduled,
                 )
             )
         if request.outcome is Outcome.FAILED:
@@ -568,57 +471,61 @@ class PreemptionActivities:
         elif request.outcome is Outcome.ABORTED:
             ended = Terminal(reason=request.message)
         else:
-            scheduled = request.scheduled_node is not None
-            ended = Terminal(None if scheduled else request.message, preemptor_scheduled=scheduled)
-        payload = ended.to_json()
-        batch.append(
-            self._event(
-                run, KIND_OF_OUTCOME[request.outcome], request.preemptor, request.node, payload
-            )
-        )
+            bound = request.scheduled_node is not None
+            ended = Terminal(None if bound else request.message, preemptor_scheduled=bound)
+        kind = KIND_OF_OUTCOME[request.outcome]
+        batch.append(_event(run, kind, request.preemptor, request.node, ended.to_json()))
         return self._append(batch)
 
     def _append(self, batch: list[LedgerEvent]) -> int:
         with ledger_errors():
             return append_batch(self._ledger, batch)
 
-    @staticmethod
-    def _event(
-        run: RunRef,
-        kind: EventKind,
-        preemptor: PodRef,
-        node: str | None,
-        payload: dict[str, Any],
-        *,
-        victim: PodRef | None = None,
-        step: str = "",
-    ) -> LedgerEvent:
-        return LedgerEvent(
-            preemption_id=run.preemption_id,
-            run_id=run.run_id,
-            kind=kind,
-            preemptor=preemptor,
-            node=node,
-            victim=victim,
-            payload=payload,
-            occurred_at=_when(run),
-            step=step,
-        )
+
+# -- translations ---------------------------------------------------------------------------
 
 
-# -- helpers ------------------------------------------------------------------------------
+def _when(run: RunRef) -> datetime:
+    return datetime.fromisoformat(run.occurred_at)
 
 
-def _selection(decision: Decision, scheduler_name: str) -> Selection:
+def _event(
+    run: RunRef,
+    kind: EventKind,
+    preemptor: PodRef,
+    node: str | None,
+    payload: dict[str, Any],
+    *,
+    victim: PodRef | None = None,
+    step: str = "",
+) -> LedgerEvent:
+    """The ledger event of one step of `run`, at the workflow's clock."""
+    return LedgerEvent(
+        preemption_id=run.preemption_id,
+        run_id=run.run_id,
+        kind=kind,
+        preemptor=preemptor,
+        node=node,
+        victim=victim,
+        payload=payload,
+        occurred_at=_when(run),
+        step=step,
+    )
+
+
+def _selection(decided: Decided) -> Selection:
+    """The decision as the workflow reads it (held back: when to decide again, and why)."""
+    decision = decided.decision
     return Selection(
         preemptor=decision.preemptor,
-        message=decision.message,
+        message=decided.message,
         verdict=decision.verdict,
         node=decision.nominated_node,
         victims=list(decision.victims),
         nominations_to_clear=list(decision.nominated_pods_to_clear),
         num_pdb_violations=decision.num_pdb_violations,
-        scheduler_name=scheduler_name,
+        scheduler_name=decided.scheduler_name,
+        retry_after_seconds=decided.retry_after_seconds,
     )
 
 
@@ -631,35 +538,6 @@ def _victim_result(written: WriteResult, done: Fate) -> VictimResult:
     if written.effect is WriteEffect.REPLACED:
         return VictimResult(Fate.REPLACED, written.message, replaced_by_uid=written.replaced_by_uid)
     return VictimResult(done, written.message)
-
-
-def _remember(result: VictimResult) -> None:
-    """Keep the cluster's answer in the attempt's heartbeat details, for a retry (a local
-    activity has none: it is retried by its own worker)."""
-    if activity.info().is_local:
-        return
-    activity.heartbeat(
-        result.fate.value,
-        result.message,
-        result.replaced_by_uid or "",
-        result.answer_lost,
-        result.terminating,
-    )
-
-
-def _answered() -> VictimResult | None:
-    """The answer an earlier attempt got from the cluster, if it heartbeat one."""
-    details = activity.info().heartbeat_details
-    if len(details) not in (3, 4, 5):  # 3, 4: a worker from before `answer_lost`, `terminating`
-        return None
-    fate, message, replaced_by, *flags = details
-    return VictimResult(
-        Fate(str(fate)),
-        str(message),
-        replaced_by_uid=str(replaced_by) or None,
-        answer_lost=bool(flags and flags[0]),
-        terminating=len(flags) > 1 and bool(flags[1]),
-    )
 
 
 def _failure_note(message: str, *, retryable: bool) -> str:

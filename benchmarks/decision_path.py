@@ -3,7 +3,7 @@
 Run by hand (not in CI; it needs the machine's Postgres):
     .venv/bin/python -m benchmarks.decision_path [--nodes 5000] [--decisions 300] [--threads 4]
 
-What runs is the select activity's critical section, `activities.deciding.DecisionPath`, as
+What runs is the select activity's critical section, `deciding.path.DecisionPath`, as
 the worker runs it: the ledger-wide decision lock on a real Postgres ledger, the open claims
 read incrementally, the planner over a 5,000-node / 150,000-pod snapshot with the claims
 applied, the eviction budget, and the write-ahead of the decision with its victims. Several
@@ -42,14 +42,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.planner import snapshot_file
 from benchmarks.synthetic_cluster import preemptor
-from preemptctl.activities.deciding import (
-    INPUTS_MAX_BYTES,
-    Decided,
-    DecisionPath,
-    DecisionRequest,
-)
+from preemptctl.deciding.path import Decided, DecisionPath, DecisionRequest
+from preemptctl.kube.pods import PodLookup, Presence
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.ledger.events import LedgerEvent
+from preemptctl.ledger.inputs_recorder import INPUTS_MAX_BYTES
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.writer import append
 from preemptctl.migrations import upgrade
@@ -61,7 +58,7 @@ ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 class View:
-    """The cluster view's shape: one snapshot, read under one lock."""
+    """The cluster view's shape: one snapshot, read under one lock, synced."""
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         self.snapshot = snapshot
@@ -71,6 +68,9 @@ class View:
     def read(self) -> Iterator[ClusterSnapshot]:
         with self.lock:
             yield self.snapshot
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        return True
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -92,6 +92,12 @@ def run(
         f"built in {time.perf_counter() - started:.1f} s"
     )
     objects = [preemptor(name=f"urgent-{i}") for i in range(decisions)]
+    by_name = {obj["metadata"]["name"]: obj for obj in objects}
+
+    def api_server(ref: PodRef) -> PodLookup:
+        """Step 1's read of the preemptor, as the API server would answer it."""
+        return PodLookup(Presence.FOUND, by_name[ref.name])
+
     with view.read() as snapshot:
         for obj in objects:
             snapshot.upsert_pod(decode_pod(obj))
@@ -105,6 +111,8 @@ def run(
         ledger = create_ledger_engine(url, pool_size=threads + 2)
         path_ = DecisionPath(
             ledger,
+            view,
+            api_server,
             identity="bench",
             max_batch=batch,
             inputs_max_bytes=INPUTS_MAX_BYTES if record_inputs else 0,
@@ -142,10 +150,10 @@ def run(
                 "run-1",
                 datetime.now(UTC),
                 PodRef(meta["namespace"], meta["name"], meta["uid"], 1_000_000),
-                obj,
             )
             began = time.perf_counter()
-            decided = path_.decide(request, view.read)
+            decided = path_.decide(request)
+            assert isinstance(decided, Decided), decided
             latencies.append(time.perf_counter() - began)
             verdict = str(decided.decision.verdict)
             ended: list[tuple[int, Decided]] = []

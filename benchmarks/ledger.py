@@ -37,7 +37,15 @@ from preemptctl.ledger.narrative import preemptor_story, victim_story
 from preemptctl.ledger.queries import HistoryQuery, explain, history
 from preemptctl.ledger.vocabulary import Outcome
 from preemptctl.ledger.writer import append_async, append_batch_async
-from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.decision import (
+    Decision,
+    NodeEvaluation,
+    PodRef,
+    Rationale,
+    SelectionStep,
+    Strategy,
+    Verdict,
+)
 from preemptctl.worker.cli import main as cli_main
 from tests.support.postgres import fresh_database
 
@@ -63,42 +71,32 @@ NAMESPACES = [f"team-{i:02d}" for i in range(50)]
 NODES = [f"node-{i:04d}" for i in range(1000)]
 
 
-def decision_payload(preemptor: PodRef, node: str, victims: list[PodRef]) -> dict[str, Any]:
-    """A realistic decision: the shape `Decision.to_json()` gives, four candidate nodes."""
+def decision_payload(preemptor: PodRef, node: str, victims: list[PodRef]) -> Decision:
+    """A realistic decision: what the planner gives for four candidate nodes."""
     others = random.sample(NODES, 3)
-    return {
-        "preemptor": preemptor.key,
-        "status": "Preempt",
-        "nominatedNode": node,
-        "victims": [v.to_json() for v in victims],
-        "numPDBViolations": 0,
-        "nominatedPodsToClear": [],
-        "message": f"preempt {len(victims)} pod(s) on {node} (0 PDB violation(s)); "
+    rationale = Rationale(
+        strategy=Strategy.DEFAULT,
+        nodes_total=len(NODES),
+        filtered={"Insufficient cpu": 996},
+        potential_nodes=996,
+        offset=17,
+        candidates_wanted=100,
+        evaluated=[NodeEvaluation(n, True, victims=("x/y",)) for n in [node, *others]],
+        selection=[
+            SelectionStep("minNumPDBViolations", tuple(sorted([node, *others]))),
+            SelectionStep("minHighestPriority", (node,)),
+        ],
+        deciding_criterion="minHighestPriority",
+    )
+    return Decision(
+        preemptor,
+        Verdict.PREEMPT,
+        f"preempt {len(victims)} pod(s) on {node} (0 PDB violation(s)); "
         "chosen by minHighestPriority among 4 candidate node(s)",
-        "rationale": {
-            "strategy": "default",
-            "plannerVersion": "1",
-            "nodesTotal": len(NODES),
-            "filtered": {"Insufficient cpu": 996},
-            "unresolvable": {},
-            "dryRun": {
-                "potentialNodes": 996,
-                "offset": 17,
-                "candidatesWanted": 100,
-                "evaluated": 4,
-                "stoppedEarly": False,
-            },
-            "evaluated": [
-                {"node": n, "result": "candidate", "victims": ["x/y"], "numPDBViolations": 0}
-                for n in [node, *others]
-            ],
-            "selection": [
-                {"criterion": "minNumPDBViolations", "kept": sorted([node, *others])},
-                {"criterion": "minHighestPriority", "kept": [node]},
-            ],
-            "decidingCriterion": "minHighestPriority",
-        },
-    }
+        rationale,
+        nominated_node=node,
+        victims=tuple(victims),
+    )
 
 
 def synthetic_preemption(index: int, at: datetime) -> Iterator[tuple[Any, ...]]:

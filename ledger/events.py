@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.payloads import VictimChosen
-from preemptctl.ledger.vocabulary import KIND_OF_VERDICT
-from preemptctl.preemption.decision import PodRef, Verdict
+from preemptctl.ledger.payloads import Terminal, VictimChosen
+from preemptctl.ledger.vocabulary import KIND_OF_OUTCOME, KIND_OF_VERDICT, outcome_of_decision
+from preemptctl.preemption.decision import Decision, PodRef
 
 
 def idempotency_key(
@@ -114,31 +114,36 @@ def decision_events(
     preemption_id: str,
     run_id: str,
     preemptor: PodRef,
-    decision: dict[str, Any],
+    decision: Decision,
     occurred_at: datetime,
+    *,
+    context: dict[str, Any] | None = None,
     kind: EventKind | None = None,
 ) -> list[LedgerEvent]:
-    """The batch that records a decision: the decision itself, then one `victim_chosen` each.
+    """The batch that records a decision: the decision itself (its JSON, with `context` when
+    given), then one `victim_chosen` per victim.
 
     Append it with `append_batch` before touching the first victim: the decision and its
     victims land together or not at all, and every victim can be found by the victim index
     from then on, even in a dry run where nothing else is ever written about it.
     `kind` defaults to the one the decision's verdict calls for (`KIND_OF_VERDICT`).
     """
-    node = decision.get("nominatedNode")
+    node = decision.nominated_node
+    payload = decision.to_json()
+    if context is not None:
+        payload["context"] = context
     recorded = [
         LedgerEvent(
             preemption_id=preemption_id,
             run_id=run_id,
-            kind=kind or KIND_OF_VERDICT[Verdict(str(decision.get("status")))],
+            kind=kind or KIND_OF_VERDICT[decision.verdict],
             preemptor=preemptor,
             node=node,
-            payload=decision,
+            payload=payload,
             occurred_at=occurred_at,
         )
     ]
-    for index, victim in enumerate(decision.get("victims", ())):
-        ref = PodRef(victim["namespace"], victim["name"], victim["uid"], int(victim["priority"]))
+    for rank, victim in enumerate(decision.victims):
         recorded.append(
             LedgerEvent(
                 preemption_id=preemption_id,
@@ -146,9 +151,35 @@ def decision_events(
                 kind=EventKind.VICTIM_CHOSEN,
                 preemptor=preemptor,
                 node=node,
-                victim=ref,
-                payload=VictimChosen(index).to_json(),
+                victim=victim,
+                payload=VictimChosen(rank).to_json(),
                 occurred_at=occurred_at,
             )
         )
     return recorded
+
+
+def end_of_decision(
+    preemption_id: str,
+    run_id: str,
+    preemptor: PodRef,
+    decision: Decision,
+    occurred_at: datetime,
+    *,
+    dry_run: bool,
+) -> LedgerEvent | None:
+    """The run's end, when the decision ends it (`outcome_of_decision`) and its decision
+    event does not say so itself (a refusal's does): `completed` for a preemptor that fits,
+    `dry_run` for a dry run's preemption. Written ahead with the decision."""
+    outcome = outcome_of_decision(decision.verdict, dry_run)
+    if outcome is None or KIND_OF_OUTCOME[outcome] is KIND_OF_VERDICT[decision.verdict]:
+        return None
+    return LedgerEvent(
+        preemption_id,
+        run_id,
+        KIND_OF_OUTCOME[outcome],
+        preemptor,
+        node=decision.nominated_node,
+        payload=Terminal(reason=decision.message).to_json(),
+        occurred_at=occurred_at,
+    )

@@ -23,15 +23,19 @@ from typing import Any
 import orjson
 from sqlalchemy import Engine, delete, select, text
 
+import preemptctl
 from preemptctl.ledger.engine import translated_errors
 from preemptctl.ledger.models import decision_inputs
 from preemptctl.ledger.writer import insert_ignoring_duplicates
-from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.decision import PLANNER_VERSION, PodRef
 
 ENCODING = "json+zlib"
 """How `inputs` is stored: UTF-8 JSON, zlib-compressed."""
 OMITTED = "omitted"
 """The encoding of a marker row: no inputs, `omitted` says why."""
+RECORDING_VERSION = f"{preemptctl.__version__} planner {PLANNER_VERSION}"[:64]
+"""Which version recorded a decision's inputs (its `planner_version` column), and which one
+replays them (`preemptctl replay --decision` prints both)."""
 COMPRESSION_LEVEL = 1
 """zlib's fastest level: on the synthetic 5,000-node cluster it takes ~3.5x less CPU than
 the default (6) for ~20% more bytes, and the recorder shares the cores with the decision
@@ -60,12 +64,12 @@ class InputsRow:
     run_id: str
     preemptor: PodRef
     recorded_at: datetime
-    planner_version: str
-    raw: bytes
+    raw: bytes = b""
     """The inputs as UTF-8 JSON (`serialise`, or `preemption.recorded_inputs.dumps`)."""
     step: str | int = ""
     omitted: str | None = None
     """Why the inputs were not recorded: a marker row, with no inputs, is appended."""
+    planner_version: str = RECORDING_VERSION
 
 
 def record(engine: Engine, row: InputsRow, *, max_bytes: int) -> bool:

@@ -74,6 +74,11 @@ FATE_OF_KIND: dict[EventKind, Fate] = {
     EventKind.VICTIM_FAILED: Fate.FAILED,
 }
 assert set(FATE_OF_KIND) == VICTIM_KINDS
+KIND_OF_FATE: dict[Fate, EventKind] = {
+    fate: kind for kind, fate in FATE_OF_KIND.items() if kind is not EventKind.VICTIM_CHOSEN
+}
+"""The event a victim step appends for the fate it ended in (`spared` has none: the views
+derive it from the run's end)."""
 
 KIND_OF_VERDICT: dict[Verdict, EventKind] = {
     Verdict.PREEMPT: EventKind.DECISION_MADE,

@@ -6,6 +6,7 @@ from preemptctl.preemption.critical_admission import preempt_for_admission
 from preemptctl.preemption.decision import Decision, Strategy
 from preemptctl.preemption.default_preemption import PreemptionArgs, preempt
 from preemptctl.preemption.errors import UnknownPodError
+from preemptctl.preemption.objects import Pod
 from preemptctl.preemption.snapshot import ClusterSnapshot
 
 
@@ -19,6 +20,17 @@ def plan(
     pod = snapshot.pod_by_key(pod_key)
     if pod is None:
         raise UnknownPodError(f"pod {pod_key} is not in the snapshot")
+    return plan_for(snapshot, pod, strategy, args)
+
+
+def plan_for(
+    snapshot: ClusterSnapshot,
+    preemptor: Pod,
+    strategy: Strategy = Strategy.DEFAULT,
+    args: PreemptionArgs | None = None,
+) -> Decision:
+    """Decide the preemption for `preemptor`, a pod the caller already holds (the decision
+    path's, as the API server just returned it), in `snapshot`."""
     if strategy is Strategy.CRITICAL_ADMISSION:
-        return preempt_for_admission(snapshot, pod, args)
-    return preempt(snapshot, pod, args)
+        return preempt_for_admission(snapshot, preemptor, args)
+    return preempt(snapshot, preemptor, args)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from preemptctl.preemption.objects import Pod
+
 
 class Standing(StrEnum):
     """Where the preemptor stands (the values are what workflow histories hold)."""
@@ -29,6 +31,14 @@ class PreemptorStanding:
 
     state: Standing
     node: str | None = None
+
+
+def standing_of(pod: Pod) -> PreemptorStanding:
+    """Where a pod the cluster view shows stands: bound to its node, or pending (the view
+    keys pods by UID, so a pod it shows is that pod, never a replacement)."""
+    if pod.node_name:
+        return PreemptorStanding(Standing.BOUND, pod.node_name)
+    return PreemptorStanding(Standing.PENDING)
 
 
 def reason_to_stop(standing: PreemptorStanding, needs_room_on: str | None = None) -> str:

@@ -32,10 +32,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from preemptctl.activities.deciding import RECORDING_VERSION
 from preemptctl.ledger.engine import translated_errors
 from preemptctl.ledger.errors import LedgerError, LedgerUnavailableError
-from preemptctl.ledger.inputs import RecordedInputs, latest
+from preemptctl.ledger.inputs import RECORDING_VERSION, RecordedInputs, latest
 from preemptctl.ledger.narrative import format_time
 from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.planner import plan

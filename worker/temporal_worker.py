@@ -34,6 +34,7 @@ PASSTHROUGH_MODULES = (
     "orjson",
     "yaml",
     "preemptctl.activities",
+    "preemptctl.deciding",
     "preemptctl.kube",
     "preemptctl.ledger",
     "preemptctl.preemption",

@@ -3,10 +3,11 @@
 The runbook, as the code below follows it:
 
 1. Select (`select_preemption`): re-read the preemptor, decide under the decision lock and
-   write the decision ahead. A verdict that ends the preemption (fits, ineligible, no
-   candidate, unsupported), a dry run, or a preemptor that no longer needs room ends it
-   here; the select activity has already recorded that end. Held back by the eviction
-   budget: sleep (a durable timer), then select again.
+   write the decision ahead. A decision that ends the preemption (`outcome_of_decision`:
+   fits, ineligible, no candidate, unsupported, a dry run) ends it here, its end written
+   ahead with it; a preemptor that no longer needs room ends it here too (aborted, recorded
+   by `record_end`). Held back by the eviction budget: sleep (a durable timer), then select
+   again.
 2. Nominate and mark, all at once: the preemptor's nomination to the chosen node, clearing
    lower-priority nominations to it (`nominate_preemptor`; failures there are recorded, not
    fatal, as upstream), and every victim's DisruptionTarget condition (`mark_victim`). A
@@ -14,8 +15,9 @@ The runbook, as the code below follows it:
 3. Delete (`delete_victim`) every victim but the last, in parallel; then the last, once
    every other victim is out of the way. The last is recorded in workflow state before it
    is deleted (upstream's `lastVictimsPendingPreemption`). Each delete first re-checks the
-   preemptor: gone, replaced or bound elsewhere stops the preemption (aborted) with no pod
-   evicted for nothing. A write that fails for good fails the preemption. A victim marked
+   preemptor (`reason_to_stop`): gone, replaced or bound elsewhere stops the preemption
+   (aborted, recorded by `record_end`) with no pod evicted for nothing. A write that fails
+   for good fails the preemption. A victim marked
    but then not deleted (the run aborted or failed) has its DisruptionTarget condition
    removed at once (`unmark_victim`), before the end is recorded.
 
@@ -105,23 +107,29 @@ UNMARK_DEADLINE = timedelta(minutes=1)
 StepFailed = (ActivityError, ApplicationError, StepTimeout)
 
 
+ABORT_RECORDED_BY_THE_WORKFLOW = "abort-recorded-by-the-workflow"
+"""The patch under which the workflow records an aborted end itself (`record_end`). Runs
+recorded before it had the activity that saw the preemptor move on record it: replaying
+those, `workflow.patched` is false and no `record_end` is scheduled for their abort."""
+
+
 class _Stop(Exception):
-    """The preemption cannot go on: how it ends, and whether the workflow records that end
-    (the activity that saw it has when `recorded`)."""
+    """The preemption cannot go on: how it ends, and whether the decision's write-ahead
+    recorded that end already (`written_ahead`); else the workflow records it."""
 
     def __init__(
         self,
         outcome: Outcome,
         message: str,
         *,
-        recorded: bool,
+        written_ahead: bool = False,
         retryable: bool = True,
         failed_victim: PodRef | None = None,
     ) -> None:
         super().__init__(message)
         self.outcome = outcome
         self.message = message
-        self.recorded = recorded
+        self.written_ahead = written_ahead
         self.retryable = retryable
         self.failed_victim = failed_victim
 
@@ -169,13 +177,13 @@ class PreemptionWorkflow:
         self._evaluation_seconds = (decided - started).total_seconds()
         verdict = selection.verdict
         if verdict is None:
-            raise _Stop(Outcome.ABORTED, selection.message, recorded=True)
+            raise _Stop(Outcome.ABORTED, selection.message)  # the preemptor moved on
         outcome = outcome_of_decision(verdict, self._request.dry_run)
         if outcome is Outcome.DRY_RUN:
-            raise _Stop(outcome, f"dry run: {selection.message}", recorded=True)
+            raise _Stop(outcome, f"dry run: {selection.message}", written_ahead=True)
         if outcome is not None:
             retryable = verdict is not Verdict.UNSUPPORTED
-            raise _Stop(outcome, selection.message, recorded=True, retryable=retryable)
+            raise _Stop(outcome, selection.message, written_ahead=True, retryable=retryable)
         assert selection.node is not None
 
         self._enter(Phase.PREEMPTING)
@@ -321,11 +329,10 @@ class PreemptionWorkflow:
             raise _Stop(
                 Outcome.FAILED,
                 f"victim {failed.pod.key} could not be preempted: {failed.message}",
-                recorded=False,
                 retryable=all(ok for _, ok in self._failures),
                 failed_victim=failed.pod,
             )
-        raise _Stop(Outcome.ABORTED, self._stopped, recorded=True)
+        raise _Stop(Outcome.ABORTED, self._stopped)
 
     async def _wait_for_the_bind(self, node: str) -> PreemptionResult:
         """Until the preemptor is bound (the trigger's signal, or a poll), is gone, or the
@@ -380,7 +387,7 @@ class PreemptionWorkflow:
 
     async def _finish(self, stop: _Stop) -> PreemptionResult:
         await self._unmark_spared_victims()
-        if not stop.recorded:
+        if not stop.written_ahead and self._records_its_own(stop.outcome):
             await self._record_end(
                 stop.outcome,
                 stop.message,
@@ -393,6 +400,13 @@ class PreemptionWorkflow:
                 stop.message, result, type="PreemptionFailed", non_retryable=True
             )
         return result
+
+    @staticmethod
+    def _records_its_own(outcome: Outcome) -> bool:
+        """The workflow records every end the write-ahead did not; an abort, only in runs
+        from `ABORT_RECORDED_BY_THE_WORKFLOW` on (before it, the activity that saw the
+        preemptor move on had recorded it)."""
+        return outcome is not Outcome.ABORTED or workflow.patched(ABORT_RECORDED_BY_THE_WORKFLOW)
 
     async def _unmark_spared_victims(self) -> None:
         """A victim marked but not deleted (spared when the run stopped, or failed) loses

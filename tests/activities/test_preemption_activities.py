@@ -9,7 +9,8 @@ Scenarios:
   which); a dry run tells it nothing;
 - a failed run tells the preemptor (`PreemptionFailed`, Warning) its cause and what to do;
 - select for a preemptor that fits records the decision and its end (completed) at once;
-- select for a preemptor that is gone records the abort;
+- select for a preemptor that is gone reports why (no verdict) and records nothing: the
+  workflow records the abort (`record_end`), which records it with its reason;
 - a dry run records the decision and its end (dry_run);
 - a second run of a preemption appends `retried` before its decision: by whom, why, after
   which run and how that run ended; a first run appends none;
@@ -24,7 +25,8 @@ Scenarios:
   marked, and the delete that follows records it deleted by this preemption;
 - a victim already gone when the run's first attempt sends its DELETE is
   `victim_already_gone`: someone else removed it;
-- delete for a preemptor bound to another node leaves the victim alone and aborts the run;
+- delete for a preemptor bound to another node leaves the victim alone and reports why,
+  recording nothing (the workflow records the abort);
 - a delete retried after its first attempt got an answer records that answer, without
   asking the API server again;
 - a delete refused for good (RBAC) records the victim as failed and is not retried;
@@ -192,12 +194,18 @@ def test_a_preemptor_that_fits_is_recorded_as_completed_at_once(ledger: Engine) 
     assert cluster.kinds() == ["decision_made", "completed"]
 
 
-def test_a_preemptor_that_is_gone_is_recorded_as_aborted(cluster: Cluster) -> None:
+def test_a_preemptor_that_is_gone_is_reported_for_the_workflow_to_abort(
+    cluster: Cluster,
+) -> None:
     request = SelectInput(RUN, cluster.ref("default/urgent"))
     cluster.emulator.store.delete(PODS, "default", "urgent", grace_period=0)
     selection = ActivityEnvironment().run(cluster.activities.select_preemption, request)
     assert (selection.verdict, selection.message) == (None, "the preemptor is gone")
+    assert cluster.kinds() == []
+    end = EndInput(RUN, request.preemptor, Outcome.ABORTED, message=selection.message)
+    ActivityEnvironment().run(cluster.activities.record_end, end)
     assert cluster.kinds() == ["preemption_aborted"]
+    assert cluster.payloads("preemption_aborted") == [{"reason": "the preemptor is gone"}]
 
 
 def test_a_dry_run_records_the_decision_and_its_end(cluster: Cluster) -> None:
@@ -306,7 +314,7 @@ def test_delete_for_a_preemptor_bound_elsewhere_leaves_the_victim_alone(cluster:
     result = ActivityEnvironment().run(cluster.activities.delete_victim, step)
     assert result.stopped == "the preemptor was bound to node-1, not node-9"
     assert cluster.emulator.requests.matching("delete", "pods") == []
-    assert cluster.kinds() == ["preemption_aborted"]
+    assert cluster.kinds() == []
 
 
 def test_a_retried_delete_records_the_first_attempts_answer(cluster: Cluster) -> None:

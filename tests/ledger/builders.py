@@ -29,11 +29,11 @@ BATCH_7 = PodRef("default", "batch-7", "uid-batch-7", 100)
 BATCH_8 = PodRef("default", "batch-8", "uid-batch-8", 50)
 
 
-def four_candidate_decision(
+def four_candidate(
     preemptor: PodRef = API,
     victims: Sequence[PodRef] = (BATCH_7, BATCH_8),
     node: str = "node-3",
-) -> dict[str, Any]:
+) -> Decision:
     """A Preempt decision where `node` wins by minHighestPriority among four candidates."""
     others = [n for n in ("node-1", "node-2", "node-3", "node-4") if n != node]
     rationale = Rationale(
@@ -60,16 +60,25 @@ def four_candidate_decision(
         rationale=rationale,
         nominated_node=node,
         victims=tuple(victims),
-    ).to_json()
+    )
 
 
-def unschedulable_decision(preemptor: PodRef = API) -> dict[str, Any]:
+def four_candidate_decision(
+    preemptor: PodRef = API,
+    victims: Sequence[PodRef] = (BATCH_7, BATCH_8),
+    node: str = "node-3",
+) -> dict[str, Any]:
+    """`four_candidate`'s JSON, as the ledger keeps it."""
+    return four_candidate(preemptor, victims, node).to_json()
+
+
+def unschedulable(preemptor: PodRef = API) -> Decision:
     return Decision(
         preemptor=preemptor,
         verdict=Verdict.UNSCHEDULABLE,
         message="0/6 nodes are available: 6 Insufficient cpu.",
         rationale=Rationale(strategy=Strategy.DEFAULT, nodes_total=6),
-    ).to_json()
+    )
 
 
 def event(
@@ -110,7 +119,7 @@ def completed_preemption(
     """Decision, nomination, each victim marked and deleted, scheduled, then `outcome`."""
     at = start
     story = decision_events(
-        preemption_id, run_id, preemptor, four_candidate_decision(preemptor, victims, node), at
+        preemption_id, run_id, preemptor, four_candidate(preemptor, victims, node), at
     )
     story.append(
         event(preemption_id, EventKind.NOMINATED, at, preemptor=preemptor, node=node, run_id=run_id)
@@ -206,7 +215,7 @@ def failed_attempt(
     spared; then `failed` with `error` and `retryable`, 2 s after `start`."""
     first, at = victims[0], start + timedelta(seconds=1)
     story = decision_events(
-        preemption_id, run_id, preemptor, four_candidate_decision(preemptor, victims, node), start
+        preemption_id, run_id, preemptor, four_candidate(preemptor, victims, node), start
     )
     story += [
         event(

@@ -30,13 +30,20 @@ from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.models import events
 from preemptctl.ledger.writer import append_batch, append_batch_on
 from preemptctl.preemption.claims import Claim
-from tests.ledger.builders import API, BATCH_7, BATCH_8, T0, event, four_candidate_decision
+from tests.ledger.builders import (
+    API,
+    BATCH_7,
+    BATCH_8,
+    T0,
+    event,
+    four_candidate,
+)
 
 
 def decide(engine: Engine, preemption_id: str = "p-1", run_id: str = "run-1") -> None:
     append_batch(
         engine,
-        decision_events(preemption_id, run_id, API, four_candidate_decision(), T0),
+        decision_events(preemption_id, run_id, API, four_candidate(), T0),
     )
 
 
@@ -117,9 +124,7 @@ def test_a_decision_gives_up_when_the_lock_stays_taken(pg_engine: Engine) -> Non
 
 def test_what_the_lock_holder_writes_is_committed(pg_engine: Engine) -> None:
     with decision_lock(pg_engine) as connection:
-        append_batch_on(
-            connection, decision_events("p-9", "run-1", API, four_candidate_decision(), T0)
-        )
+        append_batch_on(connection, decision_events("p-9", "run-1", API, four_candidate(), T0))
     with pg_engine.connect() as connection:
         count = connection.execute(select(func.count()).select_from(events)).scalar_one()
     assert count == 3

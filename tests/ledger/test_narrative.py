@@ -48,6 +48,7 @@ from tests.ledger.builders import (
     completed_preemption,
     event,
     failed_attempt,
+    four_candidate,
     four_candidate_decision,
     recorded,
     retried,
@@ -151,7 +152,7 @@ def test_each_fate_reads_as_what_happened(
     kind: EventKind, payload: dict[str, object], phrase: str
 ) -> None:
     story = [
-        *decision_events("p", "r", API, four_candidate_decision(), T0),
+        *decision_events("p", "r", API, four_candidate(), T0),
         event("p", kind, T0 + timedelta(seconds=3), victim=BATCH_7, payload=payload, run_id="r"),
     ]
     attempt = fold_preemption(recorded(story)).latest
@@ -205,7 +206,7 @@ def test_a_preemption_is_told_attempt_by_attempt() -> None:
 
 def _other_decision(*victims: PodRef, node: str = "node-1") -> list[LedgerEvent]:
     later = T0 + timedelta(minutes=1)
-    return decision_events(P, "run-2", API, four_candidate_decision(API, victims, node), later)
+    return decision_events(P, "run-2", API, four_candidate(API, victims, node), later)
 
 
 @pytest.mark.parametrize(
@@ -262,7 +263,7 @@ def test_a_deleted_victim_not_needed_again_is_dropped_as_deleted() -> None:
     first = completed_preemption(P, victims=[BATCH_7])
     story = [
         *first,
-        *decision_events(P, "run-2", API, four_candidate_decision(victims=[BATCH_8]), T0),
+        *decision_events(P, "run-2", API, four_candidate(victims=[BATCH_8]), T0),
     ]
     before, after = fold_preemption(recorded(story)).attempts
     assert what_changed(before, after) == [
@@ -308,7 +309,7 @@ def test_a_victims_entry_is_headed_by_its_fate(
     kind: EventKind, payload: dict[str, object], heading: str
 ) -> None:
     story = [
-        *decision_events(P, "r", API, four_candidate_decision(), T0),
+        *decision_events(P, "r", API, four_candidate(), T0),
         event(P, kind, T0, victim=BATCH_7, payload=payload, run_id="r"),
     ]
     attempt = fold_preemption(recorded(story)).latest

@@ -46,7 +46,7 @@ from tests.ledger.builders import (
     completed_preemption,
     event,
     failed_attempt,
-    four_candidate_decision,
+    four_candidate,
     retried,
 )
 
@@ -108,7 +108,7 @@ def test_history_by_outcome(three_preemptions: Engine) -> None:
 
 def test_history_by_outcome_judges_the_final_outcome(pg_engine: Engine) -> None:
     story = [
-        *decision_events("p-1", "run-1", API, four_candidate_decision(), T0),
+        *decision_events("p-1", "run-1", API, four_candidate(), T0),
         event("p-1", EventKind.FAILED, T0 + timedelta(seconds=1)),
         event("p-1", EventKind.RETRIED, T0 + timedelta(seconds=2), payload={"newRunId": "r2"}),
         event("p-1", EventKind.COMPLETED, T0 + timedelta(seconds=3), run_id="r2"),
@@ -130,7 +130,7 @@ def test_history_parked(pg_engine: Engine) -> None:
         ],
     )
     unsupported = decision_events(
-        "p-dra", "run-1", WEB, four_candidate_decision(WEB), later, kind=EventKind.UNSUPPORTED
+        "p-dra", "run-1", WEB, four_candidate(WEB), later, kind=EventKind.UNSUPPORTED
     )
     append_batch(pg_engine, unsupported)
     assert _ids(pg_engine, HistoryQuery(parked=True)) == ["p-dra", "p-denied"]
@@ -206,7 +206,7 @@ def test_explain_finds_a_victim_once_per_attempt(pg_engine: Engine) -> None:
 
 
 def test_explain_finds_a_victim_only_chosen_by_a_dry_run(pg_engine: Engine) -> None:
-    decided = decision_events("p-dry", "run-1", API, four_candidate_decision(), T0)
+    decided = decision_events("p-dry", "run-1", API, four_candidate(), T0)
     append_batch(pg_engine, [*decided, event("p-dry", EventKind.DRY_RUN, T0)])
     ((view, victim),) = explain(pg_engine, "default", "batch-8").as_victim
     assert (view.outcome, victim.victim, victim.fate) == (Outcome.DRY_RUN, BATCH_8, Fate.SPARED)

@@ -34,7 +34,6 @@ Scenarios:
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
@@ -42,6 +41,7 @@ from preemptctl.ledger.events import LedgerEvent, decision_events
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.views import Status, fold_preemption
 from preemptctl.ledger.vocabulary import Fate, Outcome
+from preemptctl.preemption.decision import Decision
 from tests.ledger.builders import (
     API,
     BATCH_7,
@@ -50,17 +50,17 @@ from tests.ledger.builders import (
     completed_preemption,
     event,
     failed_attempt,
-    four_candidate_decision,
+    four_candidate,
     recorded,
     retried,
-    unschedulable_decision,
+    unschedulable,
 )
 
 P = "preempt-uid-api-0"
 
 
-def _decided(decision: dict[str, Any] | None = None) -> list[LedgerEvent]:
-    return decision_events(P, "run-1", API, decision or four_candidate_decision(), T0)
+def _decided(decision: Decision | None = None) -> list[LedgerEvent]:
+    return decision_events(P, "run-1", API, decision or four_candidate(), T0)
 
 
 def test_a_completed_preemption() -> None:
@@ -174,12 +174,12 @@ def test_a_dry_run_spares_every_victim() -> None:
 
 
 def test_no_candidate_finishes_without_a_node() -> None:
-    view = fold_preemption(recorded(_decided(unschedulable_decision())))
+    view = fold_preemption(recorded(_decided(unschedulable())))
     assert (view.outcome, view.latest.node, view.latest.victims) == (Outcome.NO_CANDIDATE, None, ())
 
 
 def test_each_attempts_victims_are_its_own() -> None:
-    second = decision_events(P, "run-2", API, four_candidate_decision(victims=[BATCH_8]), T0)
+    second = decision_events(P, "run-2", API, four_candidate(victims=[BATCH_8]), T0)
     story = [*_decided(), event(P, EventKind.RETRIED, T0, payload={"newRunId": "run-2"}), *second]
     first, latest = fold_preemption(recorded(story)).attempts
     assert [v.victim for v in first.victims] == [BATCH_7, BATCH_8]
@@ -339,11 +339,9 @@ def test_history_json_links_each_attempt_when_given_a_link() -> None:
         (failed_attempt(P, retryable=False), True),
         (failed_attempt(P, retryable=True), False),
         (failed_attempt(P, retryable=None), False),
-        (_decided(unschedulable_decision()), False),
+        (_decided(unschedulable()), False),
         (
-            decision_events(
-                P, "run-1", API, four_candidate_decision(), T0, kind=EventKind.UNSUPPORTED
-            ),
+            decision_events(P, "run-1", API, four_candidate(), T0, kind=EventKind.UNSUPPORTED),
             True,
         ),
         (

@@ -34,7 +34,14 @@ from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.models import events
 from preemptctl.ledger.queries import events_of
 from preemptctl.ledger.writer import append, append_async, append_batch, append_batch_async
-from tests.ledger.builders import API, BATCH_7, BATCH_8, T0, event, four_candidate_decision
+from tests.ledger.builders import (
+    API,
+    BATCH_7,
+    BATCH_8,
+    T0,
+    event,
+    four_candidate,
+)
 
 
 def _count(engine: Engine) -> int:
@@ -141,7 +148,7 @@ def test_a_nul_character_is_stripped_at_the_writer(pg_engine: Engine) -> None:
 
 
 def test_the_decision_batch_names_every_victim(pg_engine: Engine) -> None:
-    decision = four_candidate_decision()
+    decision = four_candidate()
     assert append_batch(pg_engine, decision_events("p-1", "run-1", API, decision, T0)) == 3
     with pg_engine.connect() as connection:
         stored = events_of(connection, ["p-1"])
@@ -150,7 +157,7 @@ def test_the_decision_batch_names_every_victim(pg_engine: Engine) -> None:
         (EventKind.VICTIM_CHOSEN, BATCH_7),
         (EventKind.VICTIM_CHOSEN, BATCH_8),
     ]
-    assert stored[0].payload == decision
+    assert stored[0].payload == decision.to_json()
 
 
 def test_the_key_identifies_the_event_not_the_attempt() -> None:

@@ -45,7 +45,6 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -60,7 +59,7 @@ from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import Terminal
 from preemptctl.ledger.upstream import append_upstream, decisions_since, upstream_since
 from preemptctl.ledger.writer import append_batch
-from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.decision import Decision, PodRef, Rationale, Strategy, Verdict
 from preemptctl.preemption.upstream import UpstreamPreemption
 from preemptctl.worker.cli import main
 from preemptctl.worker.compare_command import printable
@@ -90,16 +89,14 @@ def _decide(
 ) -> None:
     preemptor = _preemptor(name)
     run = f"run-{name}-{at.timestamp()}"
-    decision: dict[str, Any] = {
-        "preemptor": preemptor.key,
-        "verdict": verdict,
-        "status": verdict,
-        "nominatedNode": node,
-        "victims": [
-            {"namespace": "default", "name": v, "uid": f"uid-{v}", "priority": 0} for v in victims
-        ],
-        "message": message or f"{verdict} for {name}",
-    }
+    decision = Decision(
+        preemptor,
+        Verdict(verdict),
+        message or f"{verdict} for {name}",
+        Rationale(Strategy.DEFAULT),
+        nominated_node=node,
+        victims=tuple(PodRef("default", v, f"uid-{v}", 0) for v in victims),
+    )
     batch = decision_events(f"preemption-{name}", run, preemptor, decision, at)
     if verdict == "Preempt" and dry_run:
         batch.append(

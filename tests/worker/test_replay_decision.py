@@ -24,12 +24,11 @@ import pytest
 from sqlalchemy import Engine, insert, select
 
 from preemptctl import migrations
-from preemptctl.activities.deciding import DecisionPath
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.ledger.inputs import compress, latest, serialise
 from preemptctl.ledger.models import decision_inputs
 from preemptctl.worker.cli import main
-from tests.activities.test_deciding import three_full_nodes
+from tests.deciding.test_path import three_full_nodes
 
 PREEMPTCTL = str(Path(sys.executable).parent / "preemptctl")
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
@@ -51,8 +50,9 @@ def ledger(url: str) -> Iterator[Engine]:
 
 def decided(ledger: Engine, max_bytes: int = 1 << 20) -> None:
     """One decision, run-1 of preemption p-urgent-0: two victims on node-0."""
-    view, path = three_full_nodes(), DecisionPath(ledger, inputs_max_bytes=max_bytes)
-    path.decide(view.request("urgent-0"), view.read)
+    view = three_full_nodes()
+    path = view.path(ledger, inputs_max_bytes=max_bytes)
+    path.decide(view.request("urgent-0"))
     assert path.inputs is not None
     path.inputs.wait()
 

@@ -8,7 +8,10 @@ intended change goes behind `workflow.patched`; then re-record with
 the old files too. (They were re-recorded, with no patch kept, when each Kubernetes
 activity began appending its own ledger event: no history recorded before the first release
 needs the older shape; likewise when aborted and failed runs began removing their spared
-victims' DisruptionTarget.)
+victims' DisruptionTarget.) When the workflow became the one writer of an aborted end
+(`record_end`, behind the patch `abort-recorded-by-the-workflow`), the aborted run recorded
+before it was kept as `preemptor-vanished-aborted-by-the-activity` (no `record_end`: the
+delete activity recorded the abort) and re-recorded as `preemptor-vanished-aborted`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ def test_the_recorded_histories_are_there() -> None:
     names = {path.stem for path in HISTORIES}
     assert {"online-offline-completed", "dry-run", "rbac-denied-failed"} <= names
     assert {"preemptor-vanished-aborted", "victim-replaced"} <= names
+    assert "preemptor-vanished-aborted-by-the-activity" in names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])

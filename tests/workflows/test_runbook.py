@@ -11,7 +11,8 @@ Scenarios:
   recorded by the select activity alone;
 - unsupported: ends at once, never a victim touched, and retrying cannot help;
 - dry run: decided and recorded, nothing touched;
-- the preemptor gone or replaced before the decision: aborted, nothing touched;
+- the preemptor gone or replaced before the decision: aborted, nothing touched, the abort
+  recorded by the workflow (`record_end`), the one writer of an abort;
 - a preemption that goes through runs 3 + 2 x victims activities, in rounds: select; then
   nominate and mark every victim; then delete every victim but the last; then delete the
   last; then record the end (the bind told by the trigger's signal);
@@ -19,8 +20,8 @@ Scenarios:
 - a mark refused for good fails the preemption before any victim is deleted;
 - a victim whose delete is refused for good (an RBAC denial) fails the preemption: the last
   victim is never deleted, the failure is recorded with the victim, retrying cannot help;
-- the preemptor gone or bound elsewhere at a delete: the preemption is aborted and the last
-  victim is never deleted;
+- the preemptor gone or bound elsewhere at a delete: the preemption is aborted (recorded by
+  the workflow) and the last victim is never deleted;
 - a victim marked but not deleted (failed, or spared when the run stopped) loses its
   DisruptionTarget condition before the end is recorded; a completed run unmarks nothing;
 - once the last victim is deleted, the `state` query no longer shows it pending;
@@ -243,7 +244,7 @@ async def test_a_preemptor_gone_before_the_decision_aborts_it(run: Run) -> None:
     script = Script(selections=[Selection(PREEMPTOR, "the preemptor is gone")])
     result = await run(script)
     assert (result.outcome, result.message) == (Outcome.ABORTED, "the preemptor is gone")
-    assert script.calls == ["select"]
+    assert script.calls == ["select", "end:aborted"]
 
 
 async def test_a_preemption_runs_three_plus_two_activities_per_victim(run: Run) -> None:
@@ -377,7 +378,7 @@ async def test_a_preemptor_that_moved_on_aborts_before_the_last_victim(
     assert (result.outcome, result.message) == (Outcome.ABORTED, reason)
     assert result.victims[2].fate is Fate.SPARED
     assert "delete:victim-2" not in script.calls
-    assert script.ends == []  # the delete activity recorded the abort itself
+    assert [(e.outcome, e.message) for e in script.ends] == [(Outcome.ABORTED, reason)]
 
 
 async def test_without_a_signal_the_preemptor_is_polled_until_bound(run: Run) -> None:

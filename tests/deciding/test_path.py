@@ -1,4 +1,5 @@
-"""The decision path alone (no Temporal, no API server): a SQLite ledger and an in-memory view.
+"""The decision path alone (no Temporal, no API server): a SQLite ledger, an in-memory view,
+and the preemptor read from the view's objects as the API server would return it.
 
 Scenarios:
 - requests queued while the lock is taken are decided in one acquisition, and decide exactly
@@ -6,7 +7,11 @@ Scenarios:
   by the next, one write-ahead each;
 - a retried run (its preemptor already holds a claim) decides again without meeting its own
   claim, and chooses the victims its claim holds;
-- a preemptor the planner cannot read fails alone; the rest of its batch is decided;
+- 1) a preemptor gone, replaced or already bound stops the decision before the lock, with
+  its reason and nothing written; a critical-admission preemptor bound to its node is
+  planned; before the view's first sync, nothing is decided (decide again later);
+- a preemptor the planner cannot read fails alone, as it is read; the rest of its batch is
+  decided;
 - a request waiting its turn heartbeats (so a dead worker's select is noticed at once);
 - each decision of a batch records its planner inputs once, after the commit, in the
   background; rebuilt, each gives the same decision, the claims of the earlier decisions in
@@ -23,8 +28,10 @@ Scenarios:
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -36,12 +43,19 @@ import pytest
 from sqlalchemy import Engine, func, select, text
 
 from preemptctl import migrations
-from preemptctl.activities import deciding
-from preemptctl.activities.deciding import Decided, DecisionPath, DecisionRequest
+from preemptctl.deciding.path import (
+    Decided,
+    DecisionPath,
+    DecisionRequest,
+    Stopped,
+    ViewNotReadyError,
+)
+from preemptctl.kube.pods import PodLookup, Presence
+from preemptctl.ledger import inputs_recorder
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.ledger.inputs import latest
 from preemptctl.ledger.models import decision_inputs, events
-from preemptctl.preemption.decision import PodRef, Verdict
+from preemptctl.preemption.decision import PodRef, Strategy, Verdict
 from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.planner import plan
 from preemptctl.preemption.recorded_inputs import compare, decision_summary, rebuild
@@ -71,11 +85,21 @@ class View:
         with self.lock:
             yield self.snapshot
 
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        return True
+
+    def lookup(self, ref: PodRef) -> PodLookup:
+        """The pod as the API server would return it: its object, as the test left it."""
+        return PodLookup(Presence.FOUND, self.items[ref.name])
+
+    def path(self, ledger: Engine, **options: Any) -> DecisionPath:
+        return DecisionPath(ledger, self, self.lookup, **options)
+
     def request(self, name: str, run: str = "run-1") -> DecisionRequest:
         obj = self.items[name]
         meta = obj["metadata"]
         ref = PodRef(meta["namespace"], meta["name"], meta["uid"], obj["spec"]["priority"])
-        return DecisionRequest(f"p-{name}", run, NOW, ref, obj)
+        return DecisionRequest(f"p-{name}", run, NOW, ref)
 
 
 def three_full_nodes() -> View:
@@ -91,27 +115,29 @@ def three_full_nodes() -> View:
 
 
 def decide_while_the_lock_is_taken(
-    path: DecisionPath, view: View, requests: list[DecisionRequest]
+    path: DecisionPath, view: View, requests: list[DecisionRequest], queued: int | None = None
 ) -> list[Decided | BaseException]:
     """Queue every request while this test holds the process's decision lock, then let go:
-    the first thread to take it decides the whole queue."""
-    path._local.acquire()  # white box: the lock the batch's leader takes
+    the first thread to take it decides the whole queue. `queued`: how many reach the queue
+    (a preemptor the planner cannot read fails before it, as it is read)."""
+    path.queue.turn.acquire()  # white box: the lock the batch's leader takes
     try:
         with ThreadPoolExecutor(max_workers=len(requests)) as pool:
-            futures = [pool.submit(path.decide, request, view.read) for request in requests]
+            futures = [pool.submit(path.decide, request) for request in requests]
             deadline = time.monotonic() + 10
-            while len(path._queue) < len(requests):
+            while len(path.queue) < (len(requests) if queued is None else queued):
                 assert time.monotonic() < deadline, "the requests never queued"
                 time.sleep(0.01)
-            path._local.release()
+            path.queue.turn.release()
             return [f.exception() or f.result() for f in futures]
     finally:
-        if path._local.locked():
-            path._local.release()
+        if path.queue.turn.locked():
+            path.queue.turn.release()
 
 
 def test_queued_requests_are_decided_in_one_acquisition_as_one_by_one(ledger: Engine) -> None:
-    view, path = three_full_nodes(), DecisionPath(ledger)
+    view = three_full_nodes()
+    path = view.path(ledger)
     requests = [view.request(f"urgent-{i}") for i in range(6)]
     answers = decide_while_the_lock_is_taken(path, view, requests)
     decisions = [a.decision for a in answers if isinstance(a, Decided)]
@@ -127,38 +153,41 @@ def test_queued_requests_are_decided_in_one_acquisition_as_one_by_one(ledger: En
 
 
 def test_a_retried_run_does_not_meet_its_own_claim(ledger: Engine) -> None:
-    view, path = three_full_nodes(), DecisionPath(ledger)
-    first = path.decide(view.request("urgent-0"), view.read)
-    again = path.decide(view.request("urgent-0"), view.read)
+    view = three_full_nodes()
+    path = view.path(ledger)
+    first = path.decide(view.request("urgent-0"))
+    again = path.decide(view.request("urgent-0"))
     assert again.decision.verdict is Verdict.PREEMPT
     assert [v.uid for v in again.decision.victims] == [v.uid for v in first.decision.victims]
 
 
 def test_an_unreadable_request_fails_alone(ledger: Engine) -> None:
-    view, path = three_full_nodes(), DecisionPath(ledger)
+    view = three_full_nodes()
+    path = view.path(ledger)
     unreadable = view.request("urgent-5")
-    resources = unreadable.preemptor_obj["spec"]["containers"][0]["resources"]
+    resources = view.items["urgent-5"]["spec"]["containers"][0]["resources"]
     resources["requests"]["cpu"] = "two cpus"
     answers = decide_while_the_lock_is_taken(
-        path, view, [view.request("urgent-0"), unreadable, view.request("urgent-1")]
+        path, view, [view.request("urgent-0"), unreadable, view.request("urgent-1")], queued=2
     )
     assert isinstance(answers[1], PlannerInputError)
     assert all(isinstance(a, Decided) for a in (answers[0], answers[2]))
 
 
 def test_a_request_waiting_its_turn_heartbeats(ledger: Engine) -> None:
-    view, path = three_full_nodes(), DecisionPath(ledger)
+    view = three_full_nodes()
+    path = view.path(ledger)
     beaten = threading.Event()
-    path._local.acquire()  # white box: another batch is deciding
+    path.queue.turn.acquire()  # white box: another batch is deciding
     try:
         with ThreadPoolExecutor(max_workers=1) as pool:
-            future = pool.submit(path.decide, view.request("urgent-0"), view.read, beaten.set)
+            future = pool.submit(path.decide, view.request("urgent-0"), beaten.set)
             assert beaten.wait(timeout=10)
-            path._local.release()
+            path.queue.turn.release()
             assert future.result().decision.verdict is Verdict.PREEMPT
     finally:
-        if path._local.locked():
-            path._local.release()
+        if path.queue.turn.locked():
+            path.queue.turn.release()
 
 
 def recorded(path: DecisionPath) -> None:
@@ -178,7 +207,8 @@ def _inputs_rows(ledger: Engine) -> list[tuple[str, str, str | None]]:
 
 
 def test_each_decision_of_a_batch_records_inputs_that_replay_it(ledger: Engine) -> None:
-    view, path = three_full_nodes(), DecisionPath(ledger)
+    view = three_full_nodes()
+    path = view.path(ledger)
     requests = [view.request(f"urgent-{i}", run=f"run-{i}") for i in range(4)]
     answers = decide_while_the_lock_is_taken(path, view, requests)
     recorded(path)
@@ -196,16 +226,18 @@ def test_each_decision_of_a_batch_records_inputs_that_replay_it(ledger: Engine) 
 
 
 def test_a_retried_request_records_its_inputs_once(ledger: Engine) -> None:
-    view, path = three_full_nodes(), DecisionPath(ledger)
-    path.decide(view.request("urgent-0"), view.read)
-    path.decide(view.request("urgent-0"), view.read)
+    view = three_full_nodes()
+    path = view.path(ledger)
+    path.decide(view.request("urgent-0"))
+    path.decide(view.request("urgent-0"))
     recorded(path)
     assert _inputs_rows(ledger) == [("run-1", "json+zlib", None)]
 
 
 def test_inputs_over_the_limit_are_recorded_as_too_large(ledger: Engine) -> None:
-    view, path = three_full_nodes(), DecisionPath(ledger, inputs_max_bytes=100)
-    path.decide(view.request("urgent-0"), view.read)
+    view = three_full_nodes()
+    path = view.path(ledger, inputs_max_bytes=100)
+    path.decide(view.request("urgent-0"))
     recorded(path)
     [(run, encoding, omitted)] = _inputs_rows(ledger)
     assert (run, encoding) == ("run-1", "omitted")
@@ -214,19 +246,21 @@ def test_inputs_over_the_limit_are_recorded_as_too_large(ledger: Engine) -> None
 
 
 def test_a_limit_of_zero_records_no_inputs(ledger: Engine) -> None:
-    view, path = three_full_nodes(), DecisionPath(ledger, inputs_max_bytes=0)
-    path.decide(view.request("urgent-0"), view.read)
+    view = three_full_nodes()
+    path = view.path(ledger, inputs_max_bytes=0)
+    path.decide(view.request("urgent-0"))
     assert path.inputs is None
     assert _inputs_rows(ledger) == []
 
 
 def test_a_full_backlog_records_a_marker_instead(ledger: Engine) -> None:
     """The marker is written by the recorder's thread, not by the deciding one."""
-    view, path = three_full_nodes(), DecisionPath(ledger, inputs_backlog=1)
+    view = three_full_nodes()
+    path = view.path(ledger, inputs_backlog=1)
     assert path.inputs is not None
     path.inputs._thread = threading.current_thread()  # white box: the recorder is stuck
-    path.decide(view.request("urgent-0", run="run-1"), view.read)
-    path.decide(view.request("urgent-1", run="run-2"), view.read)
+    path.decide(view.request("urgent-0", run="run-1"))
+    path.decide(view.request("urgent-1", run="run-2"))
     assert _inputs_rows(ledger) == []  # the deciding thread wrote nothing
     assert path.inputs.skipped == 1
     path.inputs._thread = None  # unstuck: the recorder starts on the next call
@@ -239,11 +273,12 @@ def test_a_full_backlog_records_a_marker_instead(ledger: Engine) -> None:
 
 
 def test_the_recorder_waits_while_a_decision_is_queued_or_under_way(ledger: Engine) -> None:
-    view, path = three_full_nodes(), DecisionPath(ledger)
-    assert path.inputs is not None and not path._busy()
-    path._local.acquire()  # white box: a decision under way in this process
-    assert path._busy()
-    path._local.release()
+    view = three_full_nodes()
+    path = view.path(ledger)
+    assert path.inputs is not None and not path.queue.busy()
+    path.queue.turn.acquire()  # white box: a decision under way in this process
+    assert path.queue.busy()
+    path.queue.turn.release()
     polls = threading.Semaphore(0)
     busy = threading.Event()
 
@@ -253,7 +288,7 @@ def test_the_recorder_waits_while_a_decision_is_queued_or_under_way(ledger: Engi
 
     path.inputs._busy = asked  # white box: the decision path's own check, observed
     busy.set()
-    path.decide(view.request("urgent-0"), view.read)
+    path.decide(view.request("urgent-0"))
     for _ in range(3):  # the recorder has the inputs and keeps asking
         assert polls.acquire(timeout=10)
     assert _inputs_rows(ledger) == []
@@ -265,11 +300,12 @@ def test_the_recorder_waits_while_a_decision_is_queued_or_under_way(ledger: Engi
 def test_the_recorder_waits_a_bounded_time_for_an_idle_path(
     ledger: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(deciding, "YIELD_SECONDS", 0.05)
-    view, path = three_full_nodes(), DecisionPath(ledger)
+    monkeypatch.setattr(inputs_recorder, "YIELD_SECONDS", 0.05)
+    view = three_full_nodes()
+    path = view.path(ledger)
     assert path.inputs is not None
     path.inputs._busy = lambda: True  # white box: decisions without end
-    path.decide(view.request("urgent-0"), view.read)
+    path.decide(view.request("urgent-0"))
     recorded(path)
     assert _inputs_rows(ledger) == [("run-1", "json+zlib", None)]
 
@@ -279,19 +315,21 @@ def test_a_ledger_refusing_the_inputs_leaves_the_decision_standing(
 ) -> None:
     with ledger.begin() as connection:
         connection.execute(text("DROP TABLE decision_inputs"))
-    view, path = three_full_nodes(), DecisionPath(ledger)
-    decided = path.decide(view.request("urgent-0"), view.read)
+    view = three_full_nodes()
+    path = view.path(ledger)
+    decided = path.decide(view.request("urgent-0"))
     recorded(path)
     assert decided.decision.verdict is Verdict.PREEMPT
     assert "were not recorded" in caplog.text
 
 
 def test_closing_records_what_is_queued_then_stops_the_thread(ledger: Engine) -> None:
-    view, path = three_full_nodes(), DecisionPath(ledger)
+    view = three_full_nodes()
+    path = view.path(ledger)
     assert path.inputs is not None
     path.inputs._busy = lambda: True  # white box: decisions without end; closing stops waiting
-    path.decide(view.request("urgent-0", run="run-1"), view.read)
-    path.decide(view.request("urgent-1", run="run-2"), view.read)
+    path.decide(view.request("urgent-0", run="run-1"))
+    path.decide(view.request("urgent-1", run="run-2"))
     thread = path.inputs._thread
     assert thread is not None
     assert path.close() == 0
@@ -303,18 +341,19 @@ def test_closing_past_its_deadline_drops_and_counts_what_is_still_queued(
     ledger: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stuck, release = threading.Event(), threading.Event()
-    encode = deciding.dumps
+    encode = inputs_recorder.dumps
 
     def slow_dumps(*args: Any) -> bytes:
         stuck.set()
         release.wait(10)
         return encode(*args)
 
-    monkeypatch.setattr(deciding, "dumps", slow_dumps)
-    view, path = three_full_nodes(), DecisionPath(ledger)
+    monkeypatch.setattr(inputs_recorder, "dumps", slow_dumps)
+    view = three_full_nodes()
+    path = view.path(ledger)
     assert path.inputs is not None
     for i in range(3):
-        path.decide(view.request(f"urgent-{i}", run=f"run-{i}"), view.read)
+        path.decide(view.request(f"urgent-{i}", run=f"run-{i}"))
     assert stuck.wait(10)  # the first is being recorded; two are queued
     thread = path.inputs._thread
     assert thread is not None
@@ -326,10 +365,11 @@ def test_closing_past_its_deadline_drops_and_counts_what_is_still_queued(
 
 
 def test_a_decision_after_closing_is_recorded_as_a_shutdown_marker(ledger: Engine) -> None:
-    view, path = three_full_nodes(), DecisionPath(ledger)
-    path.decide(view.request("urgent-0", run="run-1"), view.read)
+    view = three_full_nodes()
+    path = view.path(ledger)
+    path.decide(view.request("urgent-0", run="run-1"))
     path.close()
-    path.decide(view.request("urgent-1", run="run-2"), view.read)
+    path.decide(view.request("urgent-1", run="run-2"))
     assert _inputs_rows(ledger) == [
         ("run-1", "json+zlib", None),
         ("run-2", "omitted", "not recorded: the worker was shutting down"),
@@ -337,7 +377,52 @@ def test_a_decision_after_closing_is_recorded_as_a_shutdown_marker(ledger: Engin
 
 
 def test_a_recorder_never_started_or_recording_off_closes_at_once(ledger: Engine) -> None:
-    path = DecisionPath(ledger)
+    view = three_full_nodes()
+    path = view.path(ledger)
     assert path.close() == 0
     assert path.inputs is not None and path.inputs._thread is None
-    assert DecisionPath(ledger, inputs_max_bytes=0).close() == 0
+    assert view.path(ledger, inputs_max_bytes=0).close() == 0
+
+
+@pytest.mark.parametrize(
+    ("found", "reason"),
+    [
+        (PodLookup(Presence.GONE, None), "the preemptor is gone"),
+        (
+            PodLookup(Presence.REPLACED, {"metadata": {"uid": "other"}}),
+            "the preemptor was replaced by a pod with another UID",
+        ),
+        (
+            PodLookup(Presence.FOUND, {"metadata": {"uid": "u"}, "spec": {"nodeName": "node-2"}}),
+            "the preemptor is already bound to node-2",
+        ),
+    ],
+    ids=["gone", "replaced", "bound"],
+)
+def test_a_preemptor_that_no_longer_needs_room_stops_the_decision(
+    ledger: Engine, found: PodLookup, reason: str
+) -> None:
+    view = three_full_nodes()
+    path = DecisionPath(ledger, view, lambda ref: found)
+    assert path.decide(view.request("urgent-0")) == Stopped(reason)
+    assert path.holds == deque()
+    with ledger.connect() as connection:
+        assert connection.execute(select(func.count()).select_from(events)).scalar_one() == 0
+
+
+def test_a_critical_admission_preemptor_bound_to_its_node_is_planned(ledger: Engine) -> None:
+    view = three_full_nodes()
+    view.items["urgent-0"]["spec"]["nodeName"] = "node-1"
+    path = view.path(ledger)
+    request = dataclasses.replace(view.request("urgent-0"), strategy=Strategy.CRITICAL_ADMISSION)
+    decided = path.decide(request)
+    assert isinstance(decided, Decided)  # the kubelet's planner judged it (not critical)
+    assert decided.decision.verdict is Verdict.INELIGIBLE
+    assert "the kubelet preempts only for critical pods" in decided.decision.message
+
+
+def test_nothing_is_decided_before_the_views_first_sync(ledger: Engine) -> None:
+    view = three_full_nodes()
+    view.wait_ready = lambda timeout=None: False  # type: ignore[method-assign]
+    with pytest.raises(ViewNotReadyError):
+        view.path(ledger, view_ready_timeout=0.01).decide(view.request("urgent-0"))
