@@ -49,8 +49,8 @@ from the first event not yet recorded.
 
 `UpstreamIndex` remembers, in memory and bounded, which victims upstream preempted for which
 preemptor, so that a dry-run decision made after upstream acted is made on the cluster as it
-was before (`ShadowView`). Only confirmed victims enter it, so no Event can make a running
-pod read as running forever.
+was before (`ShadowView`). Only confirmed victims enter it (as soon as they are confirmed,
+before the ledger's write), so no Event can make a running pod read as running forever.
 
 Why: kube-scheduler preempts in the same scheduling cycle that marks the pod Unschedulable
 (which is what starts our dry run), so our decision usually comes after its victims are
@@ -589,6 +589,10 @@ class UpstreamRecorder(ListWatch[RecorderStats]):
         if refused is not None:
             self._skip(*refused, obj)
             return None
+        if self.index is not None:
+            # Now, not once the ledger has the row: the dry run reads the cluster as it was
+            # from this moment on, and the ledger's write (and its cap) is about rows only.
+            self.index.add(found)
         return found
 
     def _corroborate(self, found: UpstreamPreemption) -> tuple[Skip, str] | None:
@@ -628,8 +632,6 @@ class UpstreamRecorder(ListWatch[RecorderStats]):
             self._victims[preemption.victim_uid] = preemption.event_uid
             while len(self._victims) > self._victims_remembered:
                 self._victims.popitem(last=False)
-        if self.index is not None:
-            self.index.add(preemption)
 
     def _skip(self, skip: Skip, why: str, obj: Any = None) -> None:
         self.stats.skipped += 1
