@@ -173,16 +173,10 @@ def _workflow_id_of(kube: KubeClient, target: str) -> str:
     namespace, _, name = target.partition("/")
     if not namespace or not name or "/" in name:
         raise UsageError(f"expected NAMESPACE/NAME or a preemption ID, not {target!r}")
-    pod = _current_pod(kube, namespace, name)
-    if pod is None:
+    uid = get_pod(kube, PodRef(namespace, name, uid="")).uid  # whatever pod has the name now
+    if uid is None:
         raise UsageError(f"{target} is gone: nothing to retry")
-    return workflow_id_for(namespace, name, str(pod["metadata"]["uid"]))
-
-
-def _current_pod(kube: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
-    """The pod under that name now, whatever its UID (None when there is none)."""
-    lookup = get_pod(kube, PodRef(namespace, name, uid=""))
-    return lookup.pod
+    return workflow_id_for(namespace, name, uid)
 
 
 def _cluster(settings: Settings) -> KubeClient:
@@ -215,7 +209,7 @@ def _refuse_if_done(kube: KubeClient, namespace: str, name: str, uid: str) -> No
         raise UsageError(f"{key} is gone: nothing to retry")
     if lookup.presence is Presence.REPLACED:
         raise UsageError(f"{key} is now another pod (uid changed): nothing to retry")
-    node = ((lookup.pod or {}).get("spec") or {}).get("nodeName")
+    node = lookup.node_name
     if node:
         raise UsageError(f"{key} is already bound to {node}: nothing to retry")
 
