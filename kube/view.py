@@ -58,12 +58,15 @@ from preemptctl.kube.reflector import (
     Sink,
     describe,
 )
+from preemptctl.preemption.objects import Pod
 from preemptctl.preemption.snapshot import ClusterSnapshot
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-Listener = Callable[[str, str, Obj], None]
+PodListener = Callable[[str, str, Pod | None], None]
+"""`listener(event_type, uid, pod)`: a Pod watch event, applied; `pod` as the view decoded
+it for its snapshot (None once deleted, or left out as unreadable)."""
 # How the view runs a reflector: `spawn(name, target)` runs `target` in a thread of its own.
 ThreadSpawner = Callable[[str, Callable[[], None]], object]
 KINDS = (NODE, POD, PDB, NAMESPACE, PVC, PV, STORAGE_CLASS, CSI_NODE, VOLUME_ATTACHMENT)
@@ -91,7 +94,7 @@ class ClusterView(Sink):
         self._kinds = kinds
         self._versions: dict[str, dict[str, str]] = {kind.name: {} for kind in kinds}
         self._synced: set[str] = set()
-        self._listeners: list[Listener] = []
+        self._listeners: list[PodListener] = []
         self.ready = threading.Event()
         self.stats = ViewStats()
         self._on_rejected = on_rejected
@@ -163,9 +166,10 @@ class ClusterView(Sink):
         with self._lock:
             yield self._snapshot
 
-    def subscribe(self, listener: Listener) -> None:
-        """Call `listener(event_type, kind, obj)` after each applied watch event (outside the
-        lock; from the watch thread, so keep it quick). For the trigger loop."""
+    def subscribe(self, listener: PodListener) -> None:
+        """Call `listener(event_type, uid, pod)` after each applied Pod watch event, with the
+        pod as the view decoded it (outside the lock; from the watch thread, so keep it
+        quick). For the trigger loop, which so never decodes a pod again."""
         self._listeners.append(listener)
 
     def reflector_stats(self) -> dict[str, ReflectorStats]:
@@ -208,14 +212,20 @@ class ClusterView(Sink):
                 self._remove(kind, key)
 
     def apply_event(self, kind: Kind, event_type: str, obj: Obj) -> None:
+        key = kind.key(obj)
         with self._lock:
             if event_type == "DELETED":
-                self._remove(kind, kind.key(obj))
+                self._remove(kind, key)
             else:
                 self._upsert(kind, obj)
+            # The pod as the snapshot now keeps it: decoded once, here (the view replaces a
+            # changed pod, never mutates it, so it may be handed on outside the lock).
+            pod = self._snapshot.pods.get(key) if kind is POD else None
+        if kind is not POD:
+            return
         for listener in self._listeners:
             try:
-                listener(event_type, kind.name, obj)
+                listener(event_type, key, pod)
             except Exception:
                 log.exception("cluster view listener failed on %s %s", event_type, kind.name)
 

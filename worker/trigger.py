@@ -1,42 +1,32 @@
-"""The trigger loop: which pods get a preemption, and when.
+"""The trigger loop: starts the preemption of each pod that needs room, and follows it.
 
-A pod triggers a preemption when it is pending and unschedulable (`PodScheduled=False`,
-reason `Unschedulable`), served by one of our scheduler names, at or above the minimum
-priority, not `preemptionPolicy: Never`, not terminating, and not already being preempted.
-A critical pod the kubelet refused for lack of resources (phase Failed, reason `OutOf…`)
-gets the kubelet's critical-admission strategy instead, once per admission failure: the
-kubelet never admits a Failed pod again, so evicting for it each time its node fills would
-cost victims for nothing.
+The rules (`worker.trigger_rules`) say which pods need a preemption (`trigger_reason`) and
+when each is tried again (`RetryBook`: backoff after a failed start or an end, parking
+after a non-retryable end); this loop applies them to the cluster view and to Temporal. A
+critical pod the kubelet refused gets one critical-admission preemption per admission
+failure: the kubelet never admits a Failed pod again, so evicting for it each time its node
+fills would cost victims for nothing. A parked pod is tried again when it changes, when a
+person asks (`TriggerLoop.retry` in-process, or a new run of its workflow started by
+`preemptctl retry`, seen at the next resync).
 
-When a pod is tried again (`RetryBook`):
-- a failed start (Temporal unavailable, a timeout) is retried after 1 s, doubling up to
-  10 s, as the scheduler's backoff queue spaces retries (podInitialBackoff, podMaxBackoff);
-- a preemption that ended while its pod still needs room (failed, aborted, fruitless, a dry
-  run, a decision the scheduler disagrees with) is retried after 10 s, doubling up to
-  `settings.retry_backoff_max_seconds`, as the scheduler's unschedulable queue is flushed;
-- a preemption that ended non-retryable (`PreemptionResult.retryable` False: an RBAC
-  denial, a preemptor the planner refuses as Unsupported) parks its pod until the pod
-  changes (its spec or labels) or a person retries it (`TriggerLoop.retry` in-process, or
-  a new run of its workflow started by `preemptctl retry`, seen at the next resync).
-
-At most `max_in_flight` preemptions run at once from this worker; any number of workers may
-run, since the workflow ID (from the pod's UID) lets only one preemption per pod exist.
-Every Temporal call in the loop survives an unavailable or slow server: the pod waits out a
-backoff and the loop goes on. Memory is bounded by the cluster: a deleted pod is forgotten,
-and only the latest `FINISHED_KEPT` finished preemptions are kept for dev mode's report.
+The view hands the loop each pod as it decoded it for its snapshot (`ClusterView.subscribe`),
+so no watched pod is decoded twice. At most `max_in_flight` preemptions run at once from this
+worker; any number of workers may run, since the workflow ID (from the pod's UID) lets only
+one preemption per pod exist. Every Temporal call in the loop survives an unavailable or slow
+server: the pod waits out a backoff and the loop goes on. Memory is bounded by the cluster:
+a deleted pod is forgotten, and only the latest `FINISHED_KEPT` finished preemptions are
+kept for dev mode's report.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -46,12 +36,18 @@ from temporalio.service import RPCError, RPCStatusCode
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.vocabulary import Fate
 from preemptctl.preemption.decision import PodRef, Strategy
-from preemptctl.preemption.decode import decode_pod
-from preemptctl.preemption.objects import PREEMPT_NEVER, Pod
+from preemptctl.preemption.objects import Pod
 from preemptctl.worker.cancellation import cancel_and_wait
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.starter import start_preemption
+from preemptctl.worker.trigger_rules import (
+    Parked,
+    PendingPod,
+    RetryBook,
+    pod_signature,
+    trigger_reason,
+)
 from preemptctl.workflows.contract import (
     PreemptionRequest,
     PreemptionResult,
@@ -62,168 +58,8 @@ from preemptctl.workflows.preemption import PreemptionWorkflow
 
 log = logging.getLogger(__name__)
 
-INITIAL_BACKOFF = 1.0  # after a start that did not happen
-MAX_BACKOFF = 10.0  # cap of the start backoff; the first wait after a preemption ended
 FINISHED_KEPT = 1000  # finished preemptions kept for dev mode's report
 RPC_TIMEOUT = timedelta(seconds=10)
-
-# Pod fields that change without the pod asking anything new of the cluster: a parked pod
-# stays parked across them.
-STATUS_FIELDS = frozenset(
-    {
-        "resource_version",
-        "unschedulable",
-        "phase",
-        "status_reason",
-        "start_time",
-        "nominated_node_name",
-        "disrupted_by_scheduler",
-        "terminating",
-    }
-)
-
-
-def trigger_reason(pod: Pod, settings: Settings) -> tuple[str, Strategy] | None:
-    """Why `pod` needs a preemption now, and by which strategy; None when it does not."""
-    if pod.terminating or pod.priority < settings.min_priority:
-        return None
-    if pod.preemption_policy == PREEMPT_NEVER:
-        return None
-    if (
-        pod.node_name
-        and pod.phase == "Failed"
-        and pod.is_critical()
-        and pod.status_reason.startswith("OutOf")
-    ):
-        return f"admission failed ({pod.status_reason})", Strategy.CRITICAL_ADMISSION
-    if pod.scheduler_name not in settings.scheduler_names:
-        return None
-    if not pod.node_name and pod.phase == "Pending" and pod.unschedulable:
-        return "Unschedulable", Strategy.DEFAULT
-    return None
-
-
-def pod_signature(pod: Pod) -> str:
-    """What the pod asks of the cluster (spec and labels, not status): a parked pod is
-    tried again when this changes."""
-    return repr(
-        tuple(
-            (field.name, getattr(pod, field.name))
-            for field in dataclasses.fields(pod)
-            if field.name not in STATUS_FIELDS
-        )
-    )
-
-
-@dataclass(frozen=True)
-class Parked:
-    """A pod whose preemption ended for a cause retrying cannot fix."""
-
-    uid: str
-    pod: str  # namespace/name
-    reason: str
-    since: datetime
-    signature: str
-
-
-@dataclass
-class _Entry:
-    starts: int = 0  # consecutive starts that did not happen
-    ends: int = 0  # consecutive preemptions that ended with the pod still needing room
-    next: float = 0.0
-    parked: Parked | None = None
-
-
-class RetryBook:
-    """Per-pod retry state: when each pod may be tried next, and which pods are parked.
-
-    Times are the caller's clock (monotonic seconds), so tests drive it with a fake one."""
-
-    def __init__(self, maximum: float) -> None:
-        self._maximum = maximum
-        self._entries: dict[str, _Entry] = {}
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __contains__(self, uid: object) -> bool:
-        return uid in self._entries
-
-    def due(self, uid: str, now: float) -> bool:
-        entry = self._entries.get(uid)
-        return entry is None or (entry.parked is None and now >= entry.next)
-
-    def start_failed(self, uid: str, now: float) -> float:
-        """A start did not happen: wait 1 s, doubling up to 10 s. Returns the wait."""
-        entry = self._entries.setdefault(uid, _Entry())
-        entry.starts += 1
-        delay = min(INITIAL_BACKOFF * 2.0 ** min(entry.starts - 1, 32), MAX_BACKOFF)
-        entry.next = max(entry.next, now + delay)
-        return delay
-
-    def started(self, uid: str) -> None:
-        self._entries.setdefault(uid, _Entry()).starts = 0
-
-    def ended(self, uid: str, now: float) -> float:
-        """A preemption for `uid` ended; if its pod still needs room, it waits 10 s, doubling
-        with each further end, up to the cap. Returns the wait."""
-        entry = self._entries.setdefault(uid, _Entry())
-        entry.ends += 1
-        delay = self.retry_delay(entry.ends)
-        entry.next = max(entry.next, now + delay)
-        return delay
-
-    def retry_delay(self, ends: int) -> float:
-        return min(MAX_BACKOFF * 2.0 ** min(max(ends - 1, 0), 32), self._maximum)
-
-    def current_delay(self, uid: str) -> float:
-        """The wait after the latest end (at least the first one)."""
-        entry = self._entries.get(uid)
-        return self.retry_delay(entry.ends if entry is not None else 1)
-
-    def hold(self, uid: str, until: float) -> None:
-        """Do not try `uid` before `until`."""
-        entry = self._entries.setdefault(uid, _Entry())
-        entry.next = max(entry.next, until)
-
-    def tried(self, uid: str) -> bool:
-        """At least one preemption for `uid` ended since it began needing room."""
-        entry = self._entries.get(uid)
-        return entry is not None and (entry.ends > 0 or entry.parked is not None)
-
-    def park(self, parked: Parked) -> None:
-        entry = self._entries.setdefault(parked.uid, _Entry())
-        entry.ends += 1
-        entry.parked = parked
-
-    def parked(self, uid: str) -> Parked | None:
-        entry = self._entries.get(uid)
-        return entry.parked if entry is not None else None
-
-    def all_parked(self) -> list[Parked]:
-        return [e.parked for e in self._entries.values() if e.parked is not None]
-
-    def unpark(self, uid: str) -> None:
-        """Try `uid` again now, its backoff started over."""
-        self._entries.pop(uid, None)
-
-    def waiting(self, now: float) -> int:
-        """Pods backing off (not parked) at `now`."""
-        return sum(1 for e in self._entries.values() if e.parked is None and e.next > now)
-
-    def forget(self, uid: str) -> None:
-        self._entries.pop(uid, None)
-
-    def uids(self) -> list[str]:
-        return list(self._entries)
-
-
-@dataclass
-class PendingPod:
-    pod: Pod
-    reason: str
-    strategy: Strategy
-
 
 Reporter = Callable[[str, dict[str, Any]], None]
 # How the loop runs its task: `spawn(name, factory)`, e.g. a supervisor that restarts it.
@@ -283,7 +119,7 @@ class TriggerLoop:
     def start(self, spawn: Spawner = _create_task) -> None:
         """Start the loop as a task made by `spawn` (a supervisor restarts it if it crashes)."""
         self._loop = asyncio.get_running_loop()
-        self._view.subscribe(self._on_watch_event)
+        self._view.subscribe(self._on_pod_event)
         self.resync()
         self._task = spawn("trigger-loop", self.run)
 
@@ -388,23 +224,17 @@ class TriggerLoop:
         if uid not in self._in_flight:
             self._book.forget(uid)
 
-    def _on_watch_event(self, event_type: str, kind: str, obj: dict[str, Any]) -> None:
-        """From the view's watch thread: keep the pending pods current, and tell a preemption
-        its preemptor was bound the moment the watch shows it. An object the planner cannot
-        read is the view's to report; here it is just not a pending pod."""
-        if kind != "Pod":
-            return
-        try:
-            pod = decode_pod(obj)
-        except Exception:
-            uid = (obj.get("metadata") or {}).get("uid") if isinstance(obj, dict) else None
-            if isinstance(uid, str):
-                with self._lock:
-                    self._pending.pop(uid, None)
-            return
+    def _on_pod_event(self, event_type: str, uid: str, pod: Pod | None) -> None:
+        """From the view's watch thread, with the pod as the view decoded it: keep the
+        pending pods current, and tell a preemption its preemptor was bound the moment the
+        watch shows it. A pod the planner cannot read (`pod` None) is the view's to report;
+        here it is just not a pending pod."""
         with self._lock:
             if event_type == "DELETED":
-                self._forget(pod.uid)
+                self._forget(uid)
+            elif pod is None:
+                self._pending.pop(uid, None)
+                return
             else:
                 # A parked pod bound now: a run `preemptctl retry` started (from any process)
                 # is waiting for this bind; tell it as the loop tells its own runs.

@@ -16,6 +16,8 @@ Scenarios:
 - while a reader holds the snapshot, no update is applied to it;
 - a pod the planner cannot read is left out and counted, and the rest of the view is intact;
 - listeners hear each applied event;
+- a listener is handed the pod the snapshot keeps (decoded once, by the view), None for a
+  pod left out as unreadable and for a deleted one; other kinds are not handed on;
 - stop ends the watch threads promptly.
 """
 
@@ -326,8 +328,8 @@ def test_listeners_hear_applied_events(
     heard: list[tuple[str, str, str]] = []
     view = make_view()
     view.subscribe(
-        lambda kind_of_event, kind, obj: heard.append(
-            (kind_of_event, kind, obj["metadata"]["name"])
+        lambda kind_of_event, uid, decoded: heard.append(
+            (kind_of_event, "Pod", decoded.name if decoded is not None else uid)
         )
     )
     assert view.wait_ready(5)
@@ -336,6 +338,38 @@ def test_listeners_hear_applied_events(
     while not heard and time.monotonic() < deadline:
         time.sleep(0.02)
     assert heard == [("ADDED", "Pod", "new")]
+
+
+def test_listeners_get_the_snapshots_own_pod_decoded_once(
+    emulator: Emulator, make_view: Callable[..., ClusterView]
+) -> None:
+    heard: list[tuple[str, str, Any]] = []
+    kept: list[bool] = []  # each decoded pod handed on is the one the snapshot holds
+    view = make_view()
+
+    def listen(event_type: str, uid: str, decoded: Any) -> None:
+        with view.read() as snapshot:
+            kept.append(decoded is snapshot.pods.get(uid))
+        heard.append((event_type, uid, decoded))
+
+    view.subscribe(listen)
+    assert view.wait_ready(5)
+    readable = emulator.store.load(PODS, pod("new"))
+    emulator.store.load(PODS, pod("broken", cpu="5x"))
+    emulator.store.load(NODES, node("n9"))
+    emulator.store.delete(PODS, "default", "new", grace_period=0)
+    deadline = time.monotonic() + 3
+    while len(heard) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    uid = readable["metadata"]["uid"]
+    assert [(event_type, decoded is None) for event_type, _, decoded in heard] == [
+        ("ADDED", False),
+        ("ADDED", True),
+        ("DELETED", True),
+    ]
+    added = heard[0][2]
+    assert (heard[0][1], added.uid, added.name) == (uid, uid, "new")
+    assert kept == [True, True, True]
 
 
 def test_stop_ends_watch_threads_promptly(emulator: Emulator, kube: KubeClient) -> None:

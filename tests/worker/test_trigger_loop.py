@@ -43,6 +43,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from preemptctl.ledger.vocabulary import Outcome
+from preemptctl.preemption.decode import decode_pod
+from preemptctl.preemption.objects import Pod
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.trigger import TriggerLoop
@@ -80,32 +82,34 @@ def refused_critical_pod(uid: str = "uid-crit") -> dict[str, Any]:
 
 
 class FakeView:
-    """The view's read()/subscribe() over a dict of pods a test edits."""
+    """The view's read()/subscribe() over a dict of pods a test edits; it hands listeners
+    each pod decoded, as the view does."""
 
     def __init__(self) -> None:
         self.pods: dict[str, Any] = {}
-        self.listeners: list[Callable[[str, str, dict[str, Any]], None]] = []
+        self.listeners: list[Callable[[str, str, Pod | None], None]] = []
 
     @contextmanager
     def read(self) -> Iterator[Any]:
-        from preemptctl.preemption.decode import decode_pod
-
         @dataclass
         class Snapshot:
             pods: dict[str, Any]
 
         yield Snapshot({uid: decode_pod(obj) for uid, obj in self.pods.items()})
 
-    def subscribe(self, listener: Callable[[str, str, dict[str, Any]], None]) -> None:
+    def subscribe(self, listener: Callable[[str, str, Pod | None], None]) -> None:
         self.listeners.append(listener)
 
     def event(self, event_type: str, obj: dict[str, Any]) -> None:
+        uid = obj["metadata"]["uid"]
+        decoded = None
         if event_type == "DELETED":
-            self.pods.pop(obj["metadata"]["uid"], None)
+            self.pods.pop(uid, None)
         else:
-            self.pods[obj["metadata"]["uid"]] = obj
+            self.pods[uid] = obj
+            decoded = decode_pod(obj)
         for listener in self.listeners:
-            listener(event_type, "Pod", obj)
+            listener(event_type, uid, decoded)
 
 
 @dataclass

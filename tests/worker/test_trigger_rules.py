@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from preemptctl.preemption.decision import Strategy
 from preemptctl.preemption.objects import Pod, Resources
 from preemptctl.worker.config import Settings
-from preemptctl.worker.trigger import Parked, RetryBook, pod_signature, trigger_reason
+from preemptctl.worker.trigger_rules import Parked, RetryBook, pod_signature, trigger_reason
 
 SETTINGS = Settings(min_priority=100, scheduler_names=("default-scheduler", "batch-scheduler"))
 
