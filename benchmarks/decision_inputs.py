@@ -34,14 +34,8 @@ from preemptctl.ledger.inputs import compress
 from preemptctl.preemption.decision import Strategy
 from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.default_preemption import preempt
-from preemptctl.preemption.recorded_inputs import (
-    EncodedCache,
-    capture,
-    compare,
-    decision_summary,
-    dumps,
-    rebuild,
-)
+from preemptctl.preemption.inputs_replay import compare, rebuild
+from preemptctl.preemption.recorded_inputs import EncodedCache, capture, decision_summary, dumps
 from preemptctl.preemption.snapshot import ClusterSnapshot
 
 

@@ -1,4 +1,4 @@
-"""A decision's inputs as plain JSON data, and the planner's arguments rebuilt from them.
+"""What a decision's inputs are: captured under the decision lock, encoded as JSON after it.
 
 `preemptctl replay --decision` answers "would this version have evicted the same pods?"
 long after the cluster has changed, so each decision keeps what the planner read. Keeping
@@ -19,44 +19,30 @@ decision depends on is much less:
 
 Two steps, so that the part under the decision lock stays cheap: `capture` (under the lock)
 takes references only (the view replaces a changed object, never mutates it) and the few
-per-node sums; `to_json` (after the commit) encodes them. `rebuild` turns the JSON back into
-a `ClusterSnapshot` in which each node's unrecorded pods stand as one pod carrying their
-summed requests and ports plus placeholders for their count; `compare` says how a replayed
-decision differs from the recorded one. A replay whose dry run walks a node recorded as
-sums only cannot judge that node's victims: `Rebuilt.summarised` lets the caller say so.
-
-Objects are encoded field by field from their dataclass definitions (fields at their
-default are left out), and decoded by their type hints, so a field added later reads as its
-default in inputs recorded before it.
+per-node sums; `to_json` (after the commit) encodes them, objects through the generic
+dataclass codec (`preemption.dataclass_codec`), each pod's and node's JSON reused between
+decisions (`EncodedCache`). Replaying them (rebuild, compare) is `preemption.inputs_replay`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import operator
-import types
-import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import orjson
 
+from preemptctl.preemption.dataclass_codec import encode
 from preemptctl.preemption.decision import PLANNER_VERSION, Decision, Strategy
 from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.preemption.objects import (
-    CSINode,
     HostPort,
     Namespace,
     Node,
-    PersistentVolume,
-    PersistentVolumeClaim,
     Pod,
     PodDisruptionBudget,
     Resources,
-    StorageClass,
-    VolumeAttachment,
 )
 from preemptctl.preemption.pod_constraints import term_matches
 from preemptctl.preemption.selectors import label_selector_matches
@@ -64,11 +50,6 @@ from preemptctl.preemption.snapshot import ClusterSnapshot
 
 FORMAT = 1
 """The layout of the JSON `to_json` writes; `rebuild` refuses a newer one."""
-
-SUMMARY_NAMESPACE = ""
-"""The namespace of the stand-ins for a node's unrecorded pods: no selector names it."""
-STAND_IN_PRIORITY = 2**31 - 1
-"""Stand-ins are never victims: a replay that would need their victims says so instead."""
 
 
 # -- capture (under the decision lock: references and sums only) ------------------------------
@@ -372,321 +353,3 @@ def _rest(total: NodeSums, kept: Iterable[Pod]) -> Resources:
         for name, amount in pod.requests.scalars:
             scalars[name] = scalars.get(name, 0) - amount
     return Resources(cpu, memory, ephemeral, tuple(sorted((n, a) for n, a in scalars.items() if a)))
-
-
-# -- rebuild ------------------------------------------------------------------------------------
-
-
-class RecordedInputsError(ValueError):
-    """Recorded inputs this version cannot read (a newer format, or damaged data)."""
-
-
-@dataclass(slots=True)
-class Rebuilt:
-    """The planner's arguments again: the view, the preemptor, strategy and arguments."""
-
-    snapshot: ClusterSnapshot
-    preemptor: Pod
-    strategy: Strategy
-    args: PreemptionArgs
-    recorded: dict[str, Any]
-    summarised: frozenset[str]
-    """Nodes whose unrecorded pods stand as sums: a dry run there cannot be judged."""
-    claims: list[str]
-
-
-_STORAGE: dict[str, tuple[type[Any], str, str]] = {
-    "claims": (PersistentVolumeClaim, "claims", "key"),
-    "volumes": (PersistentVolume, "volumes", "name"),
-    "storageClasses": (StorageClass, "storage_classes", "name"),
-    "csiNodes": (CSINode, "csinodes", "name"),
-    "volumeAttachments": (VolumeAttachment, "volume_attachments", "name"),
-}
-
-
-def rebuild(document: Mapping[str, Any]) -> Rebuilt:
-    """A snapshot and planner arguments from `to_json`'s output; `RecordedInputsError` when
-    the document is not one this version can read."""
-    try:
-        version = document.get("format")
-        if not isinstance(version, int) or version > FORMAT:
-            raise RecordedInputsError(
-                f"recorded inputs in format {version!r}; this version reads up to {FORMAT}"
-            )
-        snapshot = ClusterSnapshot()
-        for node in document["nodes"]:
-            snapshot.upsert_node(decode(Node, node))
-        for pod in document["pods"]:
-            snapshot.upsert_pod(decode(Pod, pod))
-        for name, (count, requests, ports) in document["podSums"].items():
-            for pod in stand_ins(name, count, decode(Resources, requests), decode_ports(ports)):
-                snapshot.upsert_pod(pod)
-        for pdb in document["pdbs"]:
-            snapshot.upsert_pdb(decode(PodDisruptionBudget, pdb))
-        for namespace in document["namespaces"]:
-            snapshot.upsert_namespace(decode(Namespace, namespace))
-        for kind, objs in document.get("storage", {}).items():
-            cls, store, key = _STORAGE[kind]
-            for raw in objs:
-                obj = decode(cls, raw)
-                getattr(snapshot, store)[getattr(obj, key)] = obj
-        for uid, node_name in document["rejected"].items():
-            snapshot.reject_pod(uid, node_name)
-        preemptor = decode(Pod, document["preemptor"])
-        snapshot.upsert_pod(preemptor)
-        return Rebuilt(
-            snapshot,
-            preemptor,
-            Strategy(document["strategy"]),
-            decode(PreemptionArgs, document["args"]),
-            dict(document["decision"]),
-            frozenset(document["podSums"]),
-            list(document["claims"]),
-        )
-    except RecordedInputsError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise RecordedInputsError(f"recorded inputs unreadable: {error!r}") from None
-
-
-def decode_ports(raw: Any) -> tuple[HostPort, ...]:
-    return tuple(HostPort(*port) for port in raw)
-
-
-def stand_ins(node: str, count: int, requests: Resources, ports: tuple[HostPort, ...]) -> list[Pod]:
-    """`count` pods on `node` that together request `requests` and use `ports`."""
-    pods = [
-        Pod(
-            SUMMARY_NAMESPACE,
-            f"{node}#{index}",
-            f"stand-in/{node}/{index}",
-            STAND_IN_PRIORITY,
-            requests if index == 0 else Resources(),
-            node_name=node,
-            host_ports=ports if index == 0 else (),
-            phase="Running",
-        )
-        for index in range(count)
-    ]
-    return pods
-
-
-# -- compare ------------------------------------------------------------------------------------
-
-
-def compare(recorded: Mapping[str, Any], replayed: Mapping[str, Any]) -> list[str]:
-    """How the replayed decision differs from the recorded one, one line per difference;
-    empty when it is the same decision (verdict, node and victims)."""
-    lines = []
-    if recorded["verdict"] != replayed["verdict"]:
-        lines.append(f"verdict: {recorded['verdict']} -> {replayed['verdict']}")
-    if recorded["node"] != replayed["node"]:
-        lines.append(f"node: {recorded['node'] or '(none)'} -> {replayed['node'] or '(none)'}")
-    before = {v["uid"]: v for v in recorded["victims"]}
-    after = {v["uid"]: v for v in replayed["victims"]}
-    removed = [_victim(v) for uid, v in before.items() if uid not in after]
-    added = [_victim(v) for uid, v in after.items() if uid not in before]
-    if removed:
-        lines.append(f"victims removed: {', '.join(removed)}")
-    if added:
-        lines.append(f"victims added: {', '.join(added)}")
-    if lines and recorded["criterion"] != replayed["criterion"]:
-        lines.append(
-            f"deciding criterion: {recorded['criterion'] or '(none)'} -> "
-            f"{replayed['criterion'] or '(none)'}"
-        )
-    return lines
-
-
-def _victim(victim: Mapping[str, Any]) -> str:
-    return f"{victim['namespace']}/{victim['name']} (priority {victim['priority']})"
-
-
-# -- the codec ----------------------------------------------------------------------------------
-
-
-_ENCODERS: dict[type, Callable[[Any], dict[str, Any]]] = {}
-_NO_DEFAULT = object()
-_PRIMITIVES = (str, int, float, bool, type(None))
-NOT_INPUTS = frozenset({"resource_version"})
-"""Fields the planner never reads (kept by the view for writes), left out of the inputs."""
-
-
-@functools.cache
-def _fields(cls: type) -> tuple[tuple[str, Any], ...]:
-    """A dataclass's init fields with their defaults (`_NO_DEFAULT` when required)."""
-    found = []
-    for field in dataclasses.fields(cls):
-        if not field.init:
-            continue
-        if field.default is not dataclasses.MISSING:
-            default = field.default
-        elif field.default_factory is not dataclasses.MISSING:
-            default = field.default_factory()
-        else:
-            default = _NO_DEFAULT
-        found.append((field.name, default))
-    return tuple(found)
-
-
-def _is_primitive(hint: Any) -> bool:
-    if hint in _PRIMITIVES:
-        return True
-    origin = typing.get_origin(hint)
-    if origin is typing.Union or origin is types.UnionType:
-        return all(_is_primitive(arg) for arg in typing.get_args(hint))
-    return False
-
-
-def _plain_mapping(value: Mapping[str, Any]) -> dict[str, Any]:
-    return value if type(value) is dict else dict(value)
-
-
-def _flat(hint: Any) -> bool:
-    """A primitive, or a (named) tuple of primitives and flat tuples: JSON arrays as is."""
-    if _is_primitive(hint):
-        return True
-    if typing.get_origin(hint) is tuple:
-        return all(arg is Ellipsis or _flat(arg) for arg in typing.get_args(hint))
-    return False
-
-
-def _named_tuples(value: tuple[tuple[Any, ...], ...]) -> list[tuple[Any, ...]]:
-    return [tuple(item) for item in value]
-
-
-def _converter(hint: Any) -> Any:
-    """How a field of this type becomes JSON-able data: None when it already is."""
-    if _flat(hint):
-        return None
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is Mapping and all(_is_primitive(arg) for arg in args):
-        return _plain_mapping
-    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        item = args[0]
-        named = isinstance(item, type) and issubclass(item, tuple) and hasattr(item, "_fields")
-        if named and all(_flat(h) for h in _hints(item).values()):
-            return _named_tuples
-    return encode
-
-
-@functools.cache
-def _plan(cls: type) -> tuple[tuple[str, Any, Any], ...]:
-    """How to encode each field of a dataclass: name, default, converter (None: as is)."""
-    hints = _hints(cls)
-    return tuple(
-        (name, default, _converter(hints[name]))
-        for name, default in _fields(cls)
-        if name not in NOT_INPUTS
-    )
-
-
-def _encoder(cls: type) -> Callable[[Any], dict[str, Any]]:
-    """The function that encodes a `cls`, written out field by field from its plan (as
-    `dataclasses` writes `__init__`): a loop over the plan costs twice as much, and
-    a decision's inputs hold some 20,000 pods and nodes."""
-    found = _ENCODERS.get(cls)
-    if found is None:
-        plan = _plan(cls)
-        constants: dict[str, Any] = {}
-        lines = []
-        leading = 0  # required fields before the first optional one: one dict display
-        while leading < len(plan) and plan[leading][1] is _NO_DEFAULT:
-            leading += 1
-        shown = ", ".join(
-            f"{name!r}: {_converted(f'value.{name}', index, convert, constants)}"
-            for index, (name, _, convert) in enumerate(plan[:leading])
-        )
-        lines.append(f"    shown = {{{shown}}}")
-        for index, (name, default, convert) in enumerate(plan[leading:], leading):
-            item = _converted("item", index, convert, constants)
-            lines.append(f"    item = value.{name}")
-            if default is _NO_DEFAULT:
-                lines.append(f"    shown[{name!r}] = {item}")
-                continue
-            constants[f"default_{index}"] = default
-            lines.append(f"    if item is not default_{index} and item != default_{index}:")
-            lines.append(f"        shown[{name!r}] = {item}")
-        source = "def encoder(value):\n" + "\n".join(lines) + "\n    return shown\n"
-        exec(source, constants)  # the source names only the class's own fields
-        found = _ENCODERS[cls] = constants["encoder"]
-    return found
-
-
-def _converted(item: str, index: int, convert: Any, constants: dict[str, Any]) -> str:
-    """The expression for one field's JSON-able value in `_encoder`'s source."""
-    if convert is None:
-        return item
-    constants[f"convert_{index}"] = convert
-    return f"convert_{index}({item})"
-
-
-def encode(value: Any) -> Any:
-    """JSON-able data for a domain object: a dataclass as an object of its fields not at
-    their default, a named or plain tuple as an array, a set as a sorted array."""
-    kind = type(value)
-    if kind in _PRIMITIVES:
-        return value
-    encoder = _ENCODERS.get(kind)
-    if encoder is not None:
-        return encoder(value)
-    if isinstance(value, tuple | list):
-        return [encode(item) for item in value]
-    if dataclasses.is_dataclass(value):
-        return _encoder(kind)(value)
-    if isinstance(value, frozenset | set):
-        return sorted(encode(item) for item in value)
-    if isinstance(value, Mapping):
-        return {str(key): encode(item) for key, item in value.items()}
-    raise TypeError(f"cannot encode {type(value).__name__}")
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-_T = typing.TypeVar("_T")
-
-
-def decode(cls: type[_T], raw: Any) -> _T:
-    """The object `encode` wrote for a `cls`."""
-    return typing.cast(_T, _decode(cls, raw))
-
-
-def _decode(hint: Any, raw: Any) -> Any:
-    origin = typing.get_origin(hint)
-    if origin is typing.Union or origin is types.UnionType:
-        if raw is None:
-            return None
-        (inner,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-        return _decode(inner, raw)
-    if origin is tuple:
-        args = typing.get_args(hint)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_decode(args[0], item) for item in raw)
-        return tuple(_decode(arg, item) for arg, item in zip(args, raw, strict=True))
-    if origin is frozenset:
-        (inner,) = typing.get_args(hint)
-        return frozenset(_decode(inner, item) for item in raw)
-    if origin is dict or origin is Mapping:
-        _, inner = typing.get_args(hint)
-        return {key: _decode(inner, item) for key, item in raw.items()}
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        hints = _hints(hint)
-        known = {name for name, _ in _fields(hint)}
-        return hint(**{k: _decode(hints[k], v) for k, v in raw.items() if k in known})
-    if isinstance(hint, type) and issubclass(hint, tuple) and hasattr(hint, "_fields"):
-        hints = _hints(hint)
-        return hint(
-            *(_decode(hints[name], item) for name, item in zip(hint._fields, raw, strict=False))
-        )
-    if hint is float:
-        return None if raw is None else float(raw)
-    if hint in (int, str, bool):
-        if not isinstance(raw, hint):
-            raise RecordedInputsError(f"expected {hint.__name__}, found {raw!r}")
-        return raw
-    if hint is Any:
-        return raw
-    raise RecordedInputsError(f"cannot decode {hint!r}")

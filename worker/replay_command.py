@@ -37,13 +37,9 @@ from preemptctl.ledger.errors import LedgerError, LedgerUnavailableError
 from preemptctl.ledger.inputs import RECORDING_VERSION, RecordedInputs, latest
 from preemptctl.ledger.narrative import format_time
 from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.preemption.inputs_replay import RecordedInputsError, compare, rebuild
 from preemptctl.preemption.planner import plan
-from preemptctl.preemption.recorded_inputs import (
-    RecordedInputsError,
-    compare,
-    decision_summary,
-    rebuild,
-)
+from preemptctl.preemption.recorded_inputs import decision_summary
 from preemptctl.worker.errors import Unavailable, UsageError, add_output_flag
 from preemptctl.worker.ledger_commands import open_ledger
 from preemptctl.worker.temporal_worker import workflow_runner

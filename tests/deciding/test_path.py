@@ -57,8 +57,9 @@ from preemptctl.ledger.inputs import latest
 from preemptctl.ledger.models import decision_inputs, events
 from preemptctl.preemption.decision import PodRef, Strategy, Verdict
 from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.preemption.inputs_replay import compare, rebuild
 from preemptctl.preemption.planner import plan
-from preemptctl.preemption.recorded_inputs import compare, decision_summary, rebuild
+from preemptctl.preemption.recorded_inputs import decision_summary
 from preemptctl.preemption.snapshot import ClusterSnapshot
 from tests.support.emulator import as_list, node, pod
 

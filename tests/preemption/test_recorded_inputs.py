@@ -33,21 +33,18 @@ from typing import Any
 import orjson
 import pytest
 
+from preemptctl.preemption.dataclass_codec import decode, encode
 from preemptctl.preemption.decision import Decision, Strategy, Verdict
 from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.default_preemption import PreemptionArgs
+from preemptctl.preemption.inputs_replay import RecordedInputsError, compare, rebuild
 from preemptctl.preemption.objects import Pod
 from preemptctl.preemption.planner import plan
 from preemptctl.preemption.recorded_inputs import (
     EncodedCache,
-    RecordedInputsError,
     capture,
-    compare,
     decision_summary,
-    decode,
     dumps,
-    encode,
-    rebuild,
     to_json,
 )
 from preemptctl.preemption.snapshot import ClusterSnapshot
