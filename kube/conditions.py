@@ -33,7 +33,13 @@ from preemptctl.kube.classify import (
     replacement_uid,
 )
 from preemptctl.kube.client import APPLY_PATCH, STRATEGIC_MERGE_PATCH, KubeClient
-from preemptctl.kube.pods import get_pod, pod_path, replaced, result_if_absent
+from preemptctl.kube.pods import (
+    get_pod,
+    pod_path,
+    read_before_write,
+    replaced,
+    result_if_absent,
+)
 from preemptctl.kube.results import WriteEffect, WriteResult
 from preemptctl.preemption.decision import PodRef
 
@@ -62,10 +68,9 @@ def add_disruption_target(kube: KubeClient, victim: PodRef, scheduler_name: str)
         "reason": PREEMPTION_BY_SCHEDULER,
         "message": preemption_message(scheduler_name),
     }
-    lookup = get_pod(kube, victim)
-    absent = result_if_absent(lookup, victim, "victim")
-    if absent is not None:
-        return absent
+    lookup = read_before_write(kube, victim, "victim")
+    if isinstance(lookup, WriteResult):
+        return lookup
     if lookup.terminating:
         return WriteResult(WriteEffect.TERMINATING, victim.key, "victim is already terminating")
     conditions = lookup.conditions
@@ -83,10 +88,9 @@ def add_disruption_target(kube: KubeClient, victim: PodRef, scheduler_name: str)
 def remove_disruption_target(kube: KubeClient, victim: PodRef) -> WriteResult:
     """Clear the `DisruptionTarget` this controller set on `victim` (a victim the preemption
     spared, or left behind when it failed); one set for another reason is left alone."""
-    lookup = get_pod(kube, victim)
-    absent = result_if_absent(lookup, victim, "victim")
-    if absent is not None:
-        return absent
+    lookup = read_before_write(kube, victim, "victim")
+    if isinstance(lookup, WriteResult):
+        return lookup
     ours = [
         condition
         for condition in lookup.conditions

@@ -52,7 +52,8 @@ def _pod_reference(ref: PodRef) -> dict[str, str]:
     }
 
 
-def pod_event(
+def record_pod_event(
+    kube: KubeClient,
     regarding: PodRef,
     reason: str,
     note: str,
@@ -61,9 +62,10 @@ def pod_event(
     key: tuple[str, ...],
     normal: bool = False,
     related: PodRef | None = None,
-) -> dict[str, Any]:
-    """The Event object (a Warning unless `normal`)."""
-    event: dict[str, Any] = {
+) -> WriteResult:
+    """Record an event about `regarding` (a Warning unless `normal`), once per `key`;
+    `reporting_instance` is the worker's identity. Already recorded: `UNCHANGED`."""
+    body: dict[str, Any] = {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
         "metadata": {"name": event_name(regarding, key), "namespace": regarding.namespace},
@@ -77,28 +79,9 @@ def pod_event(
         "regarding": _pod_reference(regarding),
     }
     if related is not None:
-        event["related"] = _pod_reference(related)
-    return event
-
-
-def record_pod_event(
-    kube: KubeClient,
-    regarding: PodRef,
-    reason: str,
-    note: str,
-    reporting_instance: str,
-    *,
-    key: tuple[str, ...],
-    normal: bool = False,
-    related: PodRef | None = None,
-) -> WriteResult:
-    """Record an event about `regarding`, once per `key`; `reporting_instance` is the
-    worker's identity. Already recorded: `UNCHANGED`."""
+        body["related"] = _pod_reference(related)
     call = Call("create", "events", regarding.key, group="events.k8s.io")
     path = f"/apis/events.k8s.io/v1/namespaces/{quote(regarding.namespace, safe='')}/events"
-    body = pod_event(
-        regarding, reason, note, reporting_instance, key=key, normal=normal, related=related
-    )
     try:
         kube.request("POST", path, call, body=body)
     except ApiException as error:

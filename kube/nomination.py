@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from preemptctl.kube.classify import Call, api_status, classify_status
 from preemptctl.kube.client import MERGE_PATCH, KubeClient
-from preemptctl.kube.pods import PodLookup, get_pod, pod_path, result_if_absent
+from preemptctl.kube.pods import PodLookup, pod_path, read_before_write
 from preemptctl.kube.results import WriteEffect, WriteResult
 from preemptctl.preemption.decision import PodRef
 
@@ -43,10 +43,9 @@ def _patch_nomination(kube: KubeClient, ref: PodRef, lookup: PodLookup, node: st
 def nominate(kube: KubeClient, preemptor: PodRef, node: str, *, overwrite: bool) -> WriteResult:
     """Nominate `preemptor` to `node`. A different nomination already there is kept unless
     `overwrite`; either way `previous` names it."""
-    lookup = get_pod(kube, preemptor)
-    absent = result_if_absent(lookup, preemptor)
-    if absent is not None:
-        return absent
+    lookup = read_before_write(kube, preemptor)
+    if isinstance(lookup, WriteResult):
+        return lookup
     current = lookup.nominated_node_name
     if current == node:
         return WriteResult(WriteEffect.UNCHANGED, preemptor.key, f"already nominated to {node}")
@@ -67,10 +66,9 @@ def nominate(kube: KubeClient, preemptor: PodRef, node: str, *, overwrite: bool)
 def clear_nomination(kube: KubeClient, pod: PodRef, node: str) -> WriteResult:
     """Clear `pod`'s nomination to `node` (upstream's `ClearNominatedNodeName` for the
     lower-priority pods nominated to the node a preemption takes)."""
-    lookup = get_pod(kube, pod)
-    absent = result_if_absent(lookup, pod)
-    if absent is not None:
-        return absent
+    lookup = read_before_write(kube, pod)
+    if isinstance(lookup, WriteResult):
+        return lookup
     current = lookup.nominated_node_name
     if current is None:
         return WriteResult(WriteEffect.UNCHANGED, pod.key, "not nominated")

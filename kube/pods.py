@@ -139,3 +139,11 @@ def result_if_absent(lookup: PodLookup, ref: PodRef, noun: str = "pod") -> Write
     if lookup.presence is Presence.REPLACED:
         return replaced(ref, noun, lookup.uid)
     return None
+
+
+def read_before_write(kube: KubeClient, ref: PodRef, noun: str = "pod") -> PodLookup | WriteResult:
+    """The pod a write to `ref` starts from; or the write's result already, when the pod is
+    gone or its name belongs to another pod (`result_if_absent`): then nothing is written."""
+    lookup = get_pod(kube, ref)
+    absent = result_if_absent(lookup, ref, noun)
+    return lookup if absent is None else absent

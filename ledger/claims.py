@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, exists, func, select, text
+from sqlalchemy import ColumnElement, Connection, Engine, and_, exists, func, select, text
 
 from preemptctl.ledger.engine import sqlite_path, translated_errors
 from preemptctl.ledger.errors import LedgerNotMigratedError
@@ -118,18 +118,23 @@ _CHOSEN_COLUMNS = (
 )
 
 
-def open_claims(connection: Connection) -> list[Claim]:
-    """The claims of every run that has a decision with victims and no terminal event yet."""
-    ended = events.alias("ended")
-    still_running = ~exists(
-        select(ended.c.id).where(
+def _run_has_no(kinds: Iterable[EventKind], alias: str) -> ColumnElement[bool]:
+    """No event of these kinds in the run of the `events` row selected."""
+    other = events.alias(alias)
+    return ~exists(
+        select(other.c.id).where(
             and_(
-                ended.c.preemption_id == events.c.preemption_id,
-                ended.c.run_id == events.c.run_id,
-                ended.c.kind.in_([kind.value for kind in TERMINAL_KINDS]),
+                other.c.preemption_id == events.c.preemption_id,
+                other.c.run_id == events.c.run_id,
+                other.c.kind.in_([kind.value for kind in kinds]),
             )
         )
     )
+
+
+def open_claims(connection: Connection) -> list[Claim]:
+    """The claims of every run that has a decision with victims and no terminal event yet."""
+    still_running = _run_has_no(TERMINAL_KINDS, "ended")
     rows = connection.execute(
         select(*_CHOSEN_COLUMNS)
         .where(events.c.kind == EventKind.VICTIM_CHOSEN.value)
@@ -189,16 +194,7 @@ class ClaimReader:
 def victims_chosen_since(connection: Connection, since: datetime) -> list[datetime]:
     """When each victim chosen since `since` was chosen, oldest first; dry runs, which evict
     nothing, are left out. The eviction budget counts these, across every worker."""
-    dry = events.alias("dry")
-    not_dry_run = ~exists(
-        select(dry.c.id).where(
-            and_(
-                dry.c.preemption_id == events.c.preemption_id,
-                dry.c.run_id == events.c.run_id,
-                dry.c.kind == EventKind.DRY_RUN.value,
-            )
-        )
-    )
+    not_dry_run = _run_has_no([EventKind.DRY_RUN], "dry")
     rows = connection.execute(
         select(events.c.occurred_at)
         .where(events.c.kind == EventKind.VICTIM_CHOSEN.value)
