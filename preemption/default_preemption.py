@@ -41,6 +41,7 @@ from preemptctl.preemption.filters import (
 )
 from preemptctl.preemption.find_nodes_that_fit import (
     ERR_NO_NODES,
+    NO_EXTRA,
     PREFILTER,
     NominatedExtra,
     Prefilter,
@@ -54,10 +55,12 @@ from preemptctl.preemption.objects import PREEMPT_NEVER, HostPort, Node, Pod, Re
 from preemptctl.preemption.pod_constraints import PodConstraints
 from preemptctl.preemption.snapshot import ClusterSnapshot, NodeInfo, importance_key
 from preemptctl.preemption.victim_units import (
+    NodeUnits,
     UnitIndex,
     VictimUnit,
     filter_victims_with_pdb_violation,
     importance,
+    node_units,
 )
 
 ERR_NO_VICTIMS = "No preemption victims found for incoming pod"
@@ -422,35 +425,39 @@ def select_victims_on_node(
     if isinstance(constraints, Prefilter):
         constraints = PodConstraints.prefilter(snapshot, preemptor)
     want = preemptor.requests
-    if _holds_whole_groups(snapshot, info, preemptor.priority, args):
-        if (
-            preemptor.host_ports
-            or want.scalars
-            or constraints is not None
-            or (args is not None and args.pod_group_label)
-            or snapshot.has_nominations(info.name)
-        ):
-            return select_victim_units_on_node(snapshot, preemptor, info, args, constraints, units)
-        # As below, kept per node; the groups' pods on other nodes count too, so any change
-        # to a pod group or its members is a new key.
-        unit_key = (
-            "units",
-            snapshot.group_version,
-            snapshot.pdb_version,
-            preemptor.priority,
-            want.milli_cpu,
-            want.memory,
-            want.ephemeral_storage,
-            args.protected_namespaces if args else frozenset(),
-        )
-        found = info.remembered(unit_key)
-        if found is None:
-            victims, violations, status = select_victim_units_on_node(
-                snapshot, preemptor, info, args, None, units
+    label = args.pod_group_label if args else ""
+    if info.grouped or label:
+        index = units or UnitIndex(snapshot, label)
+        whole = node_units(snapshot, info, index)
+        if whole.lowest_whole_priority < preemptor.priority:
+            if (
+                preemptor.host_ports
+                or want.scalars
+                or constraints is not None
+                or snapshot.has_nominations(info.name)
+            ):
+                return select_victim_units_on_node(
+                    snapshot, preemptor, info, args, constraints, index
+                )
+            # As below, kept per node; `whole` is rebuilt when a whole group with a pod here
+            # changes anywhere, so it is part of the key.
+            unit_key = (
+                whole,
+                snapshot.pdb_version,
+                preemptor.priority,
+                want.milli_cpu,
+                want.memory,
+                want.ephemeral_storage,
+                args.protected_namespaces if args else frozenset(),
             )
-            found = (tuple(victims), violations, status)
-            info.remember(unit_key, found)
-        return list(found[0]), found[1], found[2]
+            found = info.remembered(unit_key)
+            if found is None:
+                victims, violations, status = _select_whole_units_on_node(
+                    snapshot, preemptor, info, args, whole
+                )
+                found = (tuple(victims), violations, status)
+                info.remember(unit_key, found)
+            return list(found[0]), found[1], found[2]
     if (
         preemptor.host_ports
         or want.scalars
@@ -486,22 +493,67 @@ def select_victims_on_node(
     return list(victims), violations, status
 
 
-def _holds_whole_groups(
-    snapshot: ClusterSnapshot, info: NodeInfo, priority: int, args: PreemptionArgs | None
-) -> bool:
-    """Whether a pod below `priority` on the node belongs to a group taken whole (then the
-    dry run works in victim units, some of whose pods may be on other nodes)."""
-    label = args.pod_group_label if args else ""
-    if not (info.grouped or label):
-        return False
-    for pod in info.lower_priority_pods(priority):
-        if pod.group:
-            group = snapshot.pod_group(f"{pod.namespace}/{pod.group}")
-            if group is not None and group.disruption_all:
-                return True
-        elif label and label in pod.labels:
-            return True
-    return False
+def _select_whole_units_on_node(
+    snapshot: ClusterSnapshot,
+    preemptor: Pod,
+    info: NodeInfo,
+    args: PreemptionArgs | None,
+    whole: NodeUnits,
+) -> tuple[list[Pod], int, Status]:
+    """`select_victim_units_on_node` for a preemptor that only resources can stop (no host
+    ports, extended resources, spread, affinity or volumes to judge, nobody nominated to
+    the node), from the node's kept units: the same answer, without building any unit."""
+    start = whole.lower_priority_start(preemptor.priority)
+    units = whole.units
+    protected = args.protected_namespaces if args else frozenset()
+    if protected:
+        positions = [
+            position
+            for position in range(start, len(units))
+            if not any(pod.namespace in protected for pod in units[position].pods)
+        ]
+        freed_cpu = sum(whole.here[i][0] for i in positions)
+        freed_memory = sum(whole.here[i][1] for i in positions)
+        freed_ephemeral = sum(whole.here[i][2] for i in positions)
+        removed = sum(whole.here[i][3] for i in positions)
+        budgeted = any(whole.budgeted_from[i] for i in positions)
+    else:
+        positions = list(range(start, len(units)))
+        freed_cpu, freed_memory, freed_ephemeral, removed = whole.suffix[start]
+        budgeted = whole.budgeted_from[start]
+    if not positions:
+        return [], 0, status_of(Code.UNRESOLVABLE, (ERR_NO_VICTIMS,), DEFAULT_PREEMPTION)
+    name = info.name
+    here = [pod for i in positions for pod in units[i].pods if pod.node_name == name]
+    assert len(here) == removed
+    free = _free_after_removal(
+        preemptor, info, NO_EXTRA, here, (freed_cpu, freed_memory, freed_ephemeral)
+    )
+    if not free.fits():
+        return [], 0, _why_not(preemptor, info, NO_EXTRA, here)
+    position_of = {id(units[i]): i for i in positions}
+    if budgeted:
+        violating, non_violating = filter_victims_with_pdb_violation(
+            [units[i] for i in positions], snapshot
+        )
+    else:
+        violating, non_violating = [], [units[i] for i in positions]
+    victims: list[VictimUnit] = []
+    num_violating = 0
+    slots, cpu, memory, ephemeral = free.slots, free.cpu, free.memory, free.ephemeral
+    for unit, count in [*violating, *((unit, 0) for unit in non_violating)]:
+        c, m, e, n = whole.here[position_of[id(unit)]]
+        if slots < n or c > cpu or m > memory or e > ephemeral:
+            victims.append(unit)
+            num_violating += count
+            continue
+        slots -= n
+        cpu -= c
+        memory -= m
+        ephemeral -= e
+    if violating and non_violating:
+        victims.sort(key=importance)
+    return [pod for unit in victims for pod in unit.pods], num_violating, SUCCESS
 
 
 def select_victim_units_on_node(

@@ -93,6 +93,7 @@ class NodeInfo:
         "_pdb_generation",
         "_pdb_matches",
         "_suffix_sums",
+        "_units",
         "ephemeral_storage",
         "grouped",
         "memory",
@@ -119,6 +120,8 @@ class NodeInfo:
         self._pdb_matches: list[tuple[int, ...]] = []
         self._pdb_generation = -1
         self._dry_run: tuple[Hashable, list[Pod], Node | None, Any] | None = None
+        # The node's victim units (`victim_units.node_units`), with what they were built from.
+        self._units: tuple[Hashable, list[Pod], Any] | None = None
 
     def add_pod(self, pod: Pod) -> None:
         self.pods[pod.uid] = pod
@@ -212,6 +215,16 @@ class NodeInfo:
         change to its pods makes a new importance order, and a new Node object replaces
         the old, so `remembered` then finds nothing."""
         self._dry_run = (key, self.pods_by_importance(), self.node, value)
+
+    def cached_units(self, key: Hashable) -> Any:
+        """What `cache_units` kept under `key`, if the node's pods are the same as then."""
+        kept = self._units
+        if kept is not None and kept[0] == key and kept[1] is self.pods_by_importance():
+            return kept[2]
+        return None
+
+    def cache_units(self, key: Hashable, value: Any) -> None:
+        self._units = (key, self.pods_by_importance(), value)
 
     def used_ports(self) -> list[HostPort]:
         return [port for pod in self.pods.values() for port in pod.host_ports]
@@ -443,9 +456,16 @@ class ClusterSnapshot:
         self._pdb_matches: dict[str, tuple[int, ...]] = {}
         self.pdb_generation = 0  # bumped when the budgets' selectors may match other pods
         self.pdb_version = 0  # bumped on any change to any budget, its status included
-        # Bumped when a pod group or any of its members changes: what a dry run kept for a
-        # node holding a whole group's pod depends on the group's pods on other nodes too.
-        self.group_version = 0
+        # Per group taken whole (a PodGroup "namespace/name", or a label-named group
+        # "label\0namespace/value"), a stamp renewed when the group or one of its members
+        # changes: what a dry run kept for a node holding a group's pod depends on the group's
+        # pods on other nodes too, and on nothing else of theirs. Stamps come from one clock,
+        # so a group forgotten and seen again never gets an old stamp back.
+        self._unit_stamps: dict[str, int] = {}
+        self._stamp_clock = 0
+        # Bumped when a PodGroup appears, goes, or changes its disruption mode: which pods
+        # are taken whole then changes, though no pod did.
+        self.group_modes_version = 0
         # Set by `warm`: from then on each bound pod's PDB matches are computed as it
         # arrives (by the feed, outside any decision), not by the first decision visiting it.
         self.warmed = False
@@ -556,12 +576,19 @@ class ClusterSnapshot:
         each pod. The cluster view calls it once synced, so that no decision (under the
         decision lock) pays for a node it is the first to visit; from then on each bound
         pod's budget matches are computed as it arrives, and a budget's status update keeps
-        them (only a new, removed or reselected budget clears them)."""
+        them (only a new, removed or reselected budget clears them). Nodes holding pods of
+        pod groups get their victim units too (`victim_units.node_units`)."""
+        # Imported here: victim_units builds on this module.
+        from preemptctl.preemption.victim_units import UnitIndex, node_units
+
         self.pod_index()
         self.nodes()
         self.sorted_pdbs()
+        units = UnitIndex(self)
         for info in self.node_infos.values():
             info.pdb_matches(self)
+            if info.grouped and info.node is not None:
+                node_units(self, info, units)
         self.warmed = True
 
     def pod_index(self) -> BoundPodIndex:
@@ -697,10 +724,11 @@ class ClusterSnapshot:
         if pod.is_terminal():
             return
         if pod.group:
-            self.group_version += 1
-            members = self._group_members.get(f"{pod.namespace}/{pod.group}")
+            key = f"{pod.namespace}/{pod.group}"
+            self._stamp(key)
+            members = self._group_members.get(key)
             if members is None:
-                members = self._group_members[f"{pod.namespace}/{pod.group}"] = {}
+                members = self._group_members[key] = {}
             members[pod.uid] = pod
         if self._label_groups:
             self._index_label_groups(pod, 1)
@@ -719,8 +747,12 @@ class ClusterSnapshot:
 
     def _detach(self, pod: Pod) -> None:
         if pod.group:
-            self.group_version += 1
-            _discard(self._group_members, f"{pod.namespace}/{pod.group}", pod.uid)
+            key = f"{pod.namespace}/{pod.group}"
+            _discard(self._group_members, key, pod.uid)
+            if key in self._group_members or key in self.pod_groups:
+                self._stamp(key)
+            else:
+                self._unit_stamps.pop(key, None)
         if self._label_groups:
             self._index_label_groups(pod, -1)
         if pod.node_name:
@@ -765,15 +797,29 @@ class ClusterSnapshot:
         key = group.key
         old = self.pod_groups.get(key)
         self.pod_groups[key] = group
-        self.group_version += 1
+        self._stamp(key)
+        if old is None or old.disruption_all != group.disruption_all:
+            self.group_modes_version += 1
         if old is None or old.priority != group.priority:
             self._reprioritise_members(key)
 
     def remove_pod_group(self, key: str) -> None:
         """Forget a PodGroup (`namespace/name`); its members take back their own priority."""
         if self.pod_groups.pop(key, None) is not None:
-            self.group_version += 1
+            self.group_modes_version += 1
+            if key in self._group_members:
+                self._stamp(key)
+            else:
+                self._unit_stamps.pop(key, None)
             self._reprioritise_members(key)
+
+    def _stamp(self, key: str) -> None:
+        self._stamp_clock += 1
+        self._unit_stamps[key] = self._stamp_clock
+
+    def unit_stamp(self, key: str) -> int:
+        """The stamp of a group taken whole (see `_unit_stamps`); 0 for one not known."""
+        return self._unit_stamps.get(key, 0)
 
     def _reprioritise_members(self, key: str) -> None:
         for pod in list(self._group_members.get(key, {}).values()):
@@ -822,13 +868,19 @@ class ClusterSnapshot:
             if value is None:
                 continue
             key = f"{pod.namespace}/{value}"
+            stamp_key = f"{label}\0{key}"
             if sign > 0:
                 members = groups.get(key)
                 if members is None:
                     members = groups[key] = {}
                 members[pod.uid] = pod
+                self._stamp(stamp_key)
             else:
                 _discard(groups, key, pod.uid)
+                if key in groups:
+                    self._stamp(stamp_key)
+                else:
+                    self._unit_stamps.pop(stamp_key, None)
 
     # -- budgets ----------------------------------------------------------------------------
 

@@ -15,12 +15,13 @@ the first of its scheduled pods, in an order it does not fix).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from preemptctl.preemption.objects import Pod
-from preemptctl.preemption.snapshot import ClusterSnapshot, importance_key
+from preemptctl.preemption.snapshot import ClusterSnapshot, NodeInfo, importance_key
 
 _NEVER_STARTED = float("inf")
 
@@ -134,6 +135,11 @@ class UnitIndex:
             found = self._by_group[whole] = new_victim(kind, key, scheduled, priority)
         return found
 
+    def stamp_key(self, whole: tuple[UnitKind, str]) -> str:
+        """The key of the group's stamp in the snapshot (`ClusterSnapshot.unit_stamp`)."""
+        kind, key = whole
+        return key if kind is UnitKind.POD_GROUP else f"{self.group_label}\0{key}"
+
     def units_of(self, pods: Iterable[Pod]) -> list[VictimUnit]:
         """The distinct units of `pods`, in the order first met."""
         seen: dict[tuple[UnitKind, str], VictimUnit] = {}
@@ -174,3 +180,97 @@ def filter_victims_with_pdb_violation(
         else:
             non_violating.append(unit)
     return violating, non_violating
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NodeUnits:
+    """The victim units with a pod on one node, most important first, and what each unit's
+    pods on this node request: the dry run's remove-all-then-reprieve reads only these.
+
+    Kept on the node (`node_units`) while its pods, the budgets' selectors, the disruption
+    modes and each of its whole groups (their pods anywhere) stay the same.
+    """
+
+    units: tuple[VictimUnit, ...]
+    descending_priorities: tuple[int, ...]  # -priority of each unit, for a bisect
+    # Per unit: cpu, memory, ephemeral storage and count of its pods on this node.
+    here: tuple[tuple[int, int, int, int], ...]
+    # From each position on: the summed `here` of the units from there to the end.
+    suffix: tuple[tuple[int, int, int, int], ...]
+    # From each position on: whether some unit from there on has a pod a budget selects.
+    budgeted_from: tuple[bool, ...]
+    lowest_whole_priority: float  # the lowest priority of a unit taken whole (inf: none)
+    stamps: tuple[tuple[str, int], ...]  # each whole group's stamp when this was built
+
+    def lower_priority_start(self, priority: int) -> int:
+        """Where the units below `priority` begin (they are a suffix)."""
+        return bisect.bisect_right(self.descending_priorities, -priority)
+
+    def current(self, snapshot: ClusterSnapshot) -> bool:
+        return all(snapshot.unit_stamp(key) == stamp for key, stamp in self.stamps)
+
+
+def node_units(snapshot: ClusterSnapshot, info: NodeInfo, index: UnitIndex) -> NodeUnits:
+    """The node's `NodeUnits`, kept on the node until something it was built from changes."""
+    key = (index.group_label, snapshot.group_modes_version, snapshot.pdb_generation)
+    kept: NodeUnits | None = info.cached_units(key)
+    if kept is not None and kept.current(snapshot):
+        return kept
+    made = _build_node_units(snapshot, info, index)
+    info.cache_units(key, made)
+    return made
+
+
+def _build_node_units(snapshot: ClusterSnapshot, info: NodeInfo, index: UnitIndex) -> NodeUnits:
+    ordered = info.pods_by_importance()
+    matches = info.pdb_matches(snapshot)
+    units: list[VictimUnit] = []
+    budgeted: list[bool] = []
+    stamps: list[tuple[str, int]] = []
+    seen: set[tuple[UnitKind, str]] = set()
+    lowest: float = _NEVER_STARTED
+    for pod, pod_matches in zip(ordered, matches, strict=True):
+        whole = index.whole_group_key(pod)
+        if whole is None:
+            units.append(new_pod_victim(pod))
+            budgeted.append(bool(pod_matches))
+            continue
+        if whole in seen:
+            continue
+        seen.add(whole)
+        unit = index.unit_of(pod)
+        units.append(unit)
+        budgeted.append(any(snapshot.matching_pdbs(member) for member in unit.pods))
+        stamp_key = index.stamp_key(whole)
+        stamps.append((stamp_key, snapshot.unit_stamp(stamp_key)))
+        lowest = min(lowest, unit.priority)
+    order = sorted(range(len(units)), key=lambda i: importance(units[i]))
+    name = info.name
+    here: list[tuple[int, int, int, int]] = []
+    for i in order:
+        unit = units[i]
+        cpu = memory = ephemeral = count = 0
+        for pod in unit.pods:
+            if pod.node_name == name:
+                r = pod.requests
+                cpu += r.milli_cpu
+                memory += r.memory
+                ephemeral += r.ephemeral_storage
+                count += 1
+        here.append((cpu, memory, ephemeral, count))
+    suffix = [(0, 0, 0, 0)] * (len(order) + 1)
+    budgeted_from = [False] * (len(order) + 1)
+    for position in range(len(order) - 1, -1, -1):
+        c, m, e, n = here[position]
+        sc, sm, se, sn = suffix[position + 1]
+        suffix[position] = (sc + c, sm + m, se + e, sn + n)
+        budgeted_from[position] = budgeted_from[position + 1] or budgeted[order[position]]
+    return NodeUnits(
+        tuple(units[i] for i in order),
+        tuple(-units[i].priority for i in order),
+        tuple(here),
+        tuple(suffix),
+        tuple(budgeted_from),
+        lowest,
+        tuple(stamps),
+    )

@@ -14,7 +14,9 @@ decision:
   (with those already bound), one at least;
 - the result does not depend on the order of the snapshot's objects.
 
-And for a single pod preempting in the same clusters: an `all` group is never split either.
+And for a single pod preempting in the same clusters: an `all` group is never split either;
+the dry run from a node's kept units answers as units built afresh do, also after a whole
+group changed on another node.
 """
 
 from __future__ import annotations
@@ -26,8 +28,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from preemptctl.preemption.decision import Verdict
+from preemptctl.preemption.default_preemption import (
+    PreemptionArgs,
+    _select_whole_units_on_node,
+    select_victim_units_on_node,
+)
 from preemptctl.preemption.planner import plan
 from preemptctl.preemption.pod_group_preemption import plan_pod_group
+from preemptctl.preemption.victim_units import UnitIndex, node_units
 from tests.preemption.builders import node, pdb, pod, pod_group, snapshot
 
 Json = dict[str, Any]
@@ -159,3 +167,35 @@ def test_a_single_pod_never_splits_an_all_group(
         if whole:
             taken = group_members(items, group) & victims
             assert taken in (set(), group_members(items, group))
+
+
+@settings(max_examples=150, deadline=None)
+@given(clusters(), st.booleans())
+def test_the_kept_units_give_the_answer_units_built_afresh_give(
+    generated: tuple[list[Json], dict[str, int], dict[str, bool]], protect: bool
+) -> None:
+    """On every node, the dry run from the node's kept units (`NodeUnits`) names the victims,
+    the violations and the status that units built for the decision do, also once a whole
+    group lost a member on another node since the units were kept."""
+    items, _, _ = generated
+    cluster = snapshot(*items)
+    solo = cluster.pod_by_key("default/solo")
+    assert solo is not None
+    args = PreemptionArgs(protected_namespaces=frozenset({"default"}) if protect else frozenset())
+
+    def both() -> list[tuple[Any, Any]]:
+        found = []
+        for info in cluster.nodes():
+            kept = node_units(cluster, info, UnitIndex(cluster))
+            fast = _select_whole_units_on_node(cluster, solo, info, args, kept)
+            slow = select_victim_units_on_node(cluster, solo, info, args, None)
+            found.append((fast, slow))
+        return found
+
+    for fast, slow in both():
+        assert fast == slow
+    members = [p for p in cluster.pods.values() if p.group and p.node_name]
+    if members:
+        cluster.remove_pod(members[0].uid)
+        for fast, slow in both():
+            assert fast == slow
