@@ -34,7 +34,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from preemptctl.kube.view import ClusterView
-from preemptctl.ledger.vocabulary import Fate
+from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.preemption.decision import PodRef, Strategy
 from preemptctl.preemption.objects import Pod
 from preemptctl.worker.cancellation import cancel_and_wait
@@ -405,7 +405,8 @@ class TriggerLoop:
         self, pod: Pod, handle: WorkflowHandle[PreemptionWorkflow, PreemptionResult], began: float
     ) -> None:
         fields: dict[str, Any] = {}
-        outcome, retryable, lost = "failed", True, False
+        outcome: str = Outcome.FAILED  # a failure that carries no result
+        retryable, lost = True, False
         try:
             outcome, retryable, fields = self._read(await handle.result())
         except WorkflowFailureError as error:
@@ -420,7 +421,7 @@ class TriggerLoop:
         except asyncio.CancelledError:
             raise
         except Exception as error:  # Temporal unavailable: the preemption itself goes on
-            outcome, lost = "unknown", True
+            outcome, lost = "unknown", True  # not an outcome: no metric counts it
             fields = {"message": f"lost track of the preemption: {error}"}
         finally:
             self._ended(pod, outcome, retryable, fields, lost=lost)
