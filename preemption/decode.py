@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.objects import (
+    ANY_HOST_PORT,
     EMPTY_LABELS,
     PREEMPT_LOWER_PRIORITY,
     ZERO,
@@ -41,13 +43,23 @@ from preemptctl.preemption.resources import pod_requests, qos_class, resource_am
 _LABEL_OPERATORS = {"In", "NotIn", "Exists", "DoesNotExist"}
 _NODE_OPERATORS = _LABEL_OPERATORS | {"Gt", "Lt"}
 
-# Most pods share the same handful of tolerations and host-port lists; one tuple each.
+# Most pods share the same handful of tolerations and host-port lists; one tuple each. The
+# table outlives the pods (nothing is ever evicted from it), so only small values enter it,
+# and only so many: what a tenant writes must not stay in memory after its pods are gone.
 _interned: dict[Any, Any] = {}
+_INTERNED_MAX = 20_000
+_INTERN_WEIGHT = 16  # items of a value, entries of the raw JSON it was read from
 _T = TypeVar("_T")
 
 
-def _intern(value: _T) -> _T:
-    if len(_interned) > 100_000:
+def _intern(value: _T, raw: Any = None) -> _T:
+    """The one shared copy of `value` (read from `raw`, when given: a large `raw` is not
+    kept)."""
+    if (
+        len(_interned) > _INTERNED_MAX
+        or len(value) > _INTERN_WEIGHT  # type: ignore[arg-type]
+        or (raw is not None and _entries_exceed(raw, _INTERN_WEIGHT))
+    ):
         return value
     interned: _T = _interned.setdefault(value, value)
     return interned
@@ -123,12 +135,75 @@ def _identity(obj: Mapping[str, Any], kind: str) -> tuple[str, str, Mapping[str,
     return str(namespace), name, meta
 
 
-def decode_pod(obj: Mapping[str, Any], kept_annotations: Collection[str] = ()) -> Pod:
+@dataclass(frozen=True, slots=True)
+class PodCaps:
+    """How much of a pod's tenant-written content the planner keeps (every watched pod is
+    held in memory for as long as it exists). Ordinary pods are far below every cap; what
+    exceeds one is not kept, the pod's `over_cap` names the field, and the planner decides
+    about that pod conservatively (docs/planner.md, "Hostile input")."""
+
+    labels: int = 64  # labels per pod
+    label_chars: int = 16 * 1024  # summed length of their keys and values
+    annotation_chars: int = 1024  # the value of an annotation a setting keeps
+    host_ports: int = 64
+    tolerations: int = 64
+    node_selector: int = 64  # entries of spec.nodeSelector
+    affinity_entries: int = 2048  # objects, list items and fields under spec.affinity
+    spread_entries: int = 512  # the same under spec.topologySpreadConstraints
+    volumes: int = 512
+    message_chars: int = 4096  # the scheduler's PodScheduled message, kept for diagnosis
+
+
+POD_CAPS = PodCaps()
+
+
+def _entries_exceed(value: Any, limit: int) -> bool:
+    """Whether a JSON value holds more than `limit` entries (object fields and list items,
+    at any depth); stops counting once past it."""
+    count = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            count += len(item)
+            stack.extend(item.values())
+        elif type(item) is list:
+            count += len(item)
+            stack.extend(item)
+        if count > limit:
+            return True
+    return False
+
+
+def _capped_labels(
+    labels: Mapping[str, str], kept: Collection[str]
+) -> tuple[Mapping[str, str], bool]:
+    """The labels the planner keeps: all of them within the caps (a selector it is asked
+    about later may read any label), else only those a setting names (e.g. the label that
+    names a gang). The bool says whether any was dropped."""
+    if len(labels) <= POD_CAPS.labels and (
+        sum(len(key) + len(value) for key, value in labels.items()) <= POD_CAPS.label_chars
+    ):
+        return labels, False
+    named = {
+        key: labels[key]
+        for key in kept
+        if key in labels and len(key) + len(labels[key]) <= POD_CAPS.annotation_chars
+    }
+    return named or EMPTY_LABELS, True
+
+
+def decode_pod(
+    obj: Mapping[str, Any],
+    kept_annotations: Collection[str] = (),
+    kept_labels: Collection[str] = (),
+) -> Pod:
     """A Pod object as the planner sees it; of its annotations only `kept_annotations` (those
-    a setting reads, such as a label-named group's size) are kept."""
+    a setting reads, such as a label-named group's size) are kept, and of its labels all
+    within `POD_CAPS`, or beyond them only `kept_labels` (those a setting reads)."""
     namespace, name, meta = _identity(obj, "Pod")
     try:
-        return _decode_pod(obj, namespace, name, meta, kept_annotations)
+        return _decode_pod(obj, namespace, name, meta, kept_annotations, kept_labels)
     except PlannerInputError as error:
         raise PlannerInputError(f"pod {namespace}/{name}: {error}") from None
     except _SHAPE_ERRORS as error:
@@ -160,6 +235,7 @@ def _decode_pod(
     name: str,
     meta: Mapping[str, Any],
     kept_annotations: Collection[str],
+    kept_labels: Collection[str] = (),
 ) -> Pod:
     spec = _mapping(obj.get("spec"), "spec")
     status = _mapping(obj.get("status"), "status")
@@ -204,31 +280,69 @@ def _decode_pod(
             )
             if unschedulable:
                 scheduler_message = _string(condition.get("message"), "PodScheduled message")
+                scheduler_message = scheduler_message[: POD_CAPS.message_chars]
     source = annotations.get("kubernetes.io/config.source") or ""
     if type(source) is not str:
         source = _string(source, "the config.source annotation")
     uid = meta.get("uid") or str(uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{namespace}/{name}"))
     if type(uid) is not str:
         uid = _string(uid, "metadata.uid")
+    # All labels are read here (their own matchLabelKeys take values from them); what the
+    # pod keeps is `kept`, within the caps.
     labels = _labels(meta.get("labels"), "metadata.labels")
+    kept_label_map, labels_over = _capped_labels(labels, kept_labels)
+    over: list[str] = ["labels"] if labels_over else []
     if phase in _TERMINAL_PHASES:
-        return _terminal_pod(namespace, name, uid, priority, node_name, labels, phase, meta)
+        return _terminal_pod(
+            namespace, name, uid, priority, node_name, kept_label_map, phase, meta, tuple(over)
+        )
     node_selector = _labels(spec.get("nodeSelector"), "spec.nodeSelector")
+    if len(node_selector) > POD_CAPS.node_selector:
+        node_selector = {}
+        over.append("nodeSelector")
     pod_affinity: tuple[AffinityTerm, ...] = ()
     pod_anti_affinity: tuple[AffinityTerm, ...] = ()
     term_problem = spread_problem = volume_problem = ""
     affinity = spec.get("affinity")
+    if affinity and _entries_exceed(affinity, POD_CAPS.affinity_entries):
+        if node_name and _mapping(affinity, "spec.affinity").get("podAntiAffinity"):
+            # Every decision reads a bound pod's anti-affinity (it may reject the preemptor
+            # anywhere in its domain): it cannot be dropped, so the pod is not read at all.
+            raise PlannerInputError(
+                f"spec.affinity has more than {POD_CAPS.affinity_entries} entries (the "
+                "planner's cap; a bound pod's anti-affinity cannot be left out)"
+            )
+        affinity = None
+        over.append("affinity")
     if affinity:
         pod_affinity, pod_anti_affinity, term_problem = _pod_affinity_terms(
             _mapping(affinity, "spec.affinity"), namespace, labels
         )
     spread: tuple[SpreadConstraint, ...] = ()
-    if spec.get("topologySpreadConstraints"):
+    raw_spread = spec.get("topologySpreadConstraints")
+    if raw_spread and _entries_exceed(raw_spread, POD_CAPS.spread_entries):
+        raw_spread = None
+        over.append("topologySpreadConstraints")
+    if raw_spread:
         spread, spread_problem = _spread_constraints(spec, labels)
     claims: tuple[str, ...] = ()
     inline_csi: tuple[tuple[str, str], ...] = ()
-    if spec.get("volumes"):
+    raw_volumes = spec.get("volumes")
+    if raw_volumes:
+        if len(raw_volumes) > POD_CAPS.volumes:
+            # Bound pods' claims are counted (ReadWriteOncePod, volume limits): not droppable.
+            raise PlannerInputError(
+                f"spec.volumes has more than {POD_CAPS.volumes} volumes (the planner's cap)"
+            )
         claims, inline_csi, volume_problem = _volumes(spec, name)
+    host_ports = _host_ports(spec)
+    if len(host_ports) > POD_CAPS.host_ports:
+        host_ports = (ANY_HOST_PORT,)
+        over.append("hostPorts")
+    raw_tolerations = spec.get("tolerations")
+    if raw_tolerations and len(raw_tolerations) > POD_CAPS.tolerations:
+        raw_tolerations = None
+        over.append("tolerations")
     static_or_mirror = ("kubernetes.io/config.mirror" in annotations) or (
         source != "" and source != "api"
     )
@@ -239,6 +353,11 @@ def _decode_pod(
             for key in kept_annotations
             if key in annotations
         } or EMPTY_LABELS
+        if any(len(value) > POD_CAPS.annotation_chars for value in kept.values()):
+            kept = {
+                key: value for key, value in kept.items() if len(value) <= POD_CAPS.annotation_chars
+            } or EMPTY_LABELS
+            over.append("annotations")
     group = ""
     scheduling_group = spec.get("schedulingGroup")
     if scheduling_group:
@@ -257,8 +376,8 @@ def _decode_pod(
         node_name,
         nominated,  # nominated_node_name
         parse_time(status.get("startTime")),  # start_time
-        labels,
-        _host_ports(spec),  # host_ports
+        kept_label_map,  # labels
+        host_ports,
         policy,  # preemption_policy
         scheduler_name,
         phase,
@@ -268,7 +387,7 @@ def _decode_pod(
         unschedulable,
         qos_class(spec, status),  # qos_class
         static_or_mirror,
-        _tolerations(spec.get("tolerations")),  # tolerations
+        _tolerations(raw_tolerations),  # tolerations
         _intern(tuple(sorted(node_selector.items()))) if node_selector else (),  # node_selector
         _required_affinity(spec) if affinity else None,  # required_affinity
         class_name,  # priority_class_name
@@ -276,14 +395,27 @@ def _decode_pod(
         pod_affinity,
         pod_anti_affinity,
         spread,  # spread_constraints
-        term_problem or spread_problem or volume_problem or _unmodeled_needs(spec),  # unsupported
+        _over_cap_problem(over)
+        or term_problem
+        or spread_problem
+        or volume_problem
+        or _unmodeled_needs(spec),  # unsupported
         scheduler_message,
         claims,
         inline_csi,
         group,
         None,  # spec_priority: the snapshot sets a member's priority to its group's
         kept,  # annotations
+        tuple(over),  # over_cap
     )
+
+
+def _over_cap_problem(over: list[str]) -> str:
+    """Why a pod with content beyond the caps cannot be a preemptor ("" when none): what it
+    asks for (or is, for selectors reading its labels) is no longer all known."""
+    if not over or over == ["annotations"]:
+        return ""
+    return f"{', '.join(over)} beyond the planner's caps (only part of it was kept)"
 
 
 _TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -298,6 +430,7 @@ def _terminal_pod(
     labels: Mapping[str, str],
     phase: str,
     meta: Mapping[str, Any],
+    over_cap: tuple[str, ...] = (),
 ) -> Pod:
     """A Succeeded or Failed pod: it holds nothing on its node (the scheduler's cache drops
     it, and the snapshot never counts it), so nothing of its spec is read; a quantity no
@@ -313,6 +446,7 @@ def _terminal_pod(
         phase=phase,
         terminating=meta.get("deletionTimestamp") is not None,
         resource_version=str(meta.get("resourceVersion") or ""),
+        over_cap=over_cap,
     )
 
 
@@ -420,7 +554,7 @@ def _pod_affinity_terms(
             terms.append(term)
             if problem:
                 problems.append(problem)
-        found.append(_intern(tuple(terms)) if terms else ())
+        found.append(_intern(tuple(terms), section) if terms else ())
     return found[0], found[1], problems[0] if problems else ""
 
 
@@ -454,7 +588,7 @@ def _spread_constraints(
                 honor_node_taints=item.get("nodeTaintsPolicy") == "Honor",
             )
         )
-    return _intern(tuple(constraints)), ""
+    return _intern(tuple(constraints), spec.get("topologySpreadConstraints")), ""
 
 
 def decode_claim(obj: Mapping[str, Any]) -> PersistentVolumeClaim:
@@ -622,7 +756,7 @@ def _tolerations(raw: Any) -> tuple[Toleration, ...]:
                 for t in raw
             )
         )
-        if known and len(_toleration_lists) < 10_000:
+        if known and len(raw) <= 16 and len(_toleration_lists) < 2_000:
             _toleration_lists[written] = found
     return found
 
@@ -656,7 +790,7 @@ def _required_affinity(spec: Mapping[str, Any]) -> tuple[NodeSelectorTerm, ...] 
         else:
             # Upstream drops a term it cannot parse: it matches no node.
             terms.append(NodeSelectorTerm((), ()))
-    return _intern(tuple(terms))
+    return _intern(tuple(terms), required)
 
 
 def decode_label_selector(raw: Any) -> LabelSelector | None:

@@ -122,9 +122,10 @@ def static_filters(pod: Pod, node: Node) -> Status:
 
 
 def ports_conflict(wanted: HostPort, used: HostPort) -> bool:
-    """`HostPortInfo.CheckConflict`: same protocol and port, overlapping IPs (0.0.0.0 is all)."""
+    """`HostPortInfo.CheckConflict`: same protocol and port, overlapping IPs (0.0.0.0 is all).
+    `ANY_HOST_PORT` (a negative port) conflicts with every port."""
     if wanted.port != used.port or wanted.protocol != used.protocol:
-        return False
+        return used.port < 0 or wanted.port < 0
     return wanted.ip == used.ip or "0.0.0.0" in (wanted.ip, used.ip)
 
 

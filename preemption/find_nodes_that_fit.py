@@ -24,7 +24,7 @@ from preemptctl.preemption.filters import (
     status_of,
 )
 from preemptctl.preemption.objects import HostPort, Pod, Resources
-from preemptctl.preemption.pod_constraints import PodConstraints
+from preemptctl.preemption.pod_constraints import PodConstraints, term_covers_namespace
 from preemptctl.preemption.snapshot import ClusterSnapshot, NodeInfo
 
 ERR_NOT_HELPFUL = "Preemption is not helpful for scheduling"
@@ -87,6 +87,32 @@ def unsupported_needs(snapshot: ClusterSnapshot, preemptor: Pod) -> str:
     unmodeled = unmodeled_scheduler_reasons(preemptor.scheduler_message)
     if unmodeled:
         return f"the scheduler's reason {unmodeled[0]!r} (from a filter the planner does not run)"
+    return selectors_over_labels_beyond_caps(snapshot, preemptor)
+
+
+def selectors_over_labels_beyond_caps(snapshot: ClusterSnapshot, preemptor: Pod) -> str:
+    """The preemptor's spread constraints or anti-affinity terms reading a namespace where
+    some pod's labels exceeded the caps and were not all kept ("" if none).
+
+    Neither can be judged without those labels: counting such a pod in its spread domain,
+    or not, can each let through a node the scheduler rejects, and taking it for no match
+    of an anti-affinity term can too. (Required affinity can: a pod whose labels are not
+    known counts as matching nothing, so at worst a node is missed.)"""
+    hidden = snapshot.namespaces_with_labels_over_cap()
+    if not hidden:
+        return ""
+    reason = "pod(s) whose labels exceed the planner's caps (only part of them was kept)"
+    if preemptor.spread_constraints and preemptor.namespace in hidden:
+        count = len(snapshot.labels_over_cap(preemptor.namespace))
+        return (
+            f"topology spread constraints over namespace {preemptor.namespace}, with "
+            f"{count} {reason}"
+        )
+    for term in preemptor.pod_anti_affinity:
+        for namespace in sorted(hidden):
+            if term_covers_namespace(term, namespace, snapshot.namespace_labels(namespace)):
+                count = len(snapshot.labels_over_cap(namespace))
+                return f"pod anti-affinity over namespace {namespace}, with {count} {reason}"
     return ""
 
 

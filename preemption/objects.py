@@ -127,6 +127,12 @@ class HostPort(NamedTuple):
     port: int
 
 
+# Stands for the host ports of a bound pod that asks for more than the planner keeps: it
+# conflicts with every port, so a preemptor wanting any host port never counts that node's
+# ports as free while the pod is there.
+ANY_HOST_PORT = HostPort("0.0.0.0", "*", -1)
+
+
 class Requirement(NamedTuple):
     """One `key operator values` requirement of a label or node selector."""
 
@@ -241,6 +247,10 @@ class Pod:
     spec_priority: int | None = None
     # The annotations a setting asks to keep (e.g. a label-named group's size); no others.
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
+    # The fields whose content exceeded the planner's caps and was not kept (see
+    # `decode.POD_CAPS`): "labels", "annotations", "hostPorts", "tolerations",
+    # "nodeSelector", "affinity", "topologySpreadConstraints". Empty for ordinary pods.
+    over_cap: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:

@@ -43,18 +43,27 @@ _NO_DOMAIN = 1 << 31  # upstream's criticalPaths start at MaxInt32
 _EMPTY: Mapping[str, str] = {}
 
 
+def term_covers_namespace(
+    term: AffinityTerm, namespace: str, namespace_labels: Mapping[str, str] | None
+) -> bool:
+    """Whether the term reads pods of `namespace`: named, or selected by its namespaceSelector
+    (`namespace_labels` None: no such Namespace, which a selector does not select)."""
+    if namespace in term.namespaces:
+        return True
+    chooser = term.namespace_selector
+    if chooser is None or namespace_labels is None or not chooser.valid:
+        return False
+    return label_selector_matches(chooser, namespace_labels)
+
+
 def term_matches(term: AffinityTerm, pod: Pod, namespace_labels: Mapping[str, str] | None) -> bool:
     """`AffinityTerm.Matches`: the pod's namespace is named or selected, and its labels match.
 
     `namespace_labels` are the labels of the pod's namespace; None when the snapshot has no
     such Namespace (a namespaceSelector then selects it not, as upstream's lister finds none).
     """
-    if pod.namespace not in term.namespaces:
-        chooser = term.namespace_selector
-        if chooser is None or namespace_labels is None or not chooser.valid:
-            return False
-        if not label_selector_matches(chooser, namespace_labels):
-            return False
+    if not term_covers_namespace(term, pod.namespace, namespace_labels):
+        return False
     selector = term.selector
     return selector is not None and selector.valid and label_selector_matches(selector, pod.labels)
 

@@ -343,7 +343,7 @@ def _label_group_size(members: Sequence[Pod], annotation: str) -> int:
         text = pod.annotations.get(annotation)
         if text is None:
             continue
-        if not text.isdigit() or not 0 < int(text) < 2**31:
+        if not (text.isdigit() and len(text) <= 10) or not 0 < int(text) < 2**31:
             raise PlannerInputError(
                 f"pod {pod.key}: annotation {annotation} must be a positive count, not {text!r}"
             )

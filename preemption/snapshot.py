@@ -13,6 +13,7 @@ import bisect
 import dataclasses
 import gc
 from array import array
+from collections import Counter
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -441,6 +442,17 @@ class ClusterSnapshot:
         self._label_groups: dict[str, dict[str, dict[str, Pod]]] = {}
         # Annotations decoded pods keep (a setting reads them); every other one is dropped.
         self.kept_annotations: frozenset[str] = frozenset()
+        # Labels a setting reads (the label naming a gang): kept even on a pod whose labels
+        # exceed the caps (`decode.POD_CAPS`), when its others are not.
+        self.kept_labels: frozenset[str] = frozenset()
+        # Pods with content beyond the caps: which fields, by UID (all pods held), and the
+        # non-terminal ones whose labels were not all kept, by namespace (a selector over
+        # that namespace cannot tell whether they match). `over_cap_total` counts every
+        # pod object read with content beyond a cap, by field, since the snapshot began:
+        # what the view exports as a metric.
+        self.over_cap: dict[str, tuple[str, ...]] = {}
+        self._labels_over_cap: dict[str, dict[str, Pod]] = {}
+        self.over_cap_total: Counter[str] = Counter()
         self.bound = BoundPodIndex()
         # Pods the feeder could not read, by UID, with the node they were on (if known):
         # that node's capacity is unknown, so it is no candidate until the pod is readable.
@@ -489,15 +501,21 @@ class ClusterSnapshot:
         return snapshot
 
     @classmethod
-    def from_list(cls, document: Any, kept_annotations: Iterable[str] = ()) -> ClusterSnapshot:
+    def from_list(
+        cls,
+        document: Any,
+        kept_annotations: Iterable[str] = (),
+        kept_labels: Iterable[str] = (),
+    ) -> ClusterSnapshot:
         """A snapshot from a `v1 List` (kubectl get nodes,pods,pdb,namespaces,... -A -o json).
 
         Kinds the planner does not read are skipped. Two pods with one UID are an error: a
         decision about one of them could name the other. Pods keep only the annotations in
-        `kept_annotations`.
+        `kept_annotations`, and their labels within the caps (beyond them, `kept_labels`).
         """
         snapshot = cls()
         snapshot.kept_annotations = frozenset(kept_annotations)
+        snapshot.kept_labels = frozenset(kept_labels)
         # Building allocates hundreds of thousands of objects and frees none; the cyclic
         # collector would rescan the whole (large) document again and again meanwhile.
         collecting = gc.isenabled()
@@ -505,7 +523,7 @@ class ClusterSnapshot:
         try:
             for kind, item in iter_list_items(document):
                 if kind == "Pod":
-                    pod = decode_pod(item, snapshot.kept_annotations)
+                    pod = decode_pod(item, snapshot.kept_annotations, snapshot.kept_labels)
                     seen = snapshot.pods.get(pod.uid)
                     if seen is not None:
                         raise PlannerInputError(
@@ -524,7 +542,7 @@ class ClusterSnapshot:
         """Add or replace one object given as Kubernetes JSON; kinds in `IGNORED_KINDS` are
         accepted and not kept. Raises `PlannerInputError` for an object it cannot read."""
         if kind == "Pod":
-            self.upsert_pod(decode_pod(obj, self.kept_annotations))
+            self.upsert_pod(decode_pod(obj, self.kept_annotations, self.kept_labels))
         elif kind == "Node":
             self.upsert_node(decode_node(obj))
         elif kind == "PodDisruptionBudget":
@@ -703,6 +721,8 @@ class ClusterSnapshot:
                 self.remove_pod(replaced_uid)
         self.pods[uid] = pod
         self._uid_by_key[key] = uid
+        if pod.over_cap or self.over_cap:
+            self._count_over_cap(old, pod)
         self._attach(pod)
         if self.rejected:
             self._forget_rejection(uid)
@@ -715,10 +735,40 @@ class ClusterSnapshot:
             return None
         if self._uid_by_key.get(pod.key) == uid:
             del self._uid_by_key[pod.key]
+        if pod.over_cap:
+            self._count_over_cap(pod, None)
         self._detach(pod)
         if not returning:
             self._pdb_matches.pop(uid, None)
         return pod
+
+    def _count_over_cap(self, old: Pod | None, new: Pod | None) -> None:
+        """Keep `over_cap` and the labels-over-cap index current as `old` becomes `new`."""
+        if old is not None and old.over_cap:
+            self.over_cap.pop(old.uid, None)
+            if "labels" in old.over_cap:
+                _discard(self._labels_over_cap, old.namespace, old.uid)
+        if new is not None and new.over_cap:
+            self.over_cap[new.uid] = new.over_cap
+            self.over_cap_total.update(new.over_cap)
+            if "labels" in new.over_cap and not new.is_terminal():
+                found = self._labels_over_cap.setdefault(new.namespace, {})
+                found[new.uid] = new
+
+    def over_cap_pods(self) -> dict[str, int]:
+        """How many pods held now have each field beyond the caps (what a gauge exports)."""
+        counts: Counter[str] = Counter()
+        for fields in self.over_cap.values():
+            counts.update(fields)
+        return dict(counts)
+
+    def labels_over_cap(self, namespace: str) -> list[Pod]:
+        """The non-terminal pods of `namespace` whose labels were not all kept."""
+        found = self._labels_over_cap.get(namespace)
+        return list(found.values()) if found else []
+
+    def namespaces_with_labels_over_cap(self) -> Collection[str]:
+        return self._labels_over_cap.keys()
 
     def _attach(self, pod: Pod) -> None:
         if pod.is_terminal():
@@ -939,7 +989,11 @@ class ClusterSnapshot:
             self.sorted_pdbs()
             assert self._pdbs_by_namespace is not None
         matches: tuple[int, ...] = ()
-        if pod.labels:
+        if "labels" in pod.over_cap:
+            # Its labels were not all kept: any budget of its namespace may select it, so
+            # it is never taken for a free victim (it spends each, and violates any spent).
+            matches = tuple(index for index, _ in self._pdbs_by_namespace.get(pod.namespace, ()))
+        elif pod.labels:
             labels = pod.labels
             matches = tuple(
                 [

@@ -94,7 +94,9 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def load_snapshot(path: str, kept_annotations: tuple[str, ...] = ()) -> ClusterSnapshot:
+def load_snapshot(
+    path: str, kept_annotations: tuple[str, ...] = (), kept_labels: tuple[str, ...] = ()
+) -> ClusterSnapshot:
     """Read and decode a snapshot file, turning every kind of bad input into a UsageError."""
     try:
         with open(path, "rb") as file:
@@ -106,7 +108,7 @@ def load_snapshot(path: str, kept_annotations: tuple[str, ...] = ()) -> ClusterS
     except orjson.JSONDecodeError as error:
         raise UsageError(f"snapshot {path} is not valid JSON: {error}") from None
     try:
-        return ClusterSnapshot.from_list(document, kept_annotations)
+        return ClusterSnapshot.from_list(document, kept_annotations, kept_labels)
     except PlannerInputError as error:
         raise UsageError(f"snapshot {path}: {error}") from None
 
@@ -144,7 +146,10 @@ interpreter teardown, so it is never freed object by object (about 5% of `plan`'
 
 def _plan_and_write(args: argparse.Namespace) -> int:
     annotation = args.pod_group_size_annotation
-    snapshot = load_snapshot(args.snapshot, (annotation,) if annotation else ())
+    label = args.pod_group_label
+    snapshot = load_snapshot(
+        args.snapshot, (annotation,) if annotation else (), (label,) if label else ()
+    )
     _kept[:] = [snapshot]
     planner_args = PreemptionArgs(
         pod_group_label=args.pod_group_label, pod_group_size_annotation=annotation

@@ -106,6 +106,7 @@ DECODED_IN_ORDER = (
     "group",
     "spec_priority",
     "annotations",
+    "over_cap",
 )
 
 

@@ -11,7 +11,8 @@ defaultpreemption/default_preemption_test.go):
   domains, Ignore counts them; nodeTaintsPolicy Honor leaves untolerated tainted nodes out,
   Ignore (default) counts them;
 - only pods of the pod's namespace count, terminating pods do not, and matchLabelKeys take
-  the pod's own label values;
+  the pod's own label values; yet removing a terminating victim lowers its domain's count
+  (upstream's RemovePod does not look at deletion);
 - whenUnsatisfiable ScheduleAnyway only scores: it never rejects a node;
 - preemption: upstream's "preemption to resolve pod topology spread filter failure" — the
   dry run removes pods (RemovePod), reprieves those the spread still allows, and finds one
