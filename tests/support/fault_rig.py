@@ -170,6 +170,7 @@ class WorkerProcess:
         self.env = {
             **env,
             "PREEMPT_METRICS_PORT": str(self.probe_port),
+            "PREEMPT_PROBE_PORT": str(free_port()),  # the kubelet's listener: one per worker
             "PREEMPT_SDK_METRICS_PORT": "0",
             "PREEMPT_IDENTITY": f"faults-{name}",
         }
