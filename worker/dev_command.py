@@ -78,7 +78,7 @@ from preemptctl.worker.connections import StartupError, connect_cluster
 from preemptctl.worker.errors import UsageError
 from preemptctl.worker.retry_command import started_with, ui_link
 from preemptctl.worker.runtime import running_controller
-from preemptctl.worker.scenarios import ONLINE_OFFLINE
+from preemptctl.worker.scenarios import BUNDLED, ONLINE_OFFLINE, bundled_or_file
 from preemptctl.worker.temporal_binary import temporal_cli
 from preemptctl.workflows import search_attributes
 from preemptctl.workflows.contract import PreemptionRequest, PreemptionResult, result_of_failure
@@ -112,9 +112,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--scenario",
-        metavar="FILE",
-        help="v1 List of nodes, pods and PDBs for the simulated cluster "
-        "(default: the online/offline example)",
+        metavar="NAME|FILE",
+        help="the simulated cluster: a bundled scenario by name "
+        f"({', '.join(BUNDLED)}; default {ONLINE_OFFLINE.stem}) or a file, a v1 List of "
+        "nodes, pods and PDBs",
     )
     parser.add_argument(
         "--once",
@@ -481,16 +482,15 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
                 SimulatedCluster(max_grace_seconds=2.0, upstream_preemption=choice.shadow)
             )
             try:
+                source = bundled_or_file(args.scenario) if args.scenario else ONLINE_OFFLINE
                 # New uids, as a real API server gives objects it creates: each run's
                 # preemptions are its own, never attempts of an earlier run's.
-                scenario_list = read_document(args.scenario or ONLINE_OFFLINE)
-                loaded = cluster.load(with_fresh_uids(scenario_list))
+                loaded = cluster.load(with_fresh_uids(read_document(source)))
             except Exception as error:
                 raise UsageError(f"cannot load scenario {args.scenario}: {error}") from None
             cluster.start()
             choice = dataclasses.replace(choice, kubeconfig=str(cluster.kubeconfig_path))
-            scenario = args.scenario or ONLINE_OFFLINE.name
-            say(f"cluster       simulated, {loaded} objects from {scenario}")
+            say(f"cluster       simulated, {loaded} objects from {source.name}")
             say(_mode_line(choice))
             say(f"kubeconfig    {choice.kubeconfig}")
             faults = _fault_switch(cluster, args.fault)

@@ -27,6 +27,8 @@ Scenarios:
   fix, links each preemption in the Temporal UI, and logs the denied activity in one line;
 - an unknown --fault is one line, exit 2, naming the valid ones; --fault against a real
   cluster (--kubeconfig) is refused the same way;
+- --scenario names a bundled scenario or a file (one-preemptor is the founding example with
+  nginx-a its only pending pod); anything else is one line naming the bundled ones;
 - the cluster: the simulated one unless --kubeconfig names a real one; the environment
   (KUBECONFIG, PREEMPT_KUBE_CONTEXT, PREEMPT_DRY_RUN, PREEMPT_TASK_QUEUE, as an earlier run's
   `other shell` line leaves them) never steers dev; on a real cluster dev's first lines name
@@ -83,7 +85,7 @@ from preemptctl.worker.dev_command import (
     run_ledger_url,
 )
 from preemptctl.worker.errors import UsageError
-from preemptctl.worker.scenarios import ONLINE_OFFLINE
+from preemptctl.worker.scenarios import BUNDLED, ONLINE_OFFLINE, bundled_or_file
 from tests.support.emulator import as_list, node, pod, running_emulator
 
 PREEMPTCTL = str(Path(sys.executable).parent / "preemptctl")
@@ -673,6 +675,27 @@ def test_contradicting_cluster_flags_are_one_line(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
     assert dev_refusal(tmp_path, *args) == message
+
+
+def test_a_scenario_is_a_bundled_one_by_name_or_a_file(tmp_path: Path) -> None:
+    assert bundled_or_file("one-preemptor") == BUNDLED["one-preemptor"]
+    mine = tmp_path / "mine.json"
+    mine.write_text("{}")
+    assert bundled_or_file(str(mine)) == mine
+    assert dev_refusal(tmp_path, "--scenario", "nope") == (
+        "cannot load scenario nope: no such file, nor a bundled scenario "
+        "(one-preemptor, online-offline)"
+    )
+
+
+def test_one_preemptor_is_the_founding_example_with_nginx_a_its_only_pending_pod() -> None:
+    founding = read_document(ONLINE_OFFLINE)["items"]
+    alone = read_document(BUNDLED["one-preemptor"])["items"]
+    assert alone == [item for item in founding if item["metadata"]["name"] != "report-x"]
+    pending = [
+        i["metadata"]["name"] for i in alone if i.get("status", {}).get("phase") == "Pending"
+    ]
+    assert pending == ["nginx-a"]
 
 
 def test_a_kubeconfig_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
