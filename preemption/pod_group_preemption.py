@@ -598,28 +598,18 @@ def affected_victims(
     return sorted(found.values(), key=importance)
 
 
-def budget_spending_victims(
+def budgeted_potential_pods(
     snapshot: ClusterSnapshot, preemptor: PodGroupPreemptor, args: PreemptionArgs, units: UnitIndex
-) -> list[VictimUnit]:
-    """The potential victims of the whole cluster with a pod some budget selects: the only
-    ones that spend budgets (`FilterVictimsWithPDBViolation` over every potential victim)."""
-    if not snapshot.pdbs:
-        return []
+) -> list[tuple[Pod, tuple[int, ...]]]:
+    """Every pod of the cluster that is a potential victim and some budget selects, with
+    the budgets (`snapshot.sorted_pdbs` positions) that select it."""
     priority, protected = preemptor.priority, args.protected_namespaces
-    found: dict[tuple[UnitKind, str], VictimUnit] = {}
+    found: list[tuple[Pod, tuple[int, ...]]] = []
     for info in snapshot.nodes():
-        start = info.lower_priority_start(priority)
-        matches = info.pdb_matches(snapshot)
-        if not any(matches[start:]):
-            continue
-        ordered = info.pods_by_importance()
-        for index in range(start, len(ordered)):
-            pod = ordered[index]
-            if matches[index] and _removable(pod, priority, protected, units):
-                unit = units.unit_of(pod)
-                if unit.priority < priority:
-                    found.setdefault((unit.kind, unit.key), unit)
-    return list(found.values())
+        for pod in info.budgeted_below(snapshot, priority):
+            if _removable(pod, priority, protected, units):
+                found.append((pod, snapshot.matching_pdbs(pod)))
+    return found
 
 
 def filter_affected_victims_with_pdb_violation(
@@ -631,13 +621,34 @@ def filter_affected_victims_with_pdb_violation(
 ) -> tuple[list[tuple[VictimUnit, int]], list[VictimUnit]]:
     """`FilterVictimsWithPDBViolation` over every potential victim of the cluster, most
     important first, as upstream runs it, with the answer kept for the `affected` units (the
-    others are always reprieved). Units no budget selects spend nothing and violate nothing,
-    so only they are left out of the walk; the budgets are spent as upstream spends them."""
-    spending = budget_spending_victims(snapshot, preemptor, args, units)
-    if not spending:
+    others are always reprieved).
+
+    Only the walk's part that can change that answer is walked: the units with a pod that a
+    budget of an affected unit selects, or a budget such a pod also matches, and so on (a pod
+    stops spending at the first budget it exceeds, so its other budgets count too). Every
+    other unit spends only budgets no affected unit's pod can reach."""
+    if not snapshot.pdbs:
         return [], list(affected)
+    relevant = {
+        index for unit in affected for pod in unit.pods for index in snapshot.matching_pdbs(pod)
+    }
+    if not relevant:
+        return [], list(affected)
+    candidates = budgeted_potential_pods(snapshot, preemptor, args, units)
+    grew = True
+    while grew:
+        grew = False
+        for _, matches in candidates:
+            if not relevant.isdisjoint(matches) and not relevant.issuperset(matches):
+                relevant.update(matches)
+                grew = True
+    walk = {(unit.kind, unit.key): unit for unit in affected}
+    for pod, matches in candidates:
+        if not relevant.isdisjoint(matches):
+            unit = units.unit_of(pod)
+            if unit.priority < preemptor.priority:
+                walk.setdefault((unit.kind, unit.key), unit)
     keys = {(unit.kind, unit.key) for unit in affected}
-    walk = {(unit.kind, unit.key): unit for unit in (*spending, *affected)}
     violating, non_violating = filter_victims_with_pdb_violation(
         sorted(walk.values(), key=importance), snapshot
     )

@@ -88,6 +88,7 @@ class NodeInfo:
     """One node and the non-terminal pods bound to it, with their summed requests."""
 
     __slots__ = (
+        "_budgeted",
         "_by_importance",
         "_descending_priorities",
         "_dry_run",
@@ -119,6 +120,7 @@ class NodeInfo:
         # Summed cpu, memory and ephemeral storage of the pods from each position on.
         self._suffix_sums: tuple[Sequence[int], Sequence[int], Sequence[int]] = ((), (), ())
         self._pdb_matches: list[tuple[int, ...]] = []
+        self._budgeted: list[int] = []  # positions (importance order) of pods a budget selects
         self._pdb_generation = -1
         self._dry_run: tuple[Hashable, list[Pod], Node | None, Any] | None = None
         # The node's victim units (`victim_units.node_units`), with what they were built from.
@@ -198,8 +200,19 @@ class NodeInfo:
         ordered = self.pods_by_importance()
         if self._pdb_generation != snapshot.pdb_generation:
             self._pdb_matches = [snapshot.matching_pdbs(pod) for pod in ordered]
+            self._budgeted = [i for i, matches in enumerate(self._pdb_matches) if matches]
             self._pdb_generation = snapshot.pdb_generation
         return self._pdb_matches
+
+    def budgeted_below(self, snapshot: ClusterSnapshot, priority: int) -> list[Pod]:
+        """The pods below `priority` that some budget selects, most important first."""
+        self.pdb_matches(snapshot)
+        budgeted = self._budgeted
+        if not budgeted:
+            return []
+        start = bisect.bisect_left(budgeted, self.lower_priority_start(priority))
+        ordered = self.pods_by_importance()
+        return [ordered[i] for i in budgeted[start:]]
 
     def remembered(self, key: Hashable) -> Any:
         """What `remember` kept under `key`, if the node and its pods are the same objects

@@ -207,7 +207,9 @@ class NodeUnits:
         return bisect.bisect_right(self.descending_priorities, -priority)
 
     def current(self, snapshot: ClusterSnapshot) -> bool:
-        return all(snapshot.unit_stamp(key) == stamp for key, stamp in self.stamps)
+        """Whether each of its whole groups is as it was when these were built."""
+        stamp_of = snapshot.unit_stamp
+        return all(stamp_of(key) == stamp for key, stamp in self.stamps)
 
 
 def node_units(snapshot: ClusterSnapshot, info: NodeInfo, index: UnitIndex) -> NodeUnits:

@@ -295,6 +295,31 @@ def test_every_potential_victim_spends_budgets_in_importance_order_wherever_it_r
     )
 
 
+def test_a_pod_elsewhere_that_stops_another_from_spending_a_shared_budget_counts() -> None:
+    """`z` spends budget `a` (allows one); `w`, matching `a` and `b`, then exceeds `a` and so
+    stops (upstream's podIsViolating) without spending `b`; `y-budget` spends `b` within it
+    and is reprieved after the more important `y-kept`. Without `z` in the walk, `w` would
+    have spent `b` and made `y-budget` violate, and stay."""
+    items = [
+        node("node-a", cpu="1"),
+        node("node-b", cpu="2"),
+        node("node-c", cpu="1"),
+        pdb("a", match_labels={"a": "1"}, allowed=1),
+        pdb("b", match_labels={"app": "v"}, allowed=1),
+        pod("z", cpu="1", node="node-c", priority=1, start=0, labels={"a": "1"}),
+        pod("w", cpu="1", node="node-a", priority=1, start=1, labels={"a": "1", "app": "v"}),
+        pod("y-kept", cpu="1", node="node-b", priority=1, start=2),
+        pod("y-budget", cpu="1", node="node-b", priority=1, start=3, labels={"app": "v"}),
+        *gang("t-1", min_count=1),
+    ]
+    decision = decide(*items)
+    assert (decision.nominations, members(decision), decision.num_pdb_violations) == (
+        {"default/t-1": "node-b"},
+        {"y-budget"},
+        0,
+    )
+
+
 def test_a_victim_whose_budget_another_node_spent_counts_as_a_violation() -> None:
     items = [
         node("node-a", cpu="1"),
