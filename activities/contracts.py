@@ -47,7 +47,9 @@ class Selection:
     `verdict` is the planner's; None when the run stopped before planning (the preemptor is
     gone, replaced, or already bound: `message` says which, and the ledger has the
     `preemption_aborted` event). `retry_after_seconds` > 0: the eviction budget held the
-    decision back (recorded as `throttled`); decide again after that long."""
+    decision back (recorded as `throttled`); decide again after that long. `dry_run`: the
+    decision was made and recorded as a dry run, because the request asked for one or
+    because the worker runs dry whatever the request says (then nothing is touched)."""
 
     preemptor: PodRef
     message: str
@@ -58,6 +60,7 @@ class Selection:
     num_pdb_violations: int = 0
     scheduler_name: str = "default-scheduler"
     retry_after_seconds: float = 0.0
+    dry_run: bool = False
 
 
 @dataclass

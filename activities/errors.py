@@ -5,7 +5,8 @@ A Kubernetes error that retrying can cure becomes a retryable `ApplicationError`
 a 429's Retry-After); one that needs a person (RBAC, an invalid request) a non-retryable
 one whose message says what to fix. A ledger outage (or a schema a migration will bring) is
 retried; a row the database refuses is not. The decision path's own refusals (a view not
-synced yet: retried; a preemptor the planner cannot read: not) are classified here too.
+synced yet: retried; a preemptor the planner cannot read: not) are classified here too, and
+so is a write step refused because the worker runs dry (`worker_runs_dry`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,22 @@ from preemptctl.kube.results import KubeCallError
 from preemptctl.ledger.errors import LedgerError, LedgerNotMigratedError, LedgerUnavailableError
 from preemptctl.preemption.decision import PodRef
 from preemptctl.preemption.errors import PlannerInputError
+
+WORKER_RUNS_DRY = "WorkerRunsDry"
+"""The type of the failure of a write step on a worker that runs dry."""
+
+
+def worker_runs_dry(step: str, pod: PodRef, where: str = "") -> ApplicationError:
+    """The failure of a write step refused because the worker runs dry (shadow mode):
+    retrying on this worker cannot help, so it fails for good, saying what was refused, why,
+    and what to do."""
+    target = f"{pod.key} {where}".rstrip()
+    return ApplicationError(
+        f"refused to {step} {target}: this worker runs dry (PREEMPT_DRY_RUN=true) and writes "
+        "nothing to the cluster; to act, set PREEMPT_DRY_RUN=false and retry",
+        type=WORKER_RUNS_DRY,
+        non_retryable=True,
+    )
 
 
 @contextmanager

@@ -19,6 +19,14 @@ A run's end is the workflow's to record (`record_end`), the decision's write-ahe
 decision ends it: an activity that finds the preemptor no longer needs room (select, delete)
 reports why and records nothing of the sort.
 
+A worker that runs dry (`dry_run`, the operator's PREEMPT_DRY_RUN: shadow mode, preemption
+handed back to kube-scheduler) writes nothing to the cluster, whatever a request says: a
+request to act (an older run's, retried; one started by a worker that acted) is decided as a
+dry run by the select step, which says so (`Selection.dry_run`) and records it as one
+(`dry_run`, no claim held); and every write step (nominate, mark, delete, unmark) refuses
+for good (`WorkerRunsDry`), for a run decided by a worker that acted and continued by one
+that runs dry. Events on pods are not posted either.
+
 The activities are synchronous (the Kubernetes client and the ledger's engine are), so the
 worker runs them on a thread pool. Decisions are serialized by the ledger's decision lock
 (see `deciding.path`).
@@ -47,7 +55,12 @@ from preemptctl.activities.contracts import (
     VictimInput,
     VictimResult,
 )
-from preemptctl.activities.errors import decision_errors, kube_errors, ledger_errors
+from preemptctl.activities.errors import (
+    decision_errors,
+    kube_errors,
+    ledger_errors,
+    worker_runs_dry,
+)
 from preemptctl.activities.heartbeat import answered, remember
 from preemptctl.deciding.path import Decided, DecisionPath, DecisionRequest
 from preemptctl.kube import conditions, deletion, events, nomination
@@ -85,8 +98,10 @@ class PreemptionActivities:
         lock_wait_seconds: float = 4.0,
         inputs_max_bytes: int = INPUTS_MAX_BYTES,
         inputs_retention_days: int = INPUTS_RETENTION_DAYS,
+        dry_run: bool = False,
     ) -> None:
         self._kube = kube
+        self._dry_run = dry_run
         self._view = view
         self._ledger = ledger
         self._identity = identity
@@ -142,23 +157,26 @@ class PreemptionActivities:
         if not request.throttled:
             self._record_retried(request)
         run = request.run
+        dry_run = request.dry_run or self._dry_run
         decision_request = DecisionRequest(
             run.preemption_id,
             run.run_id,
             _when(run),
             request.preemptor,
             request.strategy,
-            request.dry_run,
+            dry_run,
             request.throttled,
         )
         with decision_errors(request.preemptor):
             decided = self._decisions.decide(decision_request, beat=activity.heartbeat)
         if not isinstance(decided, Decided):
             return Selection(request.preemptor, decided.reason)
-        self._tell_the_preemptor_the_decision(request, decided)
-        return _selection(decided)
+        self._tell_the_preemptor_the_decision(request, decided, dry_run=dry_run)
+        return _selection(decided, dry_run=dry_run)
 
-    def _tell_the_preemptor_the_decision(self, request: SelectInput, decided: Decided) -> None:
+    def _tell_the_preemptor_the_decision(
+        self, request: SelectInput, decided: Decided, *, dry_run: bool
+    ) -> None:
         """`Preempting` (which pods, where) for a decision to preempt that goes on now;
         `PreemptionUnsupported` (why) for a refusal."""
         decision = decided.decision
@@ -166,7 +184,7 @@ class PreemptionActivities:
             return
         if decision.verdict is Verdict.UNSUPPORTED:
             self._tell_the_preemptor(request.preemptor, "PreemptionUnsupported", decision.message)
-        elif decision.verdict is Verdict.PREEMPT and not request.dry_run:
+        elif decision.verdict is Verdict.PREEMPT and not dry_run:
             victims = ", ".join(v.key for v in decision.victims)
             self._tell_the_preemptor(
                 request.preemptor,
@@ -204,7 +222,9 @@ class PreemptionActivities:
         """An event on the preemptor, so `kubectl describe` tells what is done for it and why
         nothing happens (a Warning unless `normal`). One per `run` when given (each run
         tells its own story), else one per pod and reason. Best effort: the ledger already
-        has it all."""
+        has it all. A worker that runs dry posts none."""
+        if self._dry_run:
+            return
         try:
             events.record_pod_event(
                 self._kube,
@@ -227,6 +247,7 @@ class PreemptionActivities:
         and record each. A write that fails for good is recorded and the preemption goes on,
         as upstream's does; one that may succeed later is retried."""
         run, node = request.run, request.node
+        self._refuse_if_dry("nominate", request.preemptor, f"to {node}")
         batch: list[LedgerEvent] = []
         result = NominationResult()
         try:
@@ -282,6 +303,7 @@ class PreemptionActivities:
             return delete_sent(self._ledger, run.preemption_id, run.run_id, request.victim.uid)
 
     def _mark(self, request: VictimInput) -> VictimResult:
+        self._refuse_if_dry("mark", request.victim)
         with self._failure_recorded(request):
             written = conditions.add_disruption_target(
                 self._kube, request.victim, request.scheduler_name
@@ -302,7 +324,7 @@ class PreemptionActivities:
         if result.stopped:
             return result
         self._record_victim(request, result)
-        if result.fate is Fate.DELETED:
+        if result.fate is Fate.DELETED and not self._dry_run:
             try:
                 events.record_preempted(
                     self._kube, request.victim, request.preemptor, request.node, self._identity
@@ -317,6 +339,7 @@ class PreemptionActivities:
             return VictimResult(
                 Fate.SPARED, "the preemption was stopped before deleting it", stopped=stopped
             )
+        self._refuse_if_dry("delete", request.victim)
         sent_before = self._intend_delete(request)
         with self._failure_recorded(request):
             written = deletion.delete_victim(
@@ -360,6 +383,7 @@ class PreemptionActivities:
         delete after all (the run aborted or failed), and record the removal: the pod is no
         longer about to be disrupted. A removal refused for good is recorded, not raised:
         the condition then lapses on its own (kube-controller-manager, after 2 minutes)."""
+        self._refuse_if_dry("unmark", request.victim)
         try:
             with kube_errors():
                 written = conditions.remove_disruption_target(self._kube, request.victim)
@@ -396,6 +420,12 @@ class PreemptionActivities:
                 return standing_of(pod)
         with kube_errors():
             return get_pod(self._kube, preemptor).standing()
+
+    def _refuse_if_dry(self, step: str, pod: PodRef, where: str = "") -> None:
+        """A worker that runs dry writes nothing to the cluster, whatever the request says:
+        the step fails for good, saying why and what to do (`WorkerRunsDry`)."""
+        if self._dry_run:
+            raise worker_runs_dry(step, pod, where)
 
     @contextmanager
     def _failure_recorded(self, request: VictimInput) -> Iterator[None]:
@@ -513,7 +543,7 @@ def _event(
     )
 
 
-def _selection(decided: Decided) -> Selection:
+def _selection(decided: Decided, *, dry_run: bool) -> Selection:
     """The decision as the workflow reads it (held back: when to decide again, and why)."""
     decision = decided.decision
     return Selection(
@@ -526,6 +556,7 @@ def _selection(decided: Decided) -> Selection:
         num_pdb_violations=decision.num_pdb_violations,
         scheduler_name=decided.scheduler_name,
         retry_after_seconds=decided.retry_after_seconds,
+        dry_run=dry_run,
     )
 
 

@@ -15,13 +15,19 @@ its end trails the bind by seconds, not half a minute.
 It refuses, in one line and without starting anything, when there is nothing to retry: no
 preemption of that pod on record, a run still open, the preemptor gone (or replaced by a
 new pod under its name) or already bound to a node.
+
+The new run behaves as the settings say now (`worker.starter.preemption_request`: dry or
+acting, eviction, waits, timeouts, local activities), never as the failed run was told: an
+operator who handed preemption back to kube-scheduler (PREEMPT_DRY_RUN=true) gets a dry
+run. From the failed run it keeps only what names the preemption (the pod, its strategy,
+the trigger's reason); from the person, who and why. (The worker refuses to write when it
+runs dry in any case: see `activities.preemption`.)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import re
 from typing import Any
@@ -42,7 +48,7 @@ from preemptctl.preemption.decision import PodRef
 from preemptctl.worker.config import ConfigError, Settings, load_settings
 from preemptctl.worker.connections import StartupError, TemporalUnreachableError, connect_temporal
 from preemptctl.worker.errors import Unavailable, UsageError
-from preemptctl.worker.starter import search_attributes_at_start
+from preemptctl.worker.starter import preemption_request, search_attributes_at_start
 from preemptctl.workflows.contract import PreemptionRequest, workflow_id_for
 from preemptctl.workflows.preemption import PreemptionWorkflow
 
@@ -95,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  after run   {outcome['previousRunId']} ({outcome['previousStatus']})")
         if not args.dry_run:
             print(f"  new run     {outcome['runId']}")
+        if outcome["dryRun"]:
+            print("  as a dry run: the settings say PREEMPT_DRY_RUN=true (nothing is touched)")
         print(f"  see         {outcome['link']}")
     return 0
 
@@ -123,11 +131,14 @@ async def retry(settings: Settings, target: str, reason: str, *, dry_run: bool) 
     previous = await started_with(client, workflow_id, description.run_id or "")
     pod = previous.preemptor
     _refuse_if_done(kube, pod.namespace, pod.name, pod.uid)
-    request = dataclasses.replace(
-        previous,
+    request = preemption_request(
+        pod,
+        settings,
+        reason=previous.reason,
+        strategy=previous.strategy,
         started_by="person",
         retry_reason=reason or "a person ran preemptctl retry",
-        scheduled_poll_seconds=min(previous.scheduled_poll_seconds, RETRY_POLL_SECONDS),
+        scheduled_poll_seconds=RETRY_POLL_SECONDS,
     )
     outcome: dict[str, Any] = {
         "preemptionId": workflow_id,
@@ -135,6 +146,7 @@ async def retry(settings: Settings, target: str, reason: str, *, dry_run: bool) 
         "previousRunId": description.run_id,
         "previousStatus": status.name.lower(),
         "runId": None,
+        "dryRun": request.dry_run,
         "link": _link(settings, workflow_id, None),
     }
     if dry_run:
@@ -148,7 +160,8 @@ async def retry(settings: Settings, target: str, reason: str, *, dry_run: bool) 
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
         search_attributes=search_attributes_at_start(request),
         static_summary=f"Preempt for {pod.key} (priority {pod.priority}), retried",
-        static_details=f"Retried by a person after run {description.run_id}: {reason or '-'}",
+        static_details=f"Retried by a person after run {description.run_id}: {reason or '-'}"
+        + ("; dry run (PREEMPT_DRY_RUN=true)" if request.dry_run else ""),
     )
     outcome["runId"] = new.result_run_id
     outcome["link"] = _link(settings, workflow_id, new.result_run_id)

@@ -1,4 +1,10 @@
-"""Starting a preemption: one workflow per preemptor, however many triggers or replicas ask."""
+"""Starting a preemption: one workflow per preemptor, however many triggers or replicas ask.
+
+Whoever starts a run (the trigger loop, a person's `preemptctl retry`) builds its request
+from the settings in force now (`preemption_request`): how a run behaves (dry or acting,
+eviction, waits, timeouts, local activities) is the operator's current choice, never an
+older run's; only which pod, why, and who started it come from the caller.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,8 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
 )
 
+from preemptctl.preemption.decision import PodRef, Strategy
+from preemptctl.worker.config import Settings
 from preemptctl.workflows import search_attributes as sa
 from preemptctl.workflows.contract import (
     Phase,
@@ -17,6 +25,37 @@ from preemptctl.workflows.contract import (
     workflow_id_for,
 )
 from preemptctl.workflows.preemption import PreemptionWorkflow
+
+
+def preemption_request(
+    preemptor: PodRef,
+    settings: Settings,
+    *,
+    reason: str = "Unschedulable",
+    strategy: Strategy = Strategy.DEFAULT,
+    started_by: str = "trigger",
+    retry_reason: str = "",
+    scheduled_poll_seconds: float | None = None,
+) -> PreemptionRequest:
+    """The request for a run of `preemptor`'s preemption, as the settings say runs behave
+    now (`scheduled_poll_seconds`: the caller's, when it polls more often than the
+    default)."""
+    request = PreemptionRequest(
+        preemptor,
+        reason=reason,
+        strategy=strategy,
+        dry_run=settings.dry_run,
+        use_eviction=settings.use_eviction,
+        scheduled_wait_seconds=settings.scheduled_wait_seconds,
+        call_timeout_seconds=settings.call_timeout_seconds,
+        local_activities=settings.local_activities,
+        search_attributes=settings.search_attributes,
+        started_by=started_by,
+        retry_reason=retry_reason,
+    )
+    if scheduled_poll_seconds is not None:
+        request.scheduled_poll_seconds = scheduled_poll_seconds
+    return request
 
 
 def search_attributes_at_start(request: PreemptionRequest) -> TypedSearchAttributes:

@@ -178,9 +178,9 @@ class PreemptionWorkflow:
         verdict = selection.verdict
         if verdict is None:
             raise _Stop(Outcome.ABORTED, selection.message)  # the preemptor moved on
-        outcome = outcome_of_decision(verdict, self._request.dry_run)
+        outcome = outcome_of_decision(verdict, self._request.dry_run or selection.dry_run)
         if outcome is Outcome.DRY_RUN:
-            raise _Stop(outcome, f"dry run: {selection.message}", written_ahead=True)
+            raise _Stop(outcome, _dry_run_message(self._request, selection), written_ahead=True)
         if outcome is not None:
             retryable = verdict is not Verdict.UNSUPPORTED
             raise _Stop(outcome, selection.message, written_ahead=True, retryable=retryable)
@@ -531,6 +531,14 @@ class PreemptionWorkflow:
         updates, self._updates = self._updates + updates, []
         if updates and self._request.search_attributes:
             workflow.upsert_search_attributes(updates)
+
+
+def _dry_run_message(request: PreemptionRequest, selection: Selection) -> str:
+    """Why nothing was touched: the request asked for a dry run, or the worker runs dry
+    (shadow mode) whatever the request said."""
+    if request.dry_run:
+        return f"dry run: {selection.message}"
+    return f"dry run (the worker runs dry, PREEMPT_DRY_RUN=true): {selection.message}"
 
 
 def _cause(error: BaseException) -> str:
