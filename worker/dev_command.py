@@ -65,23 +65,21 @@ import yaml
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from preemptctl.ledger.engine import create_ledger_engine, default_sqlite_path, display_url
-from preemptctl.ledger.vocabulary import Fate
 from preemptctl.migrations import upgrade
 from preemptctl.worker.cancellation import cancel_and_wait
 from preemptctl.worker.config import ConfigError, Settings, load_settings
 from preemptctl.worker.connections import StartupError, connect_cluster
 from preemptctl.worker.errors import UsageError
-from preemptctl.worker.retry_command import started_with, ui_link
+from preemptctl.worker.retry_command import ui_link
 from preemptctl.worker.runtime import running_controller
 from preemptctl.worker.scenarios import BUNDLED, ONLINE_OFFLINE, bundled_or_file
 from preemptctl.worker.temporal_binary import temporal_cli
 from preemptctl.workflows import search_attributes
-from preemptctl.workflows.contract import PreemptionRequest, PreemptionResult, result_of_failure
 
 if TYPE_CHECKING:
     from preemptctl.emulator import SimulatedCluster
@@ -94,7 +92,8 @@ UI_FILTER = 'WorkflowType="Preemption"'
 # production image has none); a test keeps the two equal.
 FAULT_NAMES = ("deny-delete", "deny-patch", "deny-events")
 FAULT_POLL_SECONDS = 0.5
-RETRY_WATCH_SECONDS = 1.0  # how often dev looks for runs a person started (`retry`)
+# How often dev's trigger re-checks its parked pods for a run a person started (`retry`).
+RETRY_WATCH_SECONDS = 1.0
 
 log = logging.getLogger(__name__)
 
@@ -351,7 +350,7 @@ def _quiet_expected_failures() -> None:
 
 def _reporter(ui_url: str) -> Any:
     """Dev's lines for the trigger's reports (a start with its UI link, an end), and for a
-    run a person started with `preemptctl retry` (`PersonStartedRuns`)."""
+    run a person started with `preemptctl retry` (the trigger's `retried`)."""
 
     def report(event: str, fields: dict[str, Any]) -> None:
         if event == "started":
@@ -527,11 +526,6 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
             say(f"other shell   {_second_shell(settings, address, ui_url, url)}")
             kube = connect_cluster(settings)
             report = _reporter(ui_url)
-            person_runs = (
-                PersonStartedRuns(env.client, settings.task_queue, report)
-                if not args.no_worker
-                else None
-            )
             async with (
                 running_controller(
                     settings,
@@ -541,8 +535,9 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
                     worker=not args.no_worker,
                     report=report,
                     serve_probes=False,
+                    recheck_parked_every=RETRY_WATCH_SECONDS,
                 ) as controller,
-                _watching(faults, person_runs),
+                _watching(faults),
             ):
                 if args.once and controller.trigger is not None:
                     return await _until_settled(controller.trigger, cluster, args.timeout, url)
@@ -554,99 +549,12 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
             await env.shutdown()
 
 
-class PersonStartedRuns:
-    """The runs a person starts on this dev run's task queue (`preemptctl retry`, from the
-    other shell), told as the trigger tells its own: a line when one starts, with its UI
-    link, and a line when it ends. The trigger follows only the runs it started itself.
-
-    Every `RETRY_WATCH_SECONDS` the task queue's runs are listed (Temporal's visibility);
-    a run not seen before is read for who started it (its start event's request), and a
-    person's is followed to its end. A look that fails (Temporal busy) is tried again at
-    the next one; a run is marked seen only once its starter is known."""
-
-    def __init__(self, client: Client, task_queue: str, report: Any) -> None:
-        self._client = client
-        self._query = f'TaskQueue = "{task_queue}"'
-        self._report = report
-        self._seen: set[str] = set()
-
-    async def watch(self) -> None:
-        async with asyncio.TaskGroup() as followers:
-            while True:
-                await asyncio.sleep(RETRY_WATCH_SECONDS)
-                try:
-                    found = await self.look()
-                except Exception as error:  # Temporal unavailable for a moment: look again
-                    log.debug("could not list the runs of %s: %s", self._query, error)
-                    continue
-                for workflow_id, run_id, request in found:
-                    followers.create_task(self._follow(workflow_id, run_id, request))
-
-    async def look(self) -> list[tuple[str, str, PreemptionRequest]]:
-        """The runs a person started since the last look, each reported started."""
-        found = []
-        async for execution in self._client.list_workflows(self._query):
-            if execution.run_id in self._seen:
-                continue
-            request = await started_with(self._client, execution.id, execution.run_id)
-            self._seen.add(execution.run_id)
-            if request.started_by != "person":
-                continue
-            found.append((execution.id, execution.run_id, request))
-            self._report(
-                "retried",
-                {
-                    "workflowId": execution.id,
-                    "runId": execution.run_id,
-                    "preemptor": request.preemptor.key,
-                    "reason": request.retry_reason,
-                },
-            )
-        return found
-
-    async def _follow(self, workflow_id: str, run_id: str, request: PreemptionRequest) -> None:
-        began = time.monotonic()
-        handle = self._client.get_workflow_handle(
-            workflow_id, run_id=run_id, result_type=PreemptionResult
-        )
-        result: PreemptionResult | None = None
-        fields: dict[str, Any] = {}
-        try:
-            result = await handle.result()
-        except WorkflowFailureError as error:
-            result = result_of_failure(error)
-            fields = {"outcome": "failed", "message": str(error.cause or error)}
-        except Exception as error:  # Temporal unavailable: the run itself goes on
-            fields = {"outcome": "unknown", "message": f"lost track of the run: {error}"}
-        if result is not None:
-            fields = {
-                "outcome": result.outcome,
-                "node": result.node,
-                "victims": [v.pod.key for v in result.victims if v.fate is not Fate.SPARED],
-                "message": result.message,
-            }
-        self._report(
-            "finished",
-            {
-                "workflowId": workflow_id,
-                "preemptor": request.preemptor.key,
-                "seconds": time.monotonic() - began,
-                **fields,
-            },
-        )
-
-
 @asynccontextmanager
-async def _watching(
-    faults: FaultSwitch | None, person_runs: PersonStartedRuns | None
-) -> AsyncIterator[None]:
-    """The fault directory (when there is one) and the runs a person starts, watched while
-    the controller runs."""
+async def _watching(faults: FaultSwitch | None) -> AsyncIterator[None]:
+    """The fault directory (when there is one), watched while the controller runs."""
     tasks = []
     if faults is not None:
         tasks.append(asyncio.create_task(faults.watch()))
-    if person_runs is not None:
-        tasks.append(asyncio.create_task(person_runs.watch()))
     try:
         yield
     finally:

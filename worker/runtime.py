@@ -118,6 +118,7 @@ async def running_controller(
     probes: ProbeServer | None = None,
     metrics: Metrics | None = None,
     view_timeout: float | None = None,
+    recheck_parked_every: float | None = None,
 ) -> AsyncIterator[Controller]:
     """The view synced, the Temporal worker polling and the trigger loop running (unless
     `worker` is False); on exit, the trigger stops, the worker drains, the view stops.
@@ -126,7 +127,8 @@ async def running_controller(
     in shadow mode (`settings.dry_run`) so does the recorder of kube-scheduler's own
     preemptions (its `Preempted` Events into `upstream_preemptions`, for `compare`).
     `probes` is a server the caller started (and closes); else one is opened here when
-    `serve_probes`."""
+    `serve_probes`. `recheck_parked_every`: how often the trigger looks for a run a person
+    started for a parked pod (`TriggerLoop`; its default when None)."""
     metrics = metrics or (probes.metrics if probes is not None else Metrics())
     supervisor = Supervisor(metrics)
     loop = asyncio.get_running_loop()
@@ -209,7 +211,14 @@ async def running_controller(
         client = with_cached_hints(client)
         try:
             async with build_worker(client, activities, task_queue=settings.task_queue):
-                trigger = TriggerLoop(view, client, settings, metrics, report=report)
+                trigger = TriggerLoop(
+                    view,
+                    client,
+                    settings,
+                    metrics,
+                    report=report,
+                    recheck_parked_every=recheck_parked_every,
+                )
                 trigger.start(supervisor.spawn)
                 controller.trigger = trigger
                 if probes is not None:

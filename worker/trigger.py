@@ -7,7 +7,16 @@ critical pod the kubelet refused gets one critical-admission preemption per admi
 failure: the kubelet never admits a Failed pod again, so evicting for it each time its node
 fills would cost victims for nothing. A parked pod is tried again when it changes, when a
 person asks (`TriggerLoop.retry` in-process, or a new run of its workflow started by
-`preemptctl retry`, seen at the next resync).
+`preemptctl retry`, seen at the next re-check of the parked pods or when the pod is bound):
+such a run is reported `retried` (who started it and why, from its request) and followed
+to its end like the loop's own.
+
+Housekeeping never holds up a start (issue 20, finding 7): re-checking the parked pods
+(one describe each) and signalling bound preemptors run in a task of their own
+(`_housekeep`), each call concurrent with the others within a bound (`SIGNAL_SLOTS`,
+`RECHECK_SLOTS`), a re-check pass within a time budget (`RECHECK_BUDGET`: what it did not
+reach goes first next pass), so a tenant's parked pods or a slow Temporal cannot delay a
+new pod's start by more than its own calls.
 
 The view hands the loop each pod as it decoded it for its snapshot (`ClusterView.subscribe`),
 so no watched pod is decoded twice. At most `max_in_flight` preemptions run at once from this
@@ -40,6 +49,7 @@ from preemptctl.preemption.objects import Pod
 from preemptctl.worker.cancellation import cancel_and_wait
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
+from preemptctl.worker.retry_command import started_with
 from preemptctl.worker.starter import start_preemption
 from preemptctl.worker.trigger_rules import (
     Parked,
@@ -60,6 +70,13 @@ log = logging.getLogger(__name__)
 
 FINISHED_KEPT = 1000  # finished preemptions kept for dev mode's report
 RPC_TIMEOUT = timedelta(seconds=10)
+# Housekeeping's Temporal calls at once: signals to bound preemptors, and describes of
+# parked pods' workflows (apart, so a long re-check pass never queues a signal).
+SIGNAL_SLOTS = 8
+RECHECK_SLOTS = 4
+# One pass of parked re-checks stops after this long; the pods it did not reach are
+# re-checked first in the next pass.
+RECHECK_BUDGET = 5.0
 
 Reporter = Callable[[str, dict[str, Any]], None]
 # How the loop runs its task: `spawn(name, factory)`, e.g. a supervisor that restarts it.
@@ -87,7 +104,12 @@ class TriggerLoop:
         clock: Callable[[], float] = time.monotonic,
         tick: float = 0.25,
         resync_every: float = 30.0,
+        recheck_parked_every: float | None = None,
+        recheck_budget: float = RECHECK_BUDGET,
     ) -> None:
+        """`recheck_parked_every`: how often the parked pods' workflows are described for a
+        run a person started (default: every `resync_every`; dev mode looks every second);
+        `recheck_budget`: how long one such pass may take."""
         self._view = view
         self._client = client
         self._settings = settings
@@ -96,16 +118,22 @@ class TriggerLoop:
         self._clock = clock
         self._tick = tick
         self._resync_every = resync_every
+        self._recheck_every = resync_every if recheck_parked_every is None else recheck_parked_every
+        self._recheck_budget = recheck_budget
         self._lock = threading.Lock()
         self._pending: dict[str, PendingPod] = {}
-        self._bound: dict[str, Pod] = {}  # uid -> the pod as seen bound, to signal its run
+        # uid -> the pod as seen bound (and how it was parked, if it was), to signal its run
+        self._bound: dict[str, tuple[Pod, Parked | None]] = {}
+        self._rechecked: dict[str, float] = {}  # parked uid -> when last re-checked
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._handles: dict[str, WorkflowHandle[PreemptionWorkflow, PreemptionResult]] = {}
         self._book = RetryBook(settings.retry_backoff_max_seconds)
         self._admissions_served: dict[str, str] = {}  # uid -> the admission failure served
         self._wake = asyncio.Event()
+        self._chores_due = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
+        self._housekeeping: asyncio.Task[None] | None = None
         self._finished: deque[dict[str, Any]] = deque(maxlen=FINISHED_KEPT)
         # The pod gauges are counted when they are read (a scrape), not after every watch
         # event: counting the pods in backoff walks every pending pod, ~0.2 ms per event
@@ -117,17 +145,20 @@ class TriggerLoop:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self, spawn: Spawner = _create_task) -> None:
-        """Start the loop as a task made by `spawn` (a supervisor restarts it if it crashes)."""
+        """Start the loop and its housekeeping as tasks made by `spawn` (a supervisor
+        restarts either if it crashes)."""
         self._loop = asyncio.get_running_loop()
         self._view.subscribe(self._on_pod_event)
         self.resync()
         self._task = spawn("trigger-loop", self.run)
+        self._housekeeping = spawn("trigger-housekeeping", self._housekeep)
 
     async def stop(self, drain: bool = True) -> None:
         """Stop starting preemptions; with `drain`, wait for the ones followed to finish
         (they go on in Temporal regardless: another worker picks them up)."""
-        if self._task is not None:
-            await cancel_and_wait([self._task], what="the trigger loop")
+        loops = [task for task in (self._task, self._housekeeping) if task is not None]
+        if loops:
+            await cancel_and_wait(loops, what="the trigger loop")
         if drain and self._in_flight:
             await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
         await cancel_and_wait(self._in_flight.values(), what="the preemptions followed")
@@ -198,6 +229,9 @@ class TriggerLoop:
             for uid in list(self._admissions_served):
                 if uid not in present:
                     del self._admissions_served[uid]
+            for uid in list(self._rechecked):
+                if self._book.parked(uid) is None:
+                    self._rechecked.pop(uid, None)
 
     def _consider(self, pod: Pod) -> None:
         found = trigger_reason(pod, self._settings)
@@ -237,17 +271,20 @@ class TriggerLoop:
                 return
             else:
                 # A parked pod bound now: a run `preemptctl retry` started (from any process)
-                # is waiting for this bind; tell it as the loop tells its own runs.
-                parked = self._book.parked(pod.uid) is not None
+                # is waiting for this bind; tell it as the loop tells its own runs (and
+                # report and follow that run, if no re-check has found it yet).
+                parked = self._book.parked(pod.uid)
                 self._consider(pod)
-                if pod.node_name and (pod.uid in self._handles or parked):
-                    self._bound[pod.uid] = pod
+                if pod.node_name and (pod.uid in self._handles or parked is not None):
+                    self._bound[pod.uid] = (pod, parked)
+                    self._wake_soon(self._chores_due)
         self._wake_soon()
 
-    def _wake_soon(self) -> None:
+    def _wake_soon(self, event: asyncio.Event | None = None) -> None:
+        """Set `event` (the loop's wake-up by default) from any thread."""
         if self._loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to wake
-                self._loop.call_soon_threadsafe(self._wake.set)
+                self._loop.call_soon_threadsafe((event or self._wake).set)
 
     def _count_pending(self) -> int:
         with self._lock:
@@ -271,8 +308,8 @@ class TriggerLoop:
     # -- starting and following preemptions -------------------------------------------------------
 
     async def run(self) -> None:
-        """The loop itself: wake on a watch event or a tick, signal bound preemptors, start
-        what is due. Runs until cancelled."""
+        """The loop itself: wake on a watch event or a tick, start what is due. Runs until
+        cancelled. Nothing here waits for housekeeping (`_housekeep`)."""
         last_resync = self._clock()
         while True:
             with contextlib.suppress(TimeoutError):
@@ -281,44 +318,150 @@ class TriggerLoop:
             self._wake.clear()
             if self._clock() - last_resync > self._resync_every:
                 await asyncio.to_thread(self.resync)
-                await self._recheck_parked()
                 last_resync = self._clock()
-            await self._signal_bound()
             await self._start_due()
 
-    async def _recheck_parked(self) -> None:
-        """Unpark a pod whose preemption a person ran again (`preemptctl retry`, from another
-        process): its workflow has a run that started after the pod was parked."""
-        for parked in self.parked():
-            namespace, _, name = parked.pod.partition("/")
-            handle = self._client.get_workflow_handle(workflow_id_for(namespace, name, parked.uid))
-            try:
-                description = await handle.describe(rpc_timeout=RPC_TIMEOUT)
-            except Exception as error:  # NOT_FOUND, or Temporal unavailable: look next time
-                log.debug("could not describe %s: %s", handle.id, error)
-                continue
-            if description.start_time > parked.since:
-                log.info("%s: its preemption was run again; no longer parked", parked.pod)
-                with self._lock:
-                    self._book.unpark(parked.uid)
+    # -- housekeeping: off the start path -------------------------------------------------------
 
-    async def _signal_bound(self) -> None:
+    async def _housekeep(self) -> None:
+        """Signal each bound preemptor's run as soon as the watch shows the bind, and
+        re-check the parked pods every `recheck_parked_every`: each call a task of its own,
+        at most `SIGNAL_SLOTS` signals and `RECHECK_SLOTS` describes at once, one re-check
+        pass at a time. Runs until cancelled (its calls with it)."""
+        signals = asyncio.Semaphore(SIGNAL_SLOTS)
+        last_recheck = self._clock()
+        recheck: asyncio.Task[None] | None = None
+        async with asyncio.TaskGroup() as chores:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._tick):
+                        await self._chores_due.wait()
+                self._chores_due.clear()
+                with self._lock:
+                    bound, self._bound = self._bound, {}
+                for uid, (pod, parked) in bound.items():
+                    chores.create_task(self._signal_bound(signals, uid, pod, parked))
+                if self._clock() - last_recheck > self._recheck_every and (
+                    recheck is None or recheck.done()
+                ):
+                    last_recheck = self._clock()
+                    recheck = chores.create_task(self._recheck_parked())
+
+    async def _recheck_parked(self) -> None:
+        """One pass: find the parked pods whose preemption a person ran again (`preemptctl
+        retry`, from another process): their workflow has a run that started after the pod
+        was parked. Such a run is reported and followed (`_adopt`), its pod no longer
+        parked. Describes run `RECHECK_SLOTS` at once, least recently re-checked first; the
+        pass ends after `recheck_budget` seconds, whatever it has not reached waits for the
+        next."""
         with self._lock:
-            bound, self._bound = self._bound, {}
-        for uid, pod in bound.items():
+            parked = sorted(
+                self._book.all_parked(), key=lambda p: (self._rechecked.get(p.uid, 0.0), p.since)
+            )
+        slots = asyncio.Semaphore(RECHECK_SLOTS)
+
+        async def recheck(one: Parked) -> None:
+            async with slots:
+                self._rechecked[one.uid] = self._clock()
+                namespace, _, name = one.pod.partition("/")
+                workflow_id = workflow_id_for(namespace, name, one.uid)
+                try:
+                    description = await self._client.get_workflow_handle(workflow_id).describe(
+                        rpc_timeout=RPC_TIMEOUT
+                    )
+                except Exception as error:  # NOT_FOUND, or Temporal unavailable: next time
+                    log.debug("could not describe %s: %s", workflow_id, error)
+                    return
+                if description.start_time > one.since:
+                    await self._adopt(one, workflow_id, description.run_id, None)
+
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._recheck_budget), asyncio.TaskGroup() as checks:
+                for one in parked:
+                    checks.create_task(recheck(one))
+
+    async def _signal_bound(
+        self, slots: asyncio.Semaphore, uid: str, pod: Pod, parked: Parked | None
+    ) -> None:
+        """Tell the preemption of `pod` that it is bound, so its bind wait ends now instead
+        of at its next poll. For a pod that was parked, the run to tell is not one this loop
+        started: the latest run of its workflow, the one a person's `preemptctl retry`
+        started (reported and followed from here on, if no re-check found it first)."""
+        async with slots:
             handle: WorkflowHandle[Any, Any] | None = self._handles.get(uid)
-            if handle is None:  # only a parked pod's uid is here without a handle
-                # Not a run this loop started: the latest run of the pod's workflow, which
-                # is the retried one when a person ran `preemptctl retry`.
-                handle = self._client.get_workflow_handle(
-                    workflow_id_for(pod.namespace, pod.name, uid)
-                )
+            if handle is None and parked is not None:
+                workflow_id = workflow_id_for(pod.namespace, pod.name, uid)
+                handle = self._client.get_workflow_handle(workflow_id)
+                try:
+                    description = await handle.describe(rpc_timeout=RPC_TIMEOUT)
+                    if description.start_time > parked.since:
+                        handle = await self._adopt(parked, workflow_id, description.run_id, pod)
+                except Exception as error:  # gone, or Temporal unavailable: signal anyway
+                    log.debug("could not describe %s: %s", workflow_id, error)
+            if handle is None:
+                return
             try:
                 await handle.signal(
                     PreemptionWorkflow.preemptor_bound, pod.node_name, rpc_timeout=RPC_TIMEOUT
                 )
             except Exception as error:  # finished meanwhile, or Temporal unavailable
                 log.debug("could not signal %s: %s", handle.id, error)
+
+    async def _adopt(
+        self, parked: Parked, workflow_id: str, run_id: str, pod: Pod | None
+    ) -> WorkflowHandle[Any, Any]:
+        """A run of a parked pod's workflow started after it was parked (a person's
+        `preemptctl retry`): unpark the pod, report the run `retried` (who started it and
+        why, read from its request), and follow it to its end as the loop's own runs
+        (backoff or parking after it). `pod`: the pod as seen bound, when the bind is what
+        led here. The handle to that run."""
+        handle: WorkflowHandle[PreemptionWorkflow, PreemptionResult] = (
+            self._client.get_workflow_handle(
+                workflow_id, run_id=run_id, result_type=PreemptionResult
+            )
+        )
+        with self._lock:
+            if not self._adoptable(parked, pod is not None):
+                return self._handles.get(parked.uid, handle)
+        started_by, reason = "person", ""
+        try:
+            request = await started_with(self._client, workflow_id, run_id)
+            started_by, reason = request.started_by, request.retry_reason
+        except Exception as error:  # Temporal busy: the report goes without who and why
+            log.debug("could not read the request of %s run %s: %s", workflow_id, run_id, error)
+        # From here to the report nothing awaits: the report comes before the run's end.
+        with self._lock:
+            current = self._pending.get(parked.uid)
+            followed = current.pod if current is not None else pod
+            if not self._adoptable(parked, pod is not None) or followed is None:
+                return self._handles.get(parked.uid, handle)  # adopted meanwhile, or gone
+            self._book.unpark(parked.uid)
+            self._book.started(parked.uid)
+            self._handles[parked.uid] = handle
+            self._in_flight[parked.uid] = asyncio.create_task(
+                self._follow(followed, handle, self._clock())
+            )
+        self._metrics.in_flight.set(len(self._in_flight))
+        log.info("%s: its preemption was run again (run %s); no longer parked", parked.pod, run_id)
+        self._report(
+            "retried",
+            {
+                "workflowId": workflow_id,
+                "runId": run_id,
+                "preemptor": parked.pod,
+                "startedBy": started_by,
+                "reason": reason,
+            },
+        )
+        return handle
+
+    def _adoptable(self, parked: Parked, bound: bool) -> bool:
+        """Followed by no one, and still parked as it was when its newer run was found (or,
+        for a pod seen `bound`, forgotten since: a bound pod needs no room) (asked under
+        the lock)."""
+        if parked.uid in self._in_flight:
+            return False
+        return self._book.parked(parked.uid) == parked or (bound and parked.uid not in self._book)
 
     async def _start_due(self) -> None:
         now = self._clock()

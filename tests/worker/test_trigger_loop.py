@@ -10,8 +10,15 @@ Scenarios:
   meanwhile the pod counts in preemptctl_backoff_pods;
 - a non-retryable end parks the pod: listed by parked() with its reason, counted in
   preemptctl_parked_pods, never started again while unchanged, started again once its
-  labels change, or when a person retries it (in-process, or by running its workflow
-  again from the CLI, seen at the next resync);
+  labels change, or when a person retries it in-process;
+- a run a person started for a parked pod (`preemptctl retry`) is found by the next re-check,
+  reported `retried` (who and why, from its request) and followed to its end, not started
+  again;
+- housekeeping never holds up a start (issue 20, finding 7): with 20 parked pods whose
+  re-checks Temporal never answers, or a bound preemptor's signal unanswered, a new pod's
+  preemption still starts; at most RECHECK_SLOTS describes are in flight;
+- a re-check pass that runs out of its time budget stops, and the next pass begins with
+  the parked pods it did not reach;
 - a preemption that FAILED on an RBAC denial (the workflow fails, its result in the
   failure's details) parks its pod as well, instead of backing off; a failure that carries
   no result still backs off;
@@ -21,7 +28,8 @@ Scenarios:
 - a preemption is started eagerly (the worker runs beside the loop), every step but the
   decision a local activity;
 - a parked pod bound after a person's retry: the loop signals that run `preemptor_bound`
-  at once, as it signals its own runs, so the retried run does not wait for its poll;
+  at once, as it signals its own runs, so the retried run does not wait for its poll (and
+  reports and follows it, if no re-check found it first);
 - a cancellation that lands as the loop is woken (a watch event as the controller stops)
   ends the loop: Python 3.11's wait_for lost it, and the controller's exit hung (CI did).
 """
@@ -38,17 +46,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowFailureError
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import WorkflowFailureError, WorkflowHistory
+from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from preemptctl.ledger.vocabulary import Outcome
+from preemptctl.preemption.decision import PodRef
 from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.objects import Pod
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.trigger import TriggerLoop
-from preemptctl.workflows.contract import PreemptionResult
+from preemptctl.workflows.contract import PreemptionRequest, PreemptionResult
 
 SETTINGS = Settings(min_priority=0, retry_backoff_max_seconds=300)
 
@@ -129,6 +141,19 @@ class FakeHandle:
 class Description:
     close_time: datetime | None
     start_time: datetime
+    run_id: str = "run-1"
+
+
+@dataclass
+class PersonRun:
+    """A run of a preemption's workflow a person started (`preemptctl retry`)."""
+
+    start_time: datetime
+    request: PreemptionRequest
+    run_id: str = "run-2"
+    outcome: asyncio.Future[PreemptionResult] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
 
 
 @dataclass
@@ -140,23 +165,51 @@ class FakeClient:
     started: list[FakeHandle] = field(default_factory=list)
     options: list[dict[str, Any]] = field(default_factory=list)  # each start's arguments
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    runs: dict[str, datetime] = field(default_factory=dict)  # a person's runs, by start
+    runs: dict[str, PersonRun] = field(default_factory=dict)  # a person's runs, by ID
     signals: list[tuple[str, Any]] = field(default_factory=list)  # (workflow ID, argument)
+    # A Temporal as slow as a test wants: describes of these workflow IDs, and signals,
+    # wait until `answer` is set. `describing` lists the describes asked, in order.
+    slow: set[str] = field(default_factory=set)
+    slow_signals: bool = False
+    answer: asyncio.Event = field(default_factory=asyncio.Event)
+    describing: list[str] = field(default_factory=list)
+    data_converter: DataConverter = DataConverter.default
 
-    def get_workflow_handle(self, workflow_id: str) -> Any:
+    def get_workflow_handle(self, workflow_id: str, **kwargs: Any) -> Any:
         client = self
 
         class Handle:
+            id = workflow_id
+
             async def describe(self, **kwargs: Any) -> Description:
+                client.describing.append(workflow_id)
+                client.wake.set()
+                if workflow_id in client.slow:
+                    await client.answer.wait()
                 if client.describe_errors:
                     raise client.describe_errors.pop(0)
                 if workflow_id in client.runs:
-                    return Description(None, client.runs[workflow_id])
+                    run = client.runs[workflow_id]
+                    return Description(None, run.start_time, run.run_id)
                 raise RPCError("not found", RPCStatusCode.NOT_FOUND, b"")
 
             async def signal(self, signal: Any, argument: Any, **kwargs: Any) -> None:
+                if client.slow_signals:
+                    await client.answer.wait()
                 client.signals.append((workflow_id, argument))
                 client.wake.set()
+
+            async def result(self) -> PreemptionResult:
+                return await client.runs[workflow_id].outcome
+
+            async def fetch_history(self) -> WorkflowHistory:
+                """The run's start event, carrying its request as the client encodes it."""
+                started = HistoryEvent(
+                    event_id=1, event_type=EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED
+                )
+                payloads = await client.data_converter.encode([client.runs[workflow_id].request])
+                started.workflow_execution_started_event_attributes.input.payloads.extend(payloads)
+                return WorkflowHistory(workflow_id, [started])
 
         return Handle()
 
@@ -171,11 +224,15 @@ class FakeClient:
 
     async def next_start(self, count: int) -> FakeHandle:
         """Wait (bounded) until `count` starts happened; the latest."""
+        await self.until(lambda: len(self.started) >= count)
+        return self.started[count - 1]
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        """Wait (bounded) until `condition` holds after a call to this client."""
         async with asyncio.timeout(5):
-            while len(self.started) < count:
+            while not condition():
                 self.wake.clear()
                 await self.wake.wait()
-        return self.started[count - 1]
 
 
 class Clock:
@@ -193,6 +250,7 @@ class Harness:
     clock: Clock
     metrics: Metrics
     trigger: TriggerLoop
+    reports: list[tuple[str, dict[str, Any]]]
 
     def advance(self, seconds: float) -> None:
         self.clock.now += seconds
@@ -228,10 +286,19 @@ def failure_carrying(result: PreemptionResult) -> ApplicationError:
 @pytest.fixture
 async def harness() -> Any:
     view, client, clock, metrics = FakeView(), FakeClient(), Clock(), Metrics()
+    reports: list[tuple[str, dict[str, Any]]] = []
     # Stand-ins for the cluster view and the Temporal client: the loop uses only their
     # reading and starting methods, which FakeView and FakeClient implement.
-    trigger = TriggerLoop(view, client, SETTINGS, metrics, clock=clock, tick=0.005)  # type: ignore[arg-type]
-    made = Harness(view, client, clock, metrics, trigger)
+    trigger = TriggerLoop(
+        view,  # type: ignore[arg-type]
+        client,  # type: ignore[arg-type]
+        SETTINGS,
+        metrics,
+        clock=clock,
+        tick=0.005,
+        report=lambda event, fields: reports.append((event, fields)),
+    )
+    made = Harness(view, client, clock, metrics, trigger, reports)
     yield made
     await trigger.stop(drain=False)
 
@@ -384,15 +451,110 @@ async def test_lost_track_is_not_an_attempt_and_is_followed_again(harness: Harne
     await harness.client.next_start(2)
 
 
-async def test_run_started_by_a_person_unparks_the_pod(harness: Harness) -> None:
-    harness.view.event("ADDED", pending_pod())
+def persons_retry(pod: str = "web", uid: str = "uid-1") -> PersonRun:
+    """A run `preemptctl retry default/<pod> --reason 'granted delete'` started just now."""
+    request = PreemptionRequest(
+        PodRef("default", pod, uid), started_by="person", retry_reason="granted delete"
+    )
+    return PersonRun(datetime.now(UTC), request)
+
+
+async def park(harness: Harness, *names: str) -> list[FakeHandle]:
+    """Start and end non-retryable the preemption of a pending pod per name (uid
+    `uid-<name>`), so each is parked; their handles."""
+    handles = []
+    for name in names:
+        harness.view.event("ADDED", pending_pod(name, f"uid-{name}"))
     harness.trigger.start()
-    first = await harness.client.next_start(1)
-    await harness.ended(first, PreemptionResult(Outcome.FAILED, "RBAC denied", retryable=False))
-    harness.client.runs[first.id] = datetime.now(UTC)  # preemptctl retry, elsewhere
-    harness.advance(31)  # past the resync interval
-    await harness.client.next_start(2)
+    for count in range(1, len(names) + 1):
+        handles.append(await harness.client.next_start(count))
+    for handle in handles:
+        await harness.ended(
+            handle, PreemptionResult(Outcome.FAILED, "RBAC denied", retryable=False)
+        )
+    assert len(harness.trigger.parked()) == len(names)
+    harness.client.describing.clear()  # the starts' own describes
+    return handles
+
+
+async def test_run_started_by_a_person_is_reported_and_followed(harness: Harness) -> None:
+    [first] = await park(harness, "web")
+    harness.client.runs[first.id] = persons_retry("web", "uid-web")
+    harness.advance(31)  # past the re-check interval
+    await harness.client.until(lambda: any(e == "retried" for e, _ in harness.reports))
+    assert harness.reports[-1] == (
+        "retried",
+        {
+            "workflowId": first.id,
+            "runId": "run-2",
+            "preemptor": "default/web",
+            "startedBy": "person",
+            "reason": "granted delete",
+        },
+    )
     assert harness.trigger.parked() == []
+    assert harness.trigger.in_flight == 1
+    harness.client.runs[first.id].outcome.set_result(
+        PreemptionResult(Outcome.COMPLETED, "made room", node="node-1")
+    )
+    async with asyncio.timeout(5):
+        while harness.trigger.in_flight:
+            await asyncio.sleep(0)
+    event, fields = harness.reports[-1]
+    assert (event, fields["workflowId"], fields["outcome"]) == ("finished", first.id, "completed")
+    assert len(harness.client.started) == 1  # followed, never started again by the loop
+
+
+async def test_parked_pods_being_rechecked_do_not_hold_up_a_start(harness: Harness) -> None:
+    names = [f"parked-{i}" for i in range(20)]
+    handles = await park(harness, *names)
+    harness.client.slow = {handle.id for handle in handles}  # a Temporal that never answers
+    harness.advance(31)
+    await harness.client.until(lambda: len(harness.client.describing) >= 4)
+    harness.view.event("ADDED", pending_pod("new", "uid-new"))
+    started = await harness.client.next_start(21)
+    assert started.id == "preemption-default-new-uid-new"
+    assert len(harness.client.describing) - 1 == 4  # re-checks in flight: RECHECK_SLOTS
+
+
+async def test_signalling_a_bound_preemptor_does_not_hold_up_a_start(harness: Harness) -> None:
+    [first] = await park(harness, "web")
+    harness.client.slow_signals = True
+    bound = pending_pod("web", "uid-web")
+    bound["spec"]["nodeName"] = "node-1"
+    harness.view.event("MODIFIED", bound)
+    await harness.client.until(lambda: first.id in harness.client.describing)
+    harness.view.event("ADDED", pending_pod("new", "uid-new"))
+    await harness.client.next_start(2)
+    assert harness.client.signals == []  # still waiting for its answer
+    harness.client.answer.set()
+    await harness.client.until(lambda: harness.client.signals == [(first.id, "node-1")])
+
+
+async def test_a_recheck_pass_that_runs_out_of_time_goes_on_where_it_stopped() -> None:
+    view, client, clock = FakeView(), FakeClient(), Clock()
+    trigger = TriggerLoop(
+        view,  # type: ignore[arg-type]
+        client,  # type: ignore[arg-type]
+        SETTINGS,
+        Metrics(),
+        clock=clock,
+        tick=0.005,
+        recheck_budget=0.05,
+    )
+    harness = Harness(view, client, clock, Metrics(), trigger, [])
+    try:
+        handles = await park(harness, *(f"parked-{i}" for i in range(6)))
+        client.slow = {handle.id for handle in handles}
+        harness.advance(31)
+        await client.until(lambda: len(client.describing) >= 4)
+        harness.advance(31)  # the next pass, once this one has run out of time
+        await client.until(lambda: len(client.describing) >= 8)
+        ids = [handle.id for handle in handles]
+        assert client.describing[:4] == ids[:4]  # oldest parked first
+        assert client.describing[4:8] == [ids[4], ids[5], ids[0], ids[1]]
+    finally:
+        await trigger.stop(drain=False)
 
 
 async def test_a_preemption_starts_eagerly_with_local_activities(harness: Harness) -> None:
@@ -408,18 +570,15 @@ async def test_a_preemption_starts_eagerly_with_local_activities(harness: Harnes
 async def test_a_parked_pod_bound_after_a_persons_retry_signals_that_run(
     harness: Harness,
 ) -> None:
-    harness.view.event("ADDED", pending_pod())
-    harness.trigger.start()
-    first = await harness.client.next_start(1)
-    await harness.ended(first, PreemptionResult(Outcome.FAILED, "RBAC denied", retryable=False))
-    bound = pending_pod()
+    [first] = await park(harness, "web")
+    harness.client.runs[first.id] = persons_retry("web", "uid-web")
+    bound = pending_pod("web", "uid-web")
     bound["spec"]["nodeName"] = "node-1"  # the run `preemptctl retry` started made room
     harness.view.event("MODIFIED", bound)
-    async with asyncio.timeout(5):
-        while not harness.client.signals:
-            harness.client.wake.clear()
-            await harness.client.wake.wait()
+    await harness.client.until(lambda: bool(harness.client.signals))
     assert harness.client.signals == [(first.id, "node-1")]
+    assert [e for e, _ in harness.reports if e == "retried"] == ["retried"]
+    assert harness.trigger.in_flight == 1  # and followed to its end
 
 
 async def test_a_cancellation_landing_as_the_loop_wakes_ends_it() -> None:
