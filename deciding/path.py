@@ -17,17 +17,30 @@
    run, its end (`ledger.events.decision_events`, `end_of_decision`), before any victim is
    touched.
 
+`DecisionPath.decide_group` runs the same steps for a pending pod group (one group
+preemption): 1) the group as the API server has it (still there with this UID; a group a
+pod label names, as the view shows its pods) and, in the view, with a pending member
+(`preemption.standing.reason_to_stop_group`); 4) the planner's `plan_pod_group`; 6) the
+decision, one `member_placed` per member it placed and one `victim_chosen` per victim
+(naming its unit), and its end when final (`ledger.events.group_decision_events`). Pod and
+group decisions share the lock, the queue and the claims: a group's claim holds every
+victim it chose, on any node, and each member's room on its node, and every later
+decision, pod or group, counts it as done.
+
 Steps 2 to 6 run in one transaction holding the lock, so decisions are serial across every
 worker replica and a claim exists from the moment its decision does. Requests that arrive
 while a decision runs wait their turn (`deciding.queue`), and the next holder of the lock
-decides them all in one acquisition: the claims are read and laid over the view once, and
-each decision's own claim is laid over before the next is made, so the batch decides exactly
-as one-by-one decisions would, for one lock, one claims read and one commit.
+decides them all in one acquisition, the most important first (pod or group, by priority):
+the claims are read and laid over the view once, and each decision's own claim is laid over
+before the next is made, so the batch decides exactly as one-by-one decisions in priority
+order would, for one lock, one claims read and one commit.
 
 After the commit, outside the lock, what each planner run was given is handed to the
 ledger's inputs recorder (`ledger.inputs_recorder`): under the lock only references are taken
-(`preemption.recorded_inputs.capture`). Nothing here knows Temporal: the path is also what
-`benchmarks/decision_path.py` measures, and each lock hold's duration is kept in `holds`.
+(`preemption.recorded_inputs.capture`). A group decision's inputs are not captured:
+`preemption.recorded_inputs` has no capture for a group's planner run yet. Nothing here
+knows Temporal: the path is also what `benchmarks/decision_path.py` measures, and each lock
+hold's duration is kept in `holds`.
 """
 
 from __future__ import annotations
@@ -43,10 +56,16 @@ from typing import Protocol
 from sqlalchemy import Connection, Engine
 
 from preemptctl.deciding.queue import DecisionQueue, NoTurnError, Waiting
-from preemptctl.kube.pods import PodLookup
+from preemptctl.kube.pods import PodGroupLookup, PodLookup, Presence
 from preemptctl.ledger.claims import ClaimReader, decision_lock, victims_chosen_since
 from preemptctl.ledger.errors import LedgerUnavailableError
-from preemptctl.ledger.events import LedgerEvent, decision_events, end_of_decision
+from preemptctl.ledger.events import (
+    LedgerEvent,
+    decision_events,
+    end_of_decision,
+    end_of_group_decision,
+    group_decision_events,
+)
 from preemptctl.ledger.inputs import InputsRow
 from preemptctl.ledger.inputs_recorder import (
     CLOSE_SECONDS,
@@ -63,11 +82,18 @@ from preemptctl.preemption.claims import Claim, ClaimBook
 from preemptctl.preemption.decision import Decision, PodRef, Strategy, Verdict
 from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.preemption.errors import PlannerInputError
-from preemptctl.preemption.objects import Pod
-from preemptctl.preemption.planner import plan_for
+from preemptctl.preemption.group_decision import GroupDecision, GroupRef
+from preemptctl.preemption.objects import Pod, PodGroup
+from preemptctl.preemption.planner import plan_for, plan_group
 from preemptctl.preemption.recorded_inputs import Captured, capture
 from preemptctl.preemption.snapshot import ClusterSnapshot
-from preemptctl.preemption.standing import reason_to_stop
+from preemptctl.preemption.standing import (
+    GroupStanding,
+    Standing,
+    group_standing_of,
+    reason_to_stop,
+    reason_to_stop_group,
+)
 
 
 class ClusterView(Protocol):
@@ -80,6 +106,9 @@ class ClusterView(Protocol):
 
 PodReader = Callable[[PodRef], PodLookup]
 """Reads one pod from the API server (`kube.pods.get_pod` with a client)."""
+
+GroupReader = Callable[[GroupRef], PodGroupLookup]
+"""Reads one PodGroup from the API server (`kube.pods.get_pod_group` with a client)."""
 
 
 class ViewNotReadyError(Exception):
@@ -117,6 +146,32 @@ class Stopped:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class GroupDecisionRequest:
+    """One group decision to make: for which run of which group preemption, for which group."""
+
+    preemption_id: str
+    run_id: str
+    occurred_at: datetime
+    group: GroupRef
+    dry_run: bool = False
+    throttled: int = 0  # times the budget held this run back before: the throttled event's step
+
+
+@dataclass(slots=True)
+class DecidedGroup:
+    """A group decision, or why there is none: `stopped` says why the group no longer needs
+    room (1; nothing decided or written, `decision` None). `retry_after_seconds` is how long
+    the eviction budget holds the decision back (0: written ahead); `claims` the
+    "namespace/name" of the claims it respected."""
+
+    decision: GroupDecision | None
+    stopped: str = ""
+    retry_after_seconds: float = 0.0
+    message: str = ""
+    claims: list[str] = field(default_factory=list)
+
+
 @dataclass(slots=True)
 class _Job:
     """A request with its preemptor as step 1 read it, and its inputs once planned."""
@@ -125,6 +180,35 @@ class _Job:
     preemptor: Pod
     scheduler_name: str
     captured: Captured | None = None
+
+    @property
+    def holder(self) -> str:
+        """The UID its claim is held under."""
+        return self.request.preemptor.uid
+
+    @property
+    def priority(self) -> int:
+        return self.preemptor.priority
+
+
+@dataclass(slots=True)
+class _GroupJob:
+    """A group request with its PodGroup as step 1 read it (None: a group a label names)."""
+
+    request: GroupDecisionRequest
+    fresh: PodGroup | None
+
+    @property
+    def holder(self) -> str:
+        return self.request.group.uid
+
+    @property
+    def priority(self) -> int:
+        return self.fresh.priority if self.fresh is not None else self.request.group.priority
+
+
+_AnyJob = _Job | _GroupJob
+_AnyAnswer = Decided | DecidedGroup
 
 
 class DecisionPath:
@@ -136,6 +220,7 @@ class DecisionPath:
         view: ClusterView,
         read_pod: PodReader,
         *,
+        read_group: GroupReader | None = None,
         identity: str = "preemptctl",
         planner_args: PreemptionArgs | None = None,
         evictions_per_minute: int = 0,
@@ -150,14 +235,18 @@ class DecisionPath:
         self._ledger = ledger
         self._view = view
         self._read_pod = read_pod
+        self._read_group = read_group
         self._identity = identity
         self._planner_args = planner_args
         self._evictions_per_minute = evictions_per_minute
         self._lock_wait_seconds = lock_wait_seconds
         self._view_ready_timeout = view_ready_timeout
         self._inputs_max_bytes = inputs_max_bytes
-        self.queue: DecisionQueue[_Job, Decided] = DecisionQueue(
-            self._decide_batch, wait_seconds=queue_wait_seconds, max_batch=max_batch
+        self.queue: DecisionQueue[_AnyJob, _AnyAnswer] = DecisionQueue(
+            self._decide_batch,
+            wait_seconds=queue_wait_seconds,
+            max_batch=max_batch,
+            priority=lambda job: job.priority,
         )
         """The requests waiting their turn (`deciding.queue`)."""
         self.inputs = (
@@ -192,12 +281,30 @@ class DecisionPath:
         job = self._fresh_preemptor(request)
         if isinstance(job, Stopped):
             return job
+        decided = self._submit(job, beat)
+        self._record_inputs(job)
+        assert isinstance(decided, Decided)
+        return decided
+
+    def decide_group(
+        self, request: GroupDecisionRequest, beat: Callable[[], object] = lambda: None
+    ) -> DecidedGroup:
+        """Decide for the pod group `request.group`: 1) outside the lock, then 2)-6) in this
+        process's next batch, beside pod decisions. Raises as `decide` does (a PodGroup the
+        planner cannot read, or a group missing from a view that has synced, is a
+        `PlannerInputError`)."""
+        job = self._fresh_group(request)
+        if isinstance(job, Stopped):
+            return DecidedGroup(None, stopped=job.reason, message=job.reason)
+        decided = self._submit(job, beat)
+        assert isinstance(decided, DecidedGroup)
+        return decided
+
+    def _submit(self, job: _AnyJob, beat: Callable[[], object]) -> _AnyAnswer:
         try:
-            decided = self.queue.submit(job, beat)
+            return self.queue.submit(job, beat)
         except NoTurnError as error:
             raise LedgerUnavailableError(str(error)) from None
-        self._record_inputs(job)
-        return decided
 
     # -- the steps ----------------------------------------------------------------------------
 
@@ -214,6 +321,46 @@ class DecisionPath:
         if not self._view.wait_ready(self._view_ready_timeout):
             raise ViewNotReadyError("the cluster view has not finished its initial sync yet")
         return _Job(request, preemptor, lookup.scheduler_name)
+
+    def _fresh_group(self, request: GroupDecisionRequest) -> _GroupJob | Stopped:
+        """1) The group as the API server has it now (a label-named group has no object: its
+        pods are the group), the view synced, and a member of it pending in the view;
+        otherwise the reason it no longer needs room."""
+        ref = request.group
+        fresh: PodGroup | None = None
+        exists = Standing.PENDING
+        if not ref.label_named:
+            lookup = (
+                self._read_group(ref) if self._read_group is not None else self._view_group(ref)
+            )
+            exists, fresh = lookup.standing, lookup.group
+        if exists is not Standing.PENDING:
+            return Stopped(reason_to_stop_group(GroupStanding(exists), ref.key))
+        if not self._view.wait_ready(self._view_ready_timeout):
+            raise ViewNotReadyError("the cluster view has not finished its initial sync yet")
+        label = self._planner_args.pod_group_label if self._planner_args else ""
+        with self._view.read() as snapshot:
+            if ref.label_named:
+                members = snapshot.label_group_members(label, ref.key) if label else []
+            else:
+                members = snapshot.group_members(ref.key)
+        if ref.label_named and not members:
+            return Stopped(reason_to_stop_group(GroupStanding(Standing.GONE), ref.key))
+        reason = reason_to_stop_group(group_standing_of(Standing.PENDING, members), ref.key)
+        return Stopped(reason) if reason else _GroupJob(request, fresh)
+
+    def _view_group(self, ref: GroupRef) -> PodGroupLookup:
+        """The PodGroup as the view shows it, when no API server reader was given (tests,
+        benchmarks): the worker always reads it fresh."""
+        if not self._view.wait_ready(self._view_ready_timeout):
+            raise ViewNotReadyError("the cluster view has not finished its initial sync yet")
+        with self._view.read() as snapshot:
+            group = snapshot.pod_group(ref.key)
+        if group is None:
+            return PodGroupLookup(Presence.GONE, None)
+        if group.uid != ref.uid:
+            return PodGroupLookup(Presence.REPLACED, group)
+        return PodGroupLookup(Presence.FOUND, group)
 
     @contextmanager
     def _lock(self, decisions: int) -> Iterator[Connection]:
@@ -249,15 +396,26 @@ class DecisionPath:
                 )
         return decision
 
-    def _budget(self, db: Connection, request: DecisionRequest, decision: Decision) -> float:
+    def _plan_group(self, snapshot: ClusterSnapshot, job: _GroupJob) -> GroupDecision:
+        """4) The planner's decision for the group over the snapshot (claims laid over it),
+        with its PodGroup as step 1 read it."""
+        self._decisions += 1
+        with _planning_with_group(snapshot, job.fresh):
+            return plan_group(snapshot, job.request.group.key, self._planner_args)
+
+    def _budget(
+        self,
+        db: Connection,
+        request: DecisionRequest | GroupDecisionRequest,
+        verdict: Verdict,
+        victims: int,
+    ) -> float:
         """5) Seconds the eviction budget holds this decision back; 0 when it may go on."""
         budget = self._evictions_per_minute
-        if decision.verdict is not Verdict.PREEMPT or request.dry_run or not budget:
+        if verdict is not Verdict.PREEMPT or request.dry_run or not budget:
             return 0.0
         recent = victims_chosen_since(db, request.occurred_at - WINDOW)
-        return seconds_until_budget_allows(
-            recent, len(decision.victims), budget, request.occurred_at
-        )
+        return seconds_until_budget_allows(recent, victims, budget, request.occurred_at)
 
     @staticmethod
     def _write_ahead(
@@ -271,60 +429,129 @@ class DecisionPath:
             batch.append(end)
         append_batch_on(db, batch)
 
+    @staticmethod
+    def _write_ahead_group(
+        db: Connection,
+        snapshot: ClusterSnapshot,
+        request: GroupDecisionRequest,
+        decision: GroupDecision,
+        context: dict[str, object],
+    ) -> None:
+        """6) The group's decision, its placed members, its victims (each on its node, with
+        its unit) and, when the decision ends the run, its end."""
+        placed = []
+        for key, node in decision.nominations.items():
+            member = snapshot.pod_by_key(key)
+            if member is not None:
+                placed.append((PodRef.of(member), node))
+        victim_nodes = {
+            victim.uid: pod.node_name
+            for victim in decision.victims
+            if (pod := snapshot.pods.get(victim.uid)) is not None and pod.node_name
+        }
+        args = (request.preemption_id, request.run_id, request.group, decision)
+        batch = group_decision_events(
+            *args, request.occurred_at, placed=placed, victim_nodes=victim_nodes, context=context
+        )
+        end = end_of_group_decision(*args, request.occurred_at, dry_run=request.dry_run)
+        if end is not None:
+            batch.append(end)
+        append_batch_on(db, batch)
+
     # -- one batch, under one hold of the lock ----------------------------------------------------
 
-    def _decide_batch(self, batch: list[Waiting[_Job, Decided]]) -> None:
-        """2)-6) for every queued request, in one transaction holding the lock."""
+    def _decide_batch(self, batch: list[Waiting[_AnyJob, _AnyAnswer]]) -> None:
+        """2)-6) for every queued request (in the queue's priority order), in one
+        transaction holding the lock."""
         with self._lock(len(batch)) as db, self._view.read() as snapshot, ExitStack() as overlay:
             claims = self._open_claims(db, snapshot)
             # A preemptor deciding again (a retried run) must not meet its own claim: those
             # are decided first, each without it, before the shared overlay.
-            claimed = [w for w in batch if w.job.request.preemptor.uid in claims]
+            claimed = [w for w in batch if w.job.holder in claims]
             for waiting in claimed:
-                own = claims.without(waiting.job.request.preemptor.uid)
+                own = claims.without(waiting.job.holder)
                 with own.applied(snapshot, ""):
-                    self._decide_one(db, snapshot, waiting, own.holders())
+                    self._decide_one(db, snapshot, waiting, own.all())
             overlay.enter_context(claims.applied(snapshot, ""))
-            respected = claims.holders()
+            respected = claims.all()
             for waiting in batch:
                 if waiting in claimed:
                     continue
-                decided = self._decide_one(db, snapshot, waiting, respected)
-                claim = _claim_of(waiting.job.request, decided)
+                claim = self._decide_one(db, snapshot, waiting, respected)
                 if claim is not None:  # the next decision respects this one
                     overlay.enter_context(ClaimBook([claim]).applied(snapshot, ""))
-                    respected = [*respected, claim.preemptor_uid]
+                    respected = [*respected, claim]
 
     def _decide_one(
         self,
         db: Connection,
         snapshot: ClusterSnapshot,
-        waiting: Waiting[_Job, Decided],
-        respected: list[str],
-    ) -> Decided | None:
+        waiting: Waiting[_AnyJob, _AnyAnswer],
+        respected: list[Claim],
+    ) -> Claim | None:
         """4)-6) for one request; its answer (or the planner's refusal to read it) set on
-        it, so the rest of the batch is decided whatever becomes of this one."""
+        it, so the rest of the batch is decided whatever becomes of this one. The claim its
+        decision makes, if it makes one."""
         job = waiting.job
-        request = job.request
-        names = [snapshot.pods[uid].key for uid in respected if uid in snapshot.pods]
         try:
-            decision = self._plan(snapshot, job, respected)
+            if isinstance(job, _GroupJob):
+                return self._decide_group(db, snapshot, waiting, job, respected)
+            return self._decide_pod(db, snapshot, waiting, job, respected)
         except PlannerInputError as error:
             waiting.error = error
             return None
-        wait = self._budget(db, request, decision)
+
+    def _decide_pod(
+        self,
+        db: Connection,
+        snapshot: ClusterSnapshot,
+        waiting: Waiting[_AnyJob, _AnyAnswer],
+        job: _Job,
+        respected: list[Claim],
+    ) -> Claim | None:
+        request = job.request
+        names = [claim.holder for claim in respected]
+        decision = self._plan(snapshot, job, [claim.preemptor_uid for claim in respected])
+        wait = self._budget(db, request, decision.verdict, len(decision.victims))
         if wait:
-            message = (
-                f"held back by the eviction budget ({self._evictions_per_minute}/min): "
-                f"{len(decision.victims)} victim(s) fit in {wait:.0f}s; {decision.message}"
+            message = _held_back(self._evictions_per_minute, len(decision.victims), wait)
+            message += decision.message
+            throttled = Throttled(message, wait, [v.key for v in decision.victims])
+            append_batch_on(
+                db, [_throttled(request, request.preemptor, decision.nominated_node, throttled)]
             )
-            append_batch_on(db, [_throttled(request, decision, wait, message)])
             waiting.answer = Decided(decision, wait, message, names, job.scheduler_name)
-            return waiting.answer
+            return None
         context = {"worker": self._identity, "sequence": self._decisions, "claims": names}
         self._write_ahead(db, request, decision, context)
         waiting.answer = Decided(decision, 0.0, decision.message, names, job.scheduler_name)
-        return waiting.answer
+        return _claim_of(request, decision)
+
+    def _decide_group(
+        self,
+        db: Connection,
+        snapshot: ClusterSnapshot,
+        waiting: Waiting[_AnyJob, _AnyAnswer],
+        job: _GroupJob,
+        respected: list[Claim],
+    ) -> Claim | None:
+        request = job.request
+        names = [claim.holder for claim in respected]
+        decision = self._plan_group(snapshot, job)
+        wait = self._budget(db, request, decision.verdict, len(decision.victims))
+        if wait:
+            message = _held_back(self._evictions_per_minute, len(decision.victims), wait)
+            message += decision.message
+            throttled = Throttled(message, wait, [v.key for v in decision.victims])
+            append_batch_on(
+                db, [_throttled(request, request.group.as_preemptor(), None, throttled)]
+            )
+            waiting.answer = DecidedGroup(decision, "", wait, message, names)
+            return None
+        context = {"worker": self._identity, "sequence": self._decisions, "claims": names}
+        self._write_ahead_group(db, snapshot, request, decision, context)
+        waiting.answer = DecidedGroup(decision, "", 0.0, decision.message, names)
+        return _group_claim_of(snapshot, request, decision)
 
     def _record_inputs(self, job: _Job) -> None:
         """After the commit: hand the decision's inputs to the recorder (never waits)."""
@@ -357,11 +584,28 @@ def _planning_with(snapshot: ClusterSnapshot, fresh: Pod) -> Iterator[None]:
             snapshot.remove_pod(fresh.uid)
 
 
-def _claim_of(request: DecisionRequest, decided: Decided | None) -> Claim | None:
-    """The claim a written decision makes (none for a throttled, final or dry-run one)."""
-    if decided is None or decided.retry_after_seconds or request.dry_run:
+@contextmanager
+def _planning_with_group(snapshot: ClusterSnapshot, fresh: PodGroup | None) -> Iterator[None]:
+    """Plan with the PodGroup exactly as the API server just returned it (None: a group a
+    label names, which has no object), then put the view's own copy back."""
+    if fresh is None:
+        yield
+        return
+    previous = snapshot.pod_group(fresh.key)
+    snapshot.upsert_pod_group(fresh)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            snapshot.upsert_pod_group(previous)
+        else:
+            snapshot.remove_pod_group(fresh.key)
+
+
+def _claim_of(request: DecisionRequest, decision: Decision) -> Claim | None:
+    """The claim a written decision makes (none for a final or dry-run one)."""
+    if request.dry_run:
         return None
-    decision = decided.decision
     if decision.verdict is not Verdict.PREEMPT or decision.nominated_node is None:
         return None
     return Claim(
@@ -370,19 +614,53 @@ def _claim_of(request: DecisionRequest, decided: Decided | None) -> Claim | None
         frozenset(v.uid for v in decision.victims),
         request.preemption_id,
         request.run_id,
+        holder=request.preemptor.key,
+    )
+
+
+def _group_claim_of(
+    snapshot: ClusterSnapshot, request: GroupDecisionRequest, decision: GroupDecision
+) -> Claim | None:
+    """The claim a written group decision makes: its victims, its members on their nodes
+    (none for a final or dry-run one)."""
+    if request.dry_run or decision.verdict is not Verdict.PREEMPT:
+        return None
+    members = tuple(
+        (member.uid, node)
+        for key, node in sorted(decision.nominations.items())
+        if (member := snapshot.pod_by_key(key)) is not None
+    )
+    return Claim(
+        request.group.uid,
+        "",
+        frozenset(v.uid for v in decision.victims),
+        request.preemption_id,
+        request.run_id,
+        members=members,
+        holder=request.group.key,
+    )
+
+
+def _held_back(per_minute: int, victims: int, wait: float) -> str:
+    return (
+        f"held back by the eviction budget ({per_minute}/min): "
+        f"{victims} victim(s) fit in {wait:.0f}s; "
     )
 
 
 def _throttled(
-    request: DecisionRequest, decision: Decision, wait: float, message: str
+    request: DecisionRequest | GroupDecisionRequest,
+    preemptor: PodRef,
+    node: str | None,
+    throttled: Throttled,
 ) -> LedgerEvent:
     return LedgerEvent(
         request.preemption_id,
         request.run_id,
         EventKind.THROTTLED,
-        request.preemptor,
-        node=decision.nominated_node,
-        payload=Throttled(message, wait, [v.key for v in decision.victims]).to_json(),
+        preemptor,
+        node=node,
+        payload=throttled.to_json(),
         occurred_at=request.occurred_at,
         step=str(request.throttled),
     )

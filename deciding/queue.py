@@ -7,6 +7,11 @@ queued (up to `max_batch` at a time) in one call of the batch function, so many 
 cost one lock hold, one claims read and one commit. A request waiting its turn calls `beat`
 about every second (its activity heartbeats), and gives up after `wait_seconds` if no batch
 has taken it by then; one a batch has taken is waited for to the end.
+
+A batch is taken and decided in priority order (`priority` of each job, highest first; in
+order of arrival among equals), as kube-scheduler's active queue pops its most important pod
+first: a higher-priority request that waited beside a lower one is decided first, and the
+lower one meets its claim, never the other way round.
 """
 
 from __future__ import annotations
@@ -49,11 +54,17 @@ class DecisionQueue(Generic[Job, Answer]):
     """The requests of one process waiting to be decided, and whose turn it is."""
 
     def __init__(
-        self, decide: Batch[Job, Answer], *, wait_seconds: float = 60.0, max_batch: int = 32
+        self,
+        decide: Batch[Job, Answer],
+        *,
+        wait_seconds: float = 60.0,
+        max_batch: int = 32,
+        priority: Callable[[Job], int] = lambda job: 0,
     ) -> None:
         self._decide = decide
         self._wait_seconds = wait_seconds
         self._max_batch = max_batch
+        self._priority = priority
         self.turn = threading.Lock()
         """Held by the thread deciding a batch now (one batch at a time in this process)."""
         self._queued: deque[Waiting[Job, Answer]] = deque()
@@ -91,14 +102,25 @@ class DecisionQueue(Generic[Job, Answer]):
         try:
             while not waiting.done.is_set():
                 with self._queued_lock:
-                    taken = min(self._max_batch, len(self._queued))
-                    batch = [self._queued.popleft() for _ in range(taken)]
+                    batch = self._take()
                 if not batch:  # cannot happen: a batch answers everything it took
                     raise RuntimeError("a queued request was lost")
                 self._decide_all(batch)
         finally:
             self.turn.release()
         return waiting.result()
+
+    def _take(self) -> list[Waiting[Job, Answer]]:
+        """Under the queue's lock: the next batch, the most important requests first (up to
+        `max_batch`), each in order of arrival among equals."""
+        ranked = sorted(self._queued, key=lambda w: -self._priority(w.job))  # stable
+        batch = ranked[: self._max_batch]
+        if len(batch) == len(self._queued):
+            self._queued.clear()
+        else:
+            taken = {id(w) for w in batch}
+            self._queued = deque(w for w in self._queued if id(w) not in taken)
+        return batch
 
     def _decide_all(self, batch: list[Waiting[Job, Answer]]) -> None:
         """The batch function, then every request it left unanswered fails with its error."""

@@ -1,7 +1,9 @@
-"""Reading one pod by namespace/name and UID: the check every write starts from.
+"""Reading one pod by namespace/name and UID: the check every write starts from; and one
+pod group the same way (`get_pod_group`), for a group preemption's checks.
 
 A pod is identified by its UID, not its name: a StatefulSet recreates `web-1` under a new
-UID, and a preemption that chose the old `web-1` must not act on the new one.
+UID, and a preemption that chose the old `web-1` must not act on the new one. A PodGroup
+likewise: a Job controller recreating `train-a` makes another group.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from preemptctl.kube.classify import Call, api_status, classify_status
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.results import WriteEffect, WriteResult
 from preemptctl.preemption.decision import PodRef
-from preemptctl.preemption.decode import decode_pod
+from preemptctl.preemption.decode import decode_pod, decode_pod_group
 from preemptctl.preemption.errors import PlannerInputError
-from preemptctl.preemption.objects import Pod
+from preemptctl.preemption.group_decision import GroupRef
+from preemptctl.preemption.objects import Pod, PodGroup
 from preemptctl.preemption.standing import PreemptorStanding, Standing
 
 
@@ -147,3 +150,51 @@ def read_before_write(kube: KubeClient, ref: PodRef, noun: str = "pod") -> PodLo
     lookup = get_pod(kube, ref)
     absent = result_if_absent(lookup, ref, noun)
     return lookup if absent is None else absent
+
+
+# -- pod groups ---------------------------------------------------------------------------------
+
+POD_GROUP_API = "/apis/scheduling.k8s.io/v1beta1"
+
+
+def pod_group_path(namespace: str, name: str) -> str:
+    return (
+        f"{POD_GROUP_API}/namespaces/{quote(namespace, safe='')}/podgroups/{quote(name, safe='')}"
+    )
+
+
+@dataclass(frozen=True)
+class PodGroupLookup:
+    """A PodGroup as the API server returned it (decoded in the planner's model), if it is
+    still the group a preemption names (same UID)."""
+
+    presence: Presence
+    group: PodGroup | None  # the group now under that name (FOUND or REPLACED)
+
+    @property
+    def standing(self) -> Standing:
+        """The group's object as a standing: `Pending` while it exists (its members say
+        more: `preemption.standing.group_standing_of`), `Gone` or `Replaced`."""
+        if self.presence is Presence.GONE:
+            return Standing.GONE
+        if self.presence is Presence.REPLACED:
+            return Standing.REPLACED
+        return Standing.PENDING
+
+
+def get_pod_group(kube: KubeClient, ref: GroupRef) -> PodGroupLookup:
+    """The PodGroup `ref` names, if it is still that group (same UID). A cluster without the
+    PodGroup API answers 404 for it too: the group is gone. A group the planner cannot read
+    is a `PlannerInputError`."""
+    call = Call("get", "podgroups", ref.key, "scheduling.k8s.io")
+    try:
+        obj = kube.request("GET", pod_group_path(ref.namespace, ref.name), call)
+    except ApiException as error:
+        status = api_status(error)
+        if status.code == 404:
+            return PodGroupLookup(Presence.GONE, None)
+        raise classify_status(status, call) from None
+    group = decode_pod_group(obj)
+    if ref.uid and group.uid != ref.uid:
+        return PodGroupLookup(Presence.REPLACED, group)
+    return PodGroupLookup(Presence.FOUND, group)

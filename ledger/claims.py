@@ -5,7 +5,8 @@ it: the one type from this reader to the planner's overlay.
 
 A preemption claims its victims (and the capacity they free) from the moment its decision is
 written ahead until its run ends. The ledger already holds exactly that: `victim_chosen`
-events of runs with no terminal event yet. Reading claims from it, and writing each new
+events of runs with no terminal event yet, and for a group preemption, its `member_placed`
+events (each member it placed, on its node). Reading claims from it, and writing each new
 decision, under one ledger-wide lock serializes decisions across every worker replica, so no
 two preemptions ever claim the same victim or the same freed capacity, whichever worker
 makes them. The claims an auditor sees are the claims the planner respected.
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import fcntl
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +39,7 @@ from preemptctl.ledger.engine import sqlite_path, translated_errors
 from preemptctl.ledger.errors import LedgerNotMigratedError
 from preemptctl.ledger.kinds import TERMINAL_KINDS, EventKind
 from preemptctl.ledger.models import events
+from preemptctl.ledger.payloads import MemberPlaced
 from preemptctl.preemption.claims import Claim
 
 _thread_lock = threading.Lock()
@@ -94,27 +96,47 @@ def decision_lock(
                 fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
-def _claims_of(rows: Iterable[Sequence[Any]]) -> dict[tuple[str, str], Claim]:
-    """Rows of `victim_chosen` events (in ledger order) grouped into one claim per run."""
+def _claims_of(rows: Iterable[Any]) -> dict[tuple[str, str], Claim]:
+    """Rows of `victim_chosen` and `member_placed` events (in ledger order) grouped into one
+    claim per run: a run with placed members claims them on their nodes (a group), else
+    its preemptor on its first victim's node."""
     grouped: dict[tuple[str, str], list[str]] = {}
-    first: dict[tuple[str, str], tuple[str, str]] = {}
-    for preemption_id, run_id, preemptor_uid, node, victim_uid in rows:
+    members: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    first: dict[tuple[str, str], tuple[str, str, str]] = {}
+    for row in rows:
+        preemption_id, run_id, preemptor_uid, namespace, name, node, kind, victim_uid = row[:8]
         key = (preemption_id, run_id)
-        grouped.setdefault(key, []).append(victim_uid)
-        first.setdefault(key, (preemptor_uid, node or ""))
-    return {
-        key: Claim(uid, node, frozenset(victims), *key)
-        for key, victims in grouped.items()
-        for uid, node in [first[key]]
-    }
+        first.setdefault(key, (preemptor_uid, node or "", f"{namespace}/{name}"))
+        if kind == EventKind.MEMBER_PLACED.value:
+            member = MemberPlaced.from_json(row.payload or {})
+            members.setdefault(key, []).append((member.uid, node or ""))
+        else:
+            grouped.setdefault(key, []).append(victim_uid)
+    claims = {}
+    for key, (uid, node, holder) in first.items():
+        placed = tuple(members.get(key, ()))
+        claims[key] = Claim(
+            uid,
+            "" if placed else node,
+            frozenset(grouped.get(key, ())),
+            *key,
+            members=placed,
+            holder=holder,
+        )
+    return claims
 
 
+_CLAIM_KINDS = (EventKind.VICTIM_CHOSEN.value, EventKind.MEMBER_PLACED.value)
 _CHOSEN_COLUMNS = (
     events.c.preemption_id,
     events.c.run_id,
     events.c.preemptor_uid,
+    events.c.preemptor_namespace,
+    events.c.preemptor_name,
     events.c.node,
+    events.c.kind,
     events.c.victim_uid,
+    events.c.payload,
 )
 
 
@@ -137,7 +159,7 @@ def open_claims(connection: Connection) -> list[Claim]:
     still_running = _run_has_no(TERMINAL_KINDS, "ended")
     rows = connection.execute(
         select(*_CHOSEN_COLUMNS)
-        .where(events.c.kind == EventKind.VICTIM_CHOSEN.value)
+        .where(events.c.kind.in_(_CLAIM_KINDS))
         .where(still_running)
         .order_by(events.c.id)
     ).all()
@@ -167,13 +189,13 @@ class ClaimReader:
         else:
             rows = connection.execute(
                 select(*_CHOSEN_COLUMNS, events.c.id)
-                .where(events.c.kind == EventKind.VICTIM_CHOSEN.value)
+                .where(events.c.kind.in_(_CLAIM_KINDS))
                 .where(events.c.id > self._after)
                 .order_by(events.c.id)
             ).all()
             if rows:
                 self._after = max(self._after, int(rows[-1].id))
-                self._open.update(_claims_of([row[:5] for row in rows]))
+                self._open.update(_claims_of(rows))
             self._forget_ended(connection)
         return list(self._open.values())
 

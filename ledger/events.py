@@ -7,14 +7,16 @@ for one thing from the decision to the ledger.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.payloads import Terminal, VictimChosen
+from preemptctl.ledger.payloads import MemberPlaced, Terminal, VictimChosen
 from preemptctl.ledger.vocabulary import KIND_OF_OUTCOME, KIND_OF_VERDICT, outcome_of_decision
-from preemptctl.preemption.decision import Decision, PodRef
+from preemptctl.preemption.decision import Decision, PodRef, Verdict
+from preemptctl.preemption.group_decision import GroupDecision, GroupRef
 
 
 def idempotency_key(
@@ -171,15 +173,123 @@ def end_of_decision(
     """The run's end, when the decision ends it (`outcome_of_decision`) and its decision
     event does not say so itself (a refusal's does): `completed` for a preemptor that fits,
     `dry_run` for a dry run's preemption. Written ahead with the decision."""
-    outcome = outcome_of_decision(decision.verdict, dry_run)
-    if outcome is None or KIND_OF_OUTCOME[outcome] is KIND_OF_VERDICT[decision.verdict]:
+    return _end(
+        preemption_id,
+        run_id,
+        preemptor,
+        decision.verdict,
+        decision.message,
+        decision.nominated_node,
+        occurred_at,
+        dry_run,
+    )
+
+
+def _end(
+    preemption_id: str,
+    run_id: str,
+    preemptor: PodRef,
+    verdict: Verdict,
+    message: str,
+    node: str | None,
+    occurred_at: datetime,
+    dry_run: bool,
+) -> LedgerEvent | None:
+    outcome = outcome_of_decision(verdict, dry_run)
+    if outcome is None or KIND_OF_OUTCOME[outcome] is KIND_OF_VERDICT[verdict]:
         return None
     return LedgerEvent(
         preemption_id,
         run_id,
         KIND_OF_OUTCOME[outcome],
         preemptor,
-        node=decision.nominated_node,
-        payload=Terminal(reason=decision.message).to_json(),
+        node=node,
+        payload=Terminal(reason=message).to_json(),
         occurred_at=occurred_at,
+    )
+
+
+def group_decision_events(
+    preemption_id: str,
+    run_id: str,
+    group: GroupRef,
+    decision: GroupDecision,
+    occurred_at: datetime,
+    *,
+    placed: Sequence[tuple[PodRef, str]] = (),
+    victim_nodes: Mapping[str, str] | None = None,
+    context: dict[str, Any] | None = None,
+) -> list[LedgerEvent]:
+    """The batch that records a group preemption's decision: the decision (its JSON, with
+    `context`), one `member_placed` per member it placed (`placed`: the member and its
+    node), then one `victim_chosen` per victim, on its node (`victim_nodes`, by UID) and
+    naming its unit. The preemptor columns name the group (`GroupRef.as_preemptor`).
+
+    Appended together before any victim is touched, as `decision_events`: from then on the
+    group's claim (its victims and its members' room) holds, and every victim can be found
+    by the victim index."""
+    preemptor = group.as_preemptor()
+    payload = decision.to_json()
+    if context is not None:
+        payload["context"] = context
+    recorded = [
+        LedgerEvent(
+            preemption_id,
+            run_id,
+            KIND_OF_VERDICT[decision.verdict],
+            preemptor,
+            payload=payload,
+            occurred_at=occurred_at,
+        )
+    ]
+    for member, node in placed:
+        recorded.append(
+            LedgerEvent(
+                preemption_id,
+                run_id,
+                EventKind.MEMBER_PLACED,
+                preemptor,
+                node=node,
+                payload=MemberPlaced(member.key, member.uid).to_json(),
+                occurred_at=occurred_at,
+                step=member.uid,
+            )
+        )
+    nodes = victim_nodes or {}
+    for rank, victim in enumerate(decision.victims):
+        unit = decision.unit_of(victim)
+        recorded.append(
+            LedgerEvent(
+                preemption_id,
+                run_id,
+                EventKind.VICTIM_CHOSEN,
+                preemptor,
+                node=nodes.get(victim.uid),
+                victim=victim,
+                payload=VictimChosen(rank, unit.unit if unit else None).to_json(),
+                occurred_at=occurred_at,
+            )
+        )
+    return recorded
+
+
+def end_of_group_decision(
+    preemption_id: str,
+    run_id: str,
+    group: GroupRef,
+    decision: GroupDecision,
+    occurred_at: datetime,
+    *,
+    dry_run: bool,
+) -> LedgerEvent | None:
+    """The group preemption's end, when its decision ends it (as `end_of_decision`)."""
+    return _end(
+        preemption_id,
+        run_id,
+        group.as_preemptor(),
+        decision.verdict,
+        decision.message,
+        None,
+        occurred_at,
+        dry_run,
     )

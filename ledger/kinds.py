@@ -25,9 +25,18 @@ class EventKind(StrEnum):
     NOMINATED = "nominated"  # node column: the nominated node
     NOMINATION_CLEARED = "nomination_cleared"  # {"pod": "ns/name", "uid"}
 
+    # A group preemption's members (the preemptor columns name the group). `member_placed`
+    # is appended with the decision, one per pending member it placed (node column: where),
+    # so the group's claim holds that room from the write-ahead on {"pod", "uid"};
+    # `member_nominated` is the nominate step's write of that member's nominatedNodeName,
+    # as the API server settled it (the `nominated` payload, with {"pod", "uid"}).
+    MEMBER_PLACED = "member_placed"
+    MEMBER_NOMINATED = "member_nominated"
+
     # Each victim's fate; the victim columns name it. `victim_chosen` is appended with the
     # decision (see `ledger.events.decision_events`) so a victim is found by an index even
-    # when nothing was done to it yet (or ever: a dry run).
+    # when nothing was done to it yet (or ever: a dry run). {"rank"}, and for a group
+    # preemption's victim the unit it went with {"unit": "podGroup ml/train-b"}.
     VICTIM_CHOSEN = "victim_chosen"
     VICTIM_MARKED = "victim_marked"  # DisruptionTarget condition patched
     VICTIM_DELETED = "victim_deleted"  # deleted with a UID precondition

@@ -41,10 +41,11 @@ class Throttled:
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """`nominated` and `nomination_cleared`: a write to a pod's nomination, as the API server
-    settled it (`effect`, a `kube.results.WriteEffect` value; `message`; the nomination it
-    replaced or kept as `previous`), or the `error` that kept it from being made. `pod` and
-    `uid` name a cleared pod. The effect's JSON key is `verdict`, as rows were first written."""
+    """`nominated`, `nomination_cleared` and `member_nominated`: a write to a pod's
+    nomination, as the API server settled it (`effect`, a `kube.results.WriteEffect` value;
+    `message`; the nomination it replaced or kept as `previous`), or the `error` that kept
+    it from being made. `pod` and `uid` name a cleared pod, or a group's nominated member.
+    The effect's JSON key is `verdict`, as rows were first written."""
 
     effect: str | None = None
     message: str | None = None
@@ -77,16 +78,38 @@ class Write:
 
 @dataclass(frozen=True, slots=True)
 class VictimChosen:
-    """`victim_chosen`: the victim's place in the decision's order (0 = most important)."""
+    """`victim_chosen`: the victim's place in the decision's order (0 = most important);
+    for a group preemption, the victim unit it went with (`unit`, as the decision's
+    `rationale.units` names it: "podGroup ml/train-b", "pod default/web-1")."""
 
     rank: int
+    unit: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"rank": self.rank}
+        shown: dict[str, Any] = {"rank": self.rank}
+        if self.unit is not None:
+            shown["unit"] = self.unit
+        return shown
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> VictimChosen:
-        return cls(int(data.get("rank") or 0))
+        return cls(int(data.get("rank") or 0), _text(data.get("unit")))
+
+
+@dataclass(frozen=True, slots=True)
+class MemberPlaced:
+    """`member_placed`: a pending member of the group that the decision placed on the
+    event's node (`pod`: "namespace/name", and its `uid`)."""
+
+    pod: str
+    uid: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pod": self.pod, "uid": self.uid}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MemberPlaced:
+        return cls(str(data.get("pod") or ""), str(data.get("uid") or ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +253,15 @@ class Retried:
 
 
 Payload = (
-    Throttled | Write | VictimChosen | VictimStep | DeleteSent | Terminal | Scheduled | Retried
+    Throttled
+    | Write
+    | VictimChosen
+    | MemberPlaced
+    | VictimStep
+    | DeleteSent
+    | Terminal
+    | Scheduled
+    | Retried
 )
 
 PAYLOAD_OF_KIND: dict[EventKind, type[Payload]] = {
@@ -238,6 +269,8 @@ PAYLOAD_OF_KIND: dict[EventKind, type[Payload]] = {
     EventKind.DRY_RUN: Terminal,
     EventKind.NOMINATED: Write,
     EventKind.NOMINATION_CLEARED: Write,
+    EventKind.MEMBER_PLACED: MemberPlaced,
+    EventKind.MEMBER_NOMINATED: Write,
     EventKind.VICTIM_CHOSEN: VictimChosen,
     EventKind.VICTIM_MARKED: VictimStep,
     EventKind.VICTIM_DELETED: VictimStep,

@@ -18,6 +18,11 @@ view already shows (the preemptor bound and every victim gone) is not applied ag
 preemptor missing from the view does NOT end its claim: the view may lag, and dropping the
 claim would let a second decision take the same victims; the claim's run ends it once the API
 server says the preemptor is gone.
+
+A group preemption claims the same way, over many nodes: every victim it chose, wherever it
+runs, and each member it placed, on its own node (`Claim.members`). Pod and group claims are
+one kind of thing to the book, so a pod decision respects a group's claim and a group
+decision a pod's: no victim and no freed room is ever claimed twice, whoever claims it.
 """
 
 from __future__ import annotations
@@ -37,14 +42,30 @@ CLAIMED_PRIORITY = 2**31
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """What one in-flight preemption claims: its node's capacity and its victims; and which
-    run of which preemption holds it (what the ledger's reader keys it by)."""
+    """What one in-flight preemption claims: its victims and the capacity they free, where
+    its pods are placed; and which run of which preemption holds it (what the ledger's
+    reader keys it by).
+
+    A pod preemption places its preemptor (`preemptor_uid`) on `node`. A group preemption's
+    `preemptor_uid` is its group's UID and `node` is empty: it places each member it placed
+    on that member's node (`members`: (member UID, node) pairs). `holder` names the
+    preemptor ("namespace/name") for the decisions that list the claims they respected."""
 
     preemptor_uid: str
     node: str
     victim_uids: frozenset[str]
     preemption_id: str = ""
     run_id: str = ""
+    members: tuple[tuple[str, str], ...] = ()
+    holder: str = ""
+
+    @property
+    def placed(self) -> tuple[tuple[str, str], ...]:
+        """The pods the claim places, each with its node: the group's members, or the
+        preemptor on its node."""
+        if self.members:
+            return self.members
+        return ((self.preemptor_uid, self.node),)
 
 
 class ClaimBook:
@@ -59,6 +80,10 @@ class ClaimBook:
 
     def __contains__(self, preemptor_uid: object) -> bool:
         return preemptor_uid in self._claims
+
+    def all(self) -> list[Claim]:
+        """Every claim, in the order of `holders`."""
+        return [self._claims[uid] for uid in sorted(self._claims)]
 
     def holders(self, excluding: str = "") -> list[str]:
         """The preemptor UIDs holding a claim (what a decision counts as done)."""
@@ -77,11 +102,9 @@ class ClaimBook:
         its claim: the view may lag behind the API server."""
         done = []
         for uid, claim in list(self._claims.items()):
-            preemptor = snapshot.pods.get(uid)
-            if (
-                preemptor is not None
-                and bool(preemptor.node_name)
-                and not any(victim in snapshot.pods for victim in claim.victim_uids)
+            placed = [snapshot.pods.get(pod_uid) for pod_uid, _ in claim.placed]
+            if all(pod is not None and pod.node_name for pod in placed) and not any(
+                victim in snapshot.pods for victim in claim.victim_uids
             ):
                 del self._claims[uid]
                 done.append(uid)
@@ -100,18 +123,27 @@ class ClaimBook:
                     victim = snapshot.remove_pod(victim_uid, returning=True)
                     if victim is not None:
                         saved.append(victim)
-                preemptor = snapshot.pods.get(uid)
-                if preemptor is not None:
-                    saved.append(preemptor)
-                    snapshot.upsert_pod(_placed(preemptor, claim.node))
+                for pod_uid, node in claim.placed:
+                    pod = snapshot.pods.get(pod_uid)
+                    if pod is not None:
+                        saved.append(pod)
+                        snapshot.upsert_pod(_placed(pod, node))
             yield
         finally:
             for pod in reversed(saved):
                 snapshot.upsert_pod(pod)
 
 
-def _placed(preemptor: Pod, node: str) -> Pod:
-    """The preemptor as a nomination to `node` that every later decision must respect."""
+def _placed(pod: Pod, node: str) -> Pod:
+    """A pod a claim places (a preemptor, or a group's member) as a nomination to `node` that
+    every later decision must respect. A member leaves its group for the overlay: a member's
+    priority is its group's (the snapshot would give it back), and the claimed priority
+    must stand; its group, deciding again, does not meet its own claim."""
     return dataclasses.replace(
-        preemptor, node_name="", nominated_node_name=node, priority=CLAIMED_PRIORITY
+        pod,
+        node_name="",
+        nominated_node_name=node,
+        priority=CLAIMED_PRIORITY,
+        group="",
+        spec_priority=None,
     )

@@ -9,10 +9,56 @@ rationale. The worker keeps the rest to act on it: which victims go together and
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from preemptctl.preemption.decision import PodRef, Verdict
+
+# The namespace of label-named groups' synthetic UIDs (uuid5): fixed forever, since a group's
+# workflow ID and ledger rows are derived from its UID.
+LABEL_GROUP_NAMESPACE = uuid.UUID("0f4b6d0e-6a0c-5d55-9b57-7b9e8f1a2c31")
+
+
+def label_group_uid(namespace: str, value: str) -> str:
+    """The stable UID of the group a pod label names (no object of its own carries one): the
+    same for every trigger, worker and run, so its workflow ID is stable too."""
+    return str(uuid.uuid5(LABEL_GROUP_NAMESPACE, f"{namespace}/{value}"))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRef:
+    """A pod group named the way a preemption names it: namespace, name, UID and priority.
+
+    For a PodGroup the UID is the object's; for a group a pod label names (a setting), a
+    synthetic one (`label_group_uid`). JSON-friendly (plain fields) for workflow inputs."""
+
+    namespace: str
+    name: str
+    uid: str
+    priority: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def label_named(self) -> bool:
+        """A group a pod label names rather than a PodGroup object."""
+        return self.uid == label_group_uid(self.namespace, self.name)
+
+    def as_preemptor(self) -> PodRef:
+        """The group in the ledger's preemptor columns (namespace, name, UID, priority): a
+        group preemption's preemptor is its group."""
+        return PodRef(self.namespace, self.name, self.uid, self.priority)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+            "priority": self.priority,
+        }
 
 
 @dataclass(frozen=True, slots=True)

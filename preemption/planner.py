@@ -1,4 +1,5 @@
-"""The planner's front door: one decision for one pod, by the strategy asked for."""
+"""The planner's front door: one decision for one pod, by the strategy asked for; or one for
+a pending pod group (`plan_group`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from preemptctl.preemption.critical_admission import preempt_for_admission
 from preemptctl.preemption.decision import Decision, Strategy
 from preemptctl.preemption.default_preemption import PreemptionArgs, preempt
 from preemptctl.preemption.errors import UnknownPodError
+from preemptctl.preemption.group_decision import GroupDecision
 from preemptctl.preemption.objects import Pod
+from preemptctl.preemption.pod_group_preemption import plan_pod_group
 from preemptctl.preemption.snapshot import ClusterSnapshot
 
 
@@ -34,3 +37,12 @@ def plan_for(
     if strategy is Strategy.CRITICAL_ADMISSION:
         return preempt_for_admission(snapshot, preemptor, args)
     return preempt(snapshot, preemptor, args)
+
+
+def plan_group(
+    snapshot: ClusterSnapshot, group_key: str, args: PreemptionArgs | None = None
+) -> GroupDecision:
+    """Decide the preemption for the pending pod group `namespace/name` in `snapshot` (a
+    PodGroup, else a group the configured label names): upstream's `PodGroupPostFilter`.
+    `UnknownPodGroupError` when neither exists."""
+    return plan_pod_group(snapshot, group_key, args)

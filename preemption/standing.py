@@ -6,11 +6,19 @@ Here the question is asked at three moments (before deciding, before each victim
 delete, while waiting for the bind), of the API server or of the cluster view, and
 `reason_to_stop` is the one answer all three use, so the reasons the ledger records are
 the same words wherever the preemption stopped.
+
+A group preemption asks the same question of its pod group (`GroupStanding`,
+`reason_to_stop_group`): the group gone or replaced stops it wherever it is; before the
+decision, a group with no pending member needs no room; after it, members bound to other
+nodes than the ones the decision placed them on mean the placement the victims were chosen
+for is not the one the scheduler made (upstream's gang placement is all-or-nothing, so the
+victims' room would be freed for nothing).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from preemptctl.preemption.objects import Pod
@@ -57,4 +65,63 @@ def reason_to_stop(standing: PreemptorStanding, needs_room_on: str | None = None
         if needs_room_on is None:
             return f"the preemptor is already bound to {standing.node}"
         return f"the preemptor was bound to {standing.node}, not {needs_room_on}"
+    return ""
+
+
+@dataclass
+class GroupStanding:
+    """Where a pod group stands: `Gone`, `Replaced` (a group of that name with another UID),
+    else `Pending` (some member not bound yet) or `Bound` (every member bound); which members
+    are bound and where (`bound`: "namespace/name" -> node), and how many are pending."""
+
+    state: Standing
+    bound: dict[str, str] = field(default_factory=dict)
+    pending: int = 0
+
+
+def group_standing_of(exists: Standing, members: Iterable[Pod]) -> GroupStanding:
+    """Where a group stands from its object's presence (`Pending` when it exists, `Gone`,
+    `Replaced`) and its non-terminal members as the cluster view shows them."""
+    if exists in (Standing.GONE, Standing.REPLACED):
+        return GroupStanding(exists)
+    bound: dict[str, str] = {}
+    pending = 0
+    for pod in members:
+        if pod.terminating or pod.is_terminal():
+            continue
+        if pod.node_name:
+            bound[pod.key] = pod.node_name
+        else:
+            pending += 1
+    state = Standing.PENDING if pending or not bound else Standing.BOUND
+    return GroupStanding(state, dict(sorted(bound.items())), pending)
+
+
+def reason_to_stop_group(
+    standing: GroupStanding, group: str, nominations: Mapping[str, str] | None = None
+) -> str:
+    """Why the preemption for the pod group `group` ("namespace/name") must stop; "" when
+    the group still needs the room.
+
+    Gone or replaced stops it wherever it is. Before the decision (`nominations` None), a
+    group with no pending member needs no room. After it, a member bound to another node
+    than the one the decision placed it on (`nominations`: "namespace/name" -> node) stops
+    it: the scheduler placed the group otherwise. Members bound where they were placed, or
+    not placed by the decision, go on."""
+    if standing.state is Standing.GONE:
+        return f"the pod group {group} is gone"
+    if standing.state is Standing.REPLACED:
+        return f"the pod group {group} was replaced by one with another UID"
+    if nominations is None:
+        if not standing.pending:
+            bound = len(standing.bound)
+            return f"no member of the pod group {group} is pending ({bound} bound)"
+        return ""
+    elsewhere = [
+        f"{pod} to {node}, not {nominations[pod]}"
+        for pod, node in sorted(standing.bound.items())
+        if pod in nominations and nominations[pod] != node
+    ]
+    if elsewhere:
+        return f"members of the pod group {group} were bound elsewhere: " + "; ".join(elsewhere)
     return ""

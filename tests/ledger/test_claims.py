@@ -55,7 +55,9 @@ def claims(engine: Engine) -> list[Claim]:
 def test_a_decision_written_ahead_claims_its_node_and_victims(sqlite_engine: Engine) -> None:
     decide(sqlite_engine)
     [claim] = claims(sqlite_engine)
-    assert claim == Claim(API.uid, "node-3", frozenset({BATCH_7.uid, BATCH_8.uid}), "p-1", "run-1")
+    assert claim == Claim(
+        API.uid, "node-3", frozenset({BATCH_7.uid, BATCH_8.uid}), "p-1", "run-1", holder=API.key
+    )
 
 
 @pytest.mark.parametrize(
