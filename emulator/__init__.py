@@ -29,7 +29,9 @@ stream), `patch` (merge, strategic merge, JSON patch), `eviction` (PDB-checked d
 (path to verb/resource), `handlers` (REST semantics), `http_server` (the wire),
 `kubeconfig`, `scenario` (List files), `api` (`Emulator`, the public entry point), and
 `simulation` (`SimulatedCluster`: the emulator plus a scheduler and a kubelet that judge fit
-with the planner's filters, for `preemptctl dev`).
+with the planner's filters, for `preemptctl dev`) with the scheduler's parts: `placement`
+(one pod's node), `group_cycle` (a pod group placed all-or-nothing) and `executor` (what
+kube-scheduler writes when it preempts).
 """
 
 from preemptctl.emulator.api import Emulator

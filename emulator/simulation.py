@@ -2,28 +2,42 @@
 
 `SimulatedCluster` owns an `Emulator` and two loops:
 
-- `SimulatedScheduler`, one scheduling pass at a time: each pending pod of the schedulers it
-  serves, highest priority first (then oldest), is bound to a node it fits (its nominated
-  node when that fits, as upstream tries the nominated node first; otherwise the first
-  fitting node by name) or marked `PodScheduled=False`, reason `Unschedulable`, with
-  upstream's FitError message. Fit is the planner's own (`filter_nodes` over a
-  `ClusterSnapshot` with the Namespaces, so every filter the planner models judges it:
-  resources, ports, taints, node affinity, pod affinity and anti-affinity, topology
-  spread), so nominated pods of at least the pod's priority count as placed and
-  terminating pods occupy their node until the kubelet finishes them: exactly what makes a
-  preemption wait for its victims' grace period. It never preempts, the controller does;
-  unless it runs in upstream-preemption mode (`preemption=True`, off by default), where it
-  preempts as kube-scheduler's DefaultPreemption does, so that shadow mode has something to
-  compare with: for a pod that fits nowhere it runs the planner (the same code), nominates
-  the pod, clears lower-priority nominations, marks each victim `DisruptionTarget`
-  (PreemptionByScheduler), deletes it gracefully with a UID precondition and writes
-  upstream's core/v1 Event on it (reason `Preempted`, reporting component
-  `default-scheduler`, message `Preempted by pod <uid> on node <node>`). With
-  `preemption_delay` it waits that long after first finding a pod unschedulable before it
-  preempts for it (a scheduler slower than the controller's dry run).
+- `SimulatedScheduler`, one scheduling pass at a time over the scheduling queue (priority
+  first, then oldest):
+  - a pod alone is bound to a node it fits (`emulator.placement`: its nominated node when
+    that fits, as upstream tries the nominated node first; otherwise the first fitting node
+    by name) or marked `PodScheduled=False`, reason `Unschedulable`, with upstream's FitError
+    message;
+  - a pod of a pod group (`spec.schedulingGroup.podGroupName`, or the configured group
+    label) is scheduled with its group's other pending pods, all-or-nothing, as
+    kube-scheduler 1.37 does with the `GenericWorkload` gate (`emulator.group_cycle`): the
+    members that fit are bound together only when at least the gang's minCount of members
+    can be placed at once (`basic`: one); otherwise none is bound, and each is marked
+    Unschedulable with the GangScheduling plugin's `minCount (N) cannot be satisfied: ...`
+    or its own FitError.
+  Fit is the planner's own (`filter_nodes` over a `ClusterSnapshot` with the Namespaces and
+  PodGroups, so every filter the planner models judges it: resources, ports, taints, node
+  affinity, pod affinity and anti-affinity, topology spread), so nominated pods of at least
+  the pod's priority count as placed and terminating pods occupy their node until the
+  kubelet finishes them: exactly what makes a preemption wait for its victims' grace period.
+  It never preempts, the controller does; unless it runs in upstream-preemption mode
+  (`preemption=True`, off by default), where it preempts as kube-scheduler does, so that
+  shadow mode has something to compare with (`emulator.executor` writes what upstream's
+  Executor writes): for a pod that fits nowhere, DefaultPreemption with the planner (the
+  same code) nominates the pod, clears lower-priority nominations, marks each victim
+  `DisruptionTarget` (PreemptionByScheduler), deletes it gracefully with a UID precondition
+  and writes upstream's core/v1 Event on it (reason `Preempted`, reporting component
+  `default-scheduler`, message `Preempted by pod <uid> on node <node>`); for a PodGroup that
+  does not fit, PodGroupPostFilter with the planner's `plan_pod_group` marks, deletes and
+  records each victim (`Preempted by podgroup <uid> on node cluster`) and nominates every
+  placed member. A group named by a label is not preempted for: kube-scheduler does not
+  know such groups. With `preemption_delay` it waits that long after first finding a pod
+  or group unschedulable before it preempts for it (a scheduler slower than the
+  controller's dry run).
 - `SimulatedKubelet`: finishes terminating pods when their grace period ends (capped by
-  `max_grace_seconds` so demos are quick) and starts bound pods (phase Running, startTime)
-  after `start_delay`, so start-time tie-breaks have something to compare.
+  `max_grace_seconds` so demos are quick) and starts bound pods (phase Running, startTime,
+  each container's status) after `start_delay`, so start-time tie-breaks have something to
+  compare.
 
 Both act on the store directly, not over HTTP. The real scheduler talks HTTP, but here the
 HTTP path would make the simulation a client of everything a test injects: a fault aimed at
@@ -42,29 +56,29 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from preemptctl.emulator.api import Emulator
 from preemptctl.emulator.binding import bind
+from preemptctl.emulator.executor import POD_GROUP_DOMAIN, Executor, Preemptor
+from preemptctl.emulator.group_cycle import queued_group, run_group_cycle
 from preemptctl.emulator.patch import STRATEGIC_MERGE_PATCH
-from preemptctl.emulator.resources import EVENTS, NAMESPACES, NODES, PDBS, PODS
+from preemptctl.emulator.placement import place
+from preemptctl.emulator.resources import NAMESPACES, NODES, PDBS, POD_GROUPS, PODS
+from preemptctl.emulator.scenario import read_document, with_fresh_uids
 from preemptctl.emulator.status import ApiError
 from preemptctl.emulator.store import Obj, Store, now_rfc3339
 from preemptctl.preemption.decision import Decision, Verdict
 from preemptctl.preemption.decode import parse_time
-from preemptctl.preemption.default_preemption import preempt
+from preemptctl.preemption.default_preemption import PreemptionArgs, decided_as_group, preempt
 from preemptctl.preemption.errors import PlannerInputError
-from preemptctl.preemption.filters import Status
-from preemptctl.preemption.find_nodes_that_fit import (
-    ERR_NO_NODES,
-    filter_nodes,
-    scheduling_fit_error,
-)
+from preemptctl.preemption.find_nodes_that_fit import ERR_NO_NODES
 from preemptctl.preemption.objects import Pod
+from preemptctl.preemption.pod_group_preemption import PodGroupPreemptor, plan_pod_group
 from preemptctl.preemption.snapshot import ClusterSnapshot
+from preemptctl.preemption.victim_units import UnitKind
 
 log = logging.getLogger(__name__)
 
@@ -111,15 +125,19 @@ class _Loop:
 
 # -- the scheduler ------------------------------------------------------------------------------
 
+Entry = tuple[Obj, Pod]  # a queued pod: the stored object and the planner's view of it
+
 
 class SimulatedScheduler:
-    """Binds pending pods that fit, marks the others Unschedulable; preempts for them only
-    in upstream-preemption mode (`preemption`).
+    """Binds pending pods that fit (a pod group's members all-or-nothing), marks the others
+    Unschedulable; preempts for them only in upstream-preemption mode (`preemption`).
 
     A pass runs every `interval` seconds when the store changed since the last one.
     `settled_revision` is the store revision at which a pass last found nothing to do; when
     it equals the store's revision, every schedulable pod is bound and every other one
-    carries its current Unschedulable condition."""
+    carries its current Unschedulable condition (or waits outside the queue, as the member
+    of a group that is not ready does). `pod_group_label` and `pod_group_size_annotation`
+    name groups by a label, as the controller's setting of the same name does."""
 
     def __init__(
         self,
@@ -129,6 +147,8 @@ class SimulatedScheduler:
         interval: float = DEFAULT_INTERVAL,
         preemption: bool = False,
         preemption_delay: float = 0.0,
+        pod_group_label: str = "",
+        pod_group_size_annotation: str = "",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
@@ -136,11 +156,16 @@ class SimulatedScheduler:
         self.scheduler_names = frozenset(scheduler_names)
         self.preemption = preemption
         self.preemption_delay = preemption_delay
+        self.group_args = PreemptionArgs(
+            pod_group_label=pod_group_label, pod_group_size_annotation=pod_group_size_annotation
+        )
+        self._executor = Executor(store)
         self._loop = _Loop("simulated-scheduler", interval, self._tick)
         self._seen_revision = -1
         self.settled_revision = -1
         self._rejected: set[str] = set()
-        self._unschedulable_since: dict[str, float] = {}  # uid -> monotonic, for the delay
+        # pod uid, or "podgroup <ns/name>", -> monotonic time first found unschedulable
+        self._unschedulable_since: dict[str, float] = {}
 
     def start(self) -> None:
         self._loop.start()
@@ -153,7 +178,7 @@ class SimulatedScheduler:
             self.schedule_pass()
 
     def _preemption_due(self) -> bool:
-        """A pod waits out `preemption_delay` and its preemption is now due."""
+        """A pod or group waits out `preemption_delay` and its preemption is now due."""
         if not self.preemption or not self._unschedulable_since:
             return False
         now = self._clock()
@@ -163,16 +188,21 @@ class SimulatedScheduler:
 
     def schedule_pass(self) -> int:
         """One scheduling pass over the current state, holding the store still; returns how
-        many pods it changed (bound or newly marked Unschedulable)."""
+        many pods it changed (bound, nominated, preempted or newly marked Unschedulable)."""
         with self._store.transaction():
             revision = self._store.revision
             snapshot = self._snapshot()
-            queue = self._queue(snapshot)
-            waiting = {pod.uid for _, pod in queue}
+            cycles = self._cycles(self._queue(snapshot))
+            waiting = {_delay_key(group, entries) for group, entries in cycles}
             self._unschedulable_since = {
-                uid: since for uid, since in self._unschedulable_since.items() if uid in waiting
+                key: since for key, since in self._unschedulable_since.items() if key in waiting
             }
-            changed = sum(self._schedule_one(snapshot, pod) for pod in queue)
+            changed = sum(
+                self._schedule_group(snapshot, group, entries)
+                if group
+                else self._schedule_one(snapshot, entries[0])
+                for group, entries in cycles
+            )
             # after changes, the next pass confirms that nothing is left (settles)
             self._seen_revision = revision
             if changed == 0:
@@ -181,9 +211,20 @@ class SimulatedScheduler:
 
     def _snapshot(self) -> ClusterSnapshot:
         """The planner's view of the current objects (PDBs play no part in fit, only in
-        preemption; Namespaces do, for pod affinity's namespaceSelector)."""
+        preemption; Namespaces do, for pod affinity's namespaceSelector; PodGroups before
+        pods, whose priority is their group's)."""
         snapshot = ClusterSnapshot()
-        kinds = [("Namespace", NAMESPACES), ("Node", NODES), ("Pod", PODS)]
+        args = self.group_args
+        if args.pod_group_label:
+            snapshot.kept_labels = frozenset({args.pod_group_label})
+        if args.pod_group_size_annotation:
+            snapshot.kept_annotations = frozenset({args.pod_group_size_annotation})
+        kinds = [
+            ("Namespace", NAMESPACES),
+            ("Node", NODES),
+            ("PodGroup", POD_GROUPS),
+            ("Pod", PODS),
+        ]
         if self.preemption:
             kinds.append(("PodDisruptionBudget", PDBS))
         for kind, resource in kinds:
@@ -194,16 +235,16 @@ class SimulatedScheduler:
                     self._reject(error)
         return snapshot
 
-    def _reject(self, error: PlannerInputError) -> None:
+    def _reject(self, error: PlannerInputError | str) -> None:
         """An object the planner cannot read is left out, as the cluster view leaves it out;
         said once per distinct error, not every pass."""
         if str(error) not in self._rejected:
             self._rejected.add(str(error))
             log.warning("simulated scheduler leaves out an object: %s", error)
 
-    def _queue(self, snapshot: ClusterSnapshot) -> list[tuple[Obj, Pod]]:
+    def _queue(self, snapshot: ClusterSnapshot) -> list[Entry]:
         """The pods to schedule, in the scheduling queue's order: priority, then creation."""
-        queue: list[tuple[Obj, Pod]] = []
+        queue: list[Entry] = []
         for obj in self._store.objects(PODS):
             if not self._schedulable(obj):
                 continue
@@ -212,6 +253,23 @@ class SimulatedScheduler:
                 queue.append((obj, pod))
         queue.sort(key=lambda entry: _queue_key(entry[0], entry[1]))
         return queue
+
+    def _cycles(self, queue: list[Entry]) -> list[tuple[str, list[Entry]]]:
+        """The queue as scheduling cycles: a pod alone ("", [pod]), or a pod group ("ns/name",
+        its queued members in queue order) where its first member is queued
+        (`podGroupInfoForPod` pops the group's other pods with it)."""
+        cycles: list[tuple[str, list[Entry]]] = []
+        groups: dict[str, list[Entry]] = {}
+        for entry in queue:
+            group = decided_as_group(entry[1], self.group_args)
+            if not group:
+                cycles.append(("", [entry]))
+            elif group in groups:
+                groups[group].append(entry)
+            else:
+                groups[group] = [entry]
+                cycles.append((group, groups[group]))
+        return cycles
 
     def _schedulable(self, obj: Obj) -> bool:
         spec = obj.get("spec") or {}
@@ -223,28 +281,63 @@ class SimulatedScheduler:
             and not spec.get("schedulingGates")
         )
 
-    def _schedule_one(self, snapshot: ClusterSnapshot, entry: tuple[Obj, Pod]) -> int:
+    def _schedule_one(self, snapshot: ClusterSnapshot, entry: Entry) -> int:
         obj, pod = entry
-        statuses = filter_nodes(snapshot, pod)
-        node = choose_node(pod, statuses)
-        if node is not None:
-            return self._bind(snapshot, pod, node)
-        message = fit_error(len(statuses), statuses)
+        placement = place(snapshot, pod)
+        if placement.node is not None:
+            return self._bind(snapshot, pod, placement.node)
         preempted = self._preempt(snapshot, pod) if self.preemption else 0
         if preempted:
             obj = self._store.get(PODS, pod.namespace, pod.name)
-        return self._mark_unschedulable(obj, message) + preempted
+        return self._mark_unschedulable(obj, placement.fit_error) + preempted
+
+    def _schedule_group(self, snapshot: ClusterSnapshot, key: str, entries: list[Entry]) -> int:
+        """One pod group scheduling cycle (`emulator.group_cycle`): bind every placed member
+        together when the group is feasible; else bind none, preempt for the group in
+        upstream-preemption mode, and mark each member Unschedulable."""
+        group, waiting = queued_group(snapshot, key, self.group_args)
+        if group is None:
+            self._reject(f"pods of pod group {key} wait outside the queue: {waiting}")
+            return 0
+        cycle = run_group_cycle(snapshot, group, [pod for _, pod in entries])
+        if cycle.feasible:
+            changed = 0
+            for obj, pod in entries:
+                node = cycle.placed.get(pod.uid)
+                if node is not None:
+                    changed += self._bind(snapshot, pod, node)
+                else:
+                    changed += self._mark_unschedulable(obj, cycle.message_for(pod))
+            return changed
+        preempted = 0
+        if self.preemption and group.kind is UnitKind.POD_GROUP:
+            preempted = self._preempt_group(snapshot, group, entries)
+        changed = preempted
+        for obj, pod in entries:
+            current = self._store.get(PODS, pod.namespace, pod.name) if preempted else obj
+            changed += self._mark_unschedulable(current, cycle.message_for(pod))
+        if not changed:
+            return 0
+        log.info("simulated scheduler: pod group %s: %s", key, cycle.message or "unschedulable")
+        return changed
 
     # -- upstream-preemption mode -------------------------------------------------------------
+
+    def _due(self, key: str) -> bool:
+        """Whether the preemption for `key` has waited out `preemption_delay` (and it is
+        now taken: the next one waits again)."""
+        since = self._unschedulable_since.setdefault(key, self._clock())
+        if self._clock() - since < self.preemption_delay:
+            return False
+        del self._unschedulable_since[key]
+        return True
 
     def _preempt(self, snapshot: ClusterSnapshot, pod: Pod) -> int:
         """`DefaultPreemption` for one unschedulable pod, once its delay is over: plan,
         then `prepareCandidate` (clear lower nominations, mark, delete, record) and nominate.
         How many objects it changed."""
-        since = self._unschedulable_since.setdefault(pod.uid, self._clock())
-        if self._clock() - since < self.preemption_delay:
+        if not self._due(pod.uid):
             return 0
-        del self._unschedulable_since[pod.uid]
         decision = preempt(snapshot, pod)
         if decision.verdict is not Verdict.PREEMPT or decision.nominated_node is None:
             return 0
@@ -253,51 +346,63 @@ class SimulatedScheduler:
     def _carry_out(self, snapshot: ClusterSnapshot, pod: Pod, decision: Decision, node: str) -> int:
         changed = 0
         for cleared in decision.nominated_pods_to_clear:
-            changed += self._patch_status(
+            changed += self._executor.patch_status(
                 cleared.namespace, cleared.name, cleared.uid, {"nominatedNodeName": None}
             )
+        preemptor = Preemptor.of_pod(pod)
         for victim in decision.victims:
-            condition = {
-                "type": "DisruptionTarget",
-                "status": "True",
-                "reason": "PreemptionByScheduler",
-                "message": f"{pod.scheduler_name}: preempting to accommodate a higher priority pod",
-                "lastTransitionTime": now_rfc3339(),
-            }
-            if not self._patch_status(
-                victim.namespace, victim.name, victim.uid, {"conditions": [condition]}
-            ):
-                continue
-            try:
-                self._store.delete(PODS, victim.namespace, victim.name, uid=victim.uid)
-            except ApiError as error:
-                log.warning("simulated scheduler could not preempt %s: %s", victim.key, error)
-                continue
-            self._store.create(
-                EVENTS,
-                victim.namespace,
-                preempted_event(victim.namespace, victim.name, victim.uid, pod, node),
-            )
-            gone = self._store.find(PODS, victim.namespace, victim.name)
-            if gone is not None:
-                snapshot.apply("Pod", gone)
-            else:
-                snapshot.remove("Pod", victim.uid)
-            changed += 1
-            log.info("simulated scheduler preempted %s on %s for %s", victim.key, node, pod.key)
-        changed += self._patch_status(pod.namespace, pod.name, pod.uid, {"nominatedNodeName": node})
+            changed += self._executor.preempt_pod(victim, preemptor, node)
+            self._refresh(snapshot, victim.namespace, victim.name, victim.uid)
+        changed += self._executor.patch_status(
+            pod.namespace, pod.name, pod.uid, {"nominatedNodeName": node}
+        )
         snapshot.apply("Pod", self._store.get(PODS, pod.namespace, pod.name))
         return changed
 
-    def _patch_status(self, namespace: str, name: str, uid: str, status: dict[str, Any]) -> int:
-        """A status patch on the pod with this uid; 0 when it is gone or replaced."""
-        current = self._store.find(PODS, namespace, name)
-        if current is None or current["metadata"].get("uid") != uid:
+    def _preempt_group(
+        self, snapshot: ClusterSnapshot, group: PodGroupPreemptor, entries: list[Entry]
+    ) -> int:
+        """`PodGroupPostFilter` for a pod group that did not fit, once its delay is over: the
+        planner's `plan_pod_group` over the whole cluster, then upstream's writes: each
+        victim marked, deleted and recorded (`Preempted by podgroup <uid> on node cluster`),
+        and every placed member nominated to its node. How many objects it changed."""
+        if not self._due(f"podgroup {group.key}"):
             return 0
-        self._store.patch(
-            PODS, namespace, name, STRATEGIC_MERGE_PATCH, {"status": status}, subresource="status"
+        try:
+            decision = plan_pod_group(snapshot, group.key)
+        except PlannerInputError as error:
+            self._reject(error)
+            return 0
+        if decision.verdict is not Verdict.PREEMPT:
+            return 0
+        preemptor = Preemptor.of_pod_group(group.key, group.uid, entries[0][1].scheduler_name)
+        changed = 0
+        for victim in decision.victims:
+            changed += self._executor.preempt_pod(victim, preemptor, POD_GROUP_DOMAIN)
+            self._refresh(snapshot, victim.namespace, victim.name, victim.uid)
+        for key, node in sorted(decision.nominations.items()):
+            member = snapshot.pod_by_key(key)
+            if member is None:
+                continue
+            changed += self._executor.patch_status(
+                member.namespace, member.name, member.uid, {"nominatedNodeName": node}
+            )
+            self._refresh(snapshot, member.namespace, member.name, member.uid)
+        log.info(
+            "simulated scheduler preempted %d pod(s) for pod group %s: %s",
+            len(decision.victims),
+            group.key,
+            decision.message,
         )
-        return 1
+        return changed
+
+    def _refresh(self, snapshot: ClusterSnapshot, namespace: str, name: str, uid: str) -> None:
+        """The pass's snapshot follows a write: the pod as stored now, or gone."""
+        current = self._store.find(PODS, namespace, name)
+        if current is not None:
+            snapshot.apply("Pod", current)
+        else:
+            snapshot.remove("Pod", uid)
 
     def _bind(self, snapshot: ClusterSnapshot, pod: Pod, node: str) -> int:
         """Bind as upstream's DefaultBinder does (a Binding pinned to the pod's UID), then
@@ -346,41 +451,9 @@ class SimulatedScheduler:
         return 1
 
 
-def preempted_event(
-    namespace: str, name: str, uid: str, preemptor: Pod, node: str, *, message: str | None = None
-) -> Obj:
-    """The core/v1 Event kube-scheduler's recorder leaves on a victim (as the core API
-    shows an events.k8s.io/v1 Event: `note` as `message`, `regarding` as `involvedObject`).
-    `message` replaces upstream's, e.g. with the older `Preempted by <ns>/<name> ...` form."""
-    moment = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # a MicroTime, as upstream's
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{name}.", "namespace": namespace},
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "namespace": namespace,
-            "name": name,
-            "uid": uid,
-        },
-        "related": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "namespace": preemptor.namespace,
-            "name": preemptor.name,
-            "uid": preemptor.uid,
-        },
-        "reason": "Preempted",
-        "action": "Preempting",
-        "type": "Normal",
-        "message": message or f"Preempted by pod {preemptor.uid} on node {node}",
-        "eventTime": moment,
-        "reportingComponent": "default-scheduler",
-        "reportingInstance": "default-scheduler-simulated",
-        "source": {},
-        "count": 1,
-    }
+def _delay_key(group: str, entries: list[Entry]) -> str:
+    """What `preemption_delay` is counted for: the pod, or the pod group."""
+    return f"podgroup {group}" if group else entries[0][1].uid
 
 
 def _queue_key(obj: Obj, pod: Pod) -> tuple[int, float, str, str]:
@@ -394,22 +467,6 @@ def _epoch(text: str | None) -> float:
         return parse_time(text) or 0.0
     except PlannerInputError:
         return 0.0
-
-
-def choose_node(pod: Pod, statuses: Mapping[str, Status]) -> str | None:
-    """The node to bind to: the nominated node when it fits (upstream evaluates it first),
-    otherwise the first fitting node by name (upstream would score them; one fixed rule keeps
-    the simulation reproducible)."""
-    nominated = statuses.get(pod.nominated_node_name)
-    if nominated is not None and nominated.ok:
-        return pod.nominated_node_name
-    return next((name for name in sorted(statuses) if statuses[name].ok), None)
-
-
-def fit_error(num_nodes: int, statuses: Mapping[str, Status]) -> str:
-    """`FitError.Error()` without a PostFilter message (the scheduler does not preempt here),
-    worded by the planner's own `scheduling_fit_error`."""
-    return scheduling_fit_error(num_nodes, statuses)
 
 
 def _condition(obj: Obj, kind: str) -> dict[str, Any] | None:
@@ -475,23 +532,73 @@ class SimulatedKubelet:
         return started
 
     def _run(self, obj: Obj) -> None:
-        """What the kubelet reports once the containers run: phase Running, startTime, and
-        the Initialized, ContainersReady and Ready conditions."""
+        """What the kubelet reports once the containers run: phase Running, startTime, the
+        Initialized, ContainersReady and Ready conditions, and each container's status (so
+        `kubectl get pods` shows it READY)."""
         meta = obj["metadata"]
         moment = now_rfc3339()
         conditions = [
             {"type": kind, "status": "True", "lastProbeTime": None, "lastTransitionTime": moment}
             for kind in ("Initialized", "ContainersReady", "Ready")
         ]
+        status: dict[str, Any] = {
+            "phase": "Running",
+            "startTime": moment,
+            "conditions": conditions,
+            **container_statuses(obj.get("spec") or {}, moment),
+        }
         self._store.patch(
             PODS,
             meta["namespace"],
             meta["name"],
             STRATEGIC_MERGE_PATCH,
-            {"status": {"phase": "Running", "startTime": moment, "conditions": conditions}},
+            {"status": status},
             subresource="status",
         )
         log.info("simulated kubelet started %s/%s", meta["namespace"], meta["name"])
+
+
+def container_statuses(spec: Mapping[str, Any], started_at: str) -> dict[str, list[Obj]]:
+    """The kubelet's `containerStatuses` for a pod whose containers all started at
+    `started_at`: each running, started and ready, never restarted. Init containers, when
+    the pod has some, have completed (`initContainerStatuses`), except sidecars
+    (`restartPolicy: Always`), which keep running beside the others."""
+
+    def running(container: Mapping[str, Any]) -> Obj:
+        return {
+            "name": container.get("name", ""),
+            "image": container.get("image", ""),
+            "ready": True,
+            "started": True,
+            "restartCount": 0,
+            "state": {"running": {"startedAt": started_at}},
+        }
+
+    def completed(container: Mapping[str, Any]) -> Obj:
+        return {
+            "name": container.get("name", ""),
+            "image": container.get("image", ""),
+            "ready": False,
+            "started": False,
+            "restartCount": 0,
+            "state": {
+                "terminated": {
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": started_at,
+                    "finishedAt": started_at,
+                }
+            },
+        }
+
+    containers = [c for c in spec.get("containers") or () if isinstance(c, Mapping)]
+    found: dict[str, list[Obj]] = {"containerStatuses": [running(c) for c in containers]}
+    inits = [c for c in spec.get("initContainers") or () if isinstance(c, Mapping)]
+    if inits:
+        found["initContainerStatuses"] = [
+            running(c) if c.get("restartPolicy") == "Always" else completed(c) for c in inits
+        ]
+    return found
 
 
 def awaiting_start(store: Store) -> dict[str, Obj]:
@@ -528,12 +635,19 @@ class SimulatedCluster:
         interval: float = DEFAULT_INTERVAL,
         upstream_preemption: bool = False,
         preemption_delay: float = 0.0,
+        pod_groups: bool = True,
+        pod_group_label: str = "",
+        pod_group_size_annotation: str = "",
         host: str = "127.0.0.1",
         port: int = 0,
         bookmark_interval: float = 1.0,
     ) -> None:
         self.emulator = Emulator(
-            host=host, port=port, bookmark_interval=bookmark_interval, reap_interval=None
+            host=host,
+            port=port,
+            bookmark_interval=bookmark_interval,
+            reap_interval=None,
+            pod_groups=pod_groups,
         )
         self.scheduler = SimulatedScheduler(
             self.emulator.store,
@@ -541,6 +655,8 @@ class SimulatedCluster:
             interval=interval,
             preemption=upstream_preemption,
             preemption_delay=preemption_delay,
+            pod_group_label=pod_group_label,
+            pod_group_size_annotation=pod_group_size_annotation,
         )
         self.kubelet = SimulatedKubelet(
             self.emulator.store,
@@ -562,11 +678,16 @@ class SimulatedCluster:
     def base_url(self) -> str:
         return self.emulator.base_url
 
-    def load(self, scenario: str | Path | Mapping[str, Any]) -> int:
+    def load(self, scenario: str | Path | Mapping[str, Any], *, keep_uids: bool = False) -> int:
         """Add a scenario's objects (a `v1 List` path or document) in one step: a scheduling
-        pass never sees its pods without its nodes. Returns how many objects were loaded."""
+        pass never sees its pods without its nodes. Returns how many objects were loaded.
+
+        Each object gets a new uid (references to it follow, `with_fresh_uids`), as a real API
+        server gives every object it creates one: two loads of one file are other pods, never
+        the same ones again. `keep_uids` keeps the file's, for a caller that pins them."""
+        document = read_document(scenario)
         with self.store.transaction():
-            return self.emulator.load(scenario)
+            return self.emulator.load(document if keep_uids else with_fresh_uids(document))
 
     def start(self) -> str:
         """Serve and run the scheduler and kubelet; returns the base URL."""

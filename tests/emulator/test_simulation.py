@@ -19,12 +19,19 @@ The kubelet:
 - without a cap, the pod's own grace period holds;
 - a pod a scenario loads already terminating is finished the same way;
 - a bound pending pod becomes Running, with a startTime, after the start delay;
-- a pod whose nodeName is not a string (a hostile object) is started nowhere.
+- a pod whose nodeName is not a string (a hostile object) is started nowhere;
+- a started pod reports each container running, started and ready, never restarted (kubectl
+  shows it READY 1/1, Running); init containers have completed, sidecars run;
+- a started pod deleted with a grace period shows Terminating until the kubelet ends it.
 The cluster (emulator, scheduler and kubelet running):
 - on the online-offline scenario with no controller, nginx-a ends Unschedulable (so a
   controller would act) and report-x stays pending, nominated to node-1;
 - when the test plays the controller (nominates nginx-a to node-1, deletes the planner's
   victims batch-1a and batch-1b), nginx-a is bound to node-1 only after both are gone.
+The cluster (not started):
+- a scenario it loads gets new uids on every load, as objects a real API server creates,
+  its references renamed with them; `keep_uids` keeps the file's;
+- started without the PodGroup API, it refuses a scenario with a PodGroup.
 """
 
 from __future__ import annotations
@@ -32,7 +39,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from preemptctl.emulator import Emulator
+import pytest
+
+from preemptctl.emulator import Emulator, ScenarioError
 from preemptctl.emulator.patch import MERGE_PATCH
 from preemptctl.emulator.resources import NODES, PODS
 from preemptctl.emulator.simulation import (
@@ -42,6 +51,7 @@ from preemptctl.emulator.simulation import (
     awaiting_start,
 )
 from preemptctl.emulator.store import Store
+from preemptctl.emulator.tables import pod_cells
 from preemptctl.worker.scenarios import ONLINE_OFFLINE
 from tests.support.emulator import as_list, node, pod
 
@@ -340,6 +350,64 @@ def test_bound_pending_pod_is_started_after_the_start_delay() -> None:
     }
 
 
+def _started(obj: dict[str, Any]) -> dict[str, Any]:
+    """The pod as the kubelet reports it once it has started it."""
+    emulator = Emulator()
+    emulator.load(as_list(node("n1"), obj))
+    kubelet = SimulatedKubelet(emulator.store, start_delay=0.0)
+    kubelet.tick()
+    return _stored(emulator, f"default/{obj['metadata']['name']}")
+
+
+def test_a_started_pod_reports_each_container_running_and_ready() -> None:
+    web = _pod("web", node_name="n1", phase="Pending")
+    web["spec"]["containers"] = [
+        {"name": "main", "image": "nginx:1.27"},
+        {"name": "logs", "image": "fluent-bit:3.1"},
+    ]
+    started = _started(web)
+    started_at = started["status"]["startTime"]
+    assert started["status"]["containerStatuses"] == [
+        {
+            "name": name,
+            "image": image,
+            "ready": True,
+            "started": True,
+            "restartCount": 0,
+            "state": {"running": {"startedAt": started_at}},
+        }
+        for name, image in (("main", "nginx:1.27"), ("logs", "fluent-bit:3.1"))
+    ]
+    assert "initContainerStatuses" not in started["status"]
+    assert pod_cells(started)[1:3] == ["2/2", "Running"]
+
+
+def test_init_containers_have_completed_and_sidecars_run() -> None:
+    web = _pod("web", node_name="n1", phase="Pending")
+    web["spec"]["initContainers"] = [
+        {"name": "migrate", "image": "migrate:1"},
+        {"name": "proxy", "image": "envoy:1.31", "restartPolicy": "Always"},
+    ]
+    started = _started(web)
+    init = {c["name"]: c for c in started["status"]["initContainerStatuses"]}
+    assert init["migrate"]["state"]["terminated"]["reason"] == "Completed"
+    assert init["migrate"]["state"]["terminated"]["exitCode"] == 0
+    assert (init["proxy"]["ready"], list(init["proxy"]["state"])) == (True, ["running"])
+    assert pod_cells(started)[1:3] == ["2/2", "Running"]
+
+
+def test_a_started_pod_deleted_with_a_grace_period_is_terminating_until_it_ends() -> None:
+    emulator = Emulator()
+    emulator.load(as_list(node("n1"), _pod("web", node_name="n1", phase="Pending")))
+    kubelet = SimulatedKubelet(emulator.store, start_delay=0.0, max_grace_seconds=0.3)
+    kubelet.tick()
+    assert pod_cells(_stored(emulator, "default/web"))[1:3] == ["1/1", "Running"]
+    emulator.store.delete(PODS, "default", "web")
+    kubelet.tick()
+    assert pod_cells(_stored(emulator, "default/web"))[1:3] == ["1/1", "Terminating"]
+    assert _tick_until(kubelet, lambda: emulator.pod("default/web") is None)
+
+
 # -- the cluster on the default scenario --------------------------------------------------------
 
 
@@ -417,3 +485,43 @@ def test_a_pod_whose_node_name_is_not_a_string_is_started_nowhere() -> None:
     )
     waiting = awaiting_start(store)
     assert [p["metadata"]["name"] for p in waiting.values()] == ["good"]
+
+
+# -- the cluster, not started -------------------------------------------------------------------
+
+
+def _uids(cluster: SimulatedCluster) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in cluster.store.objects(PODS)}
+
+
+def test_a_loaded_scenario_gets_new_uids_on_every_load_with_its_references() -> None:
+    owner = _pod("owner", uid="uid-owner")
+    owned = _pod("owned", uid="uid-owned")
+    owned["metadata"]["ownerReferences"] = [{"kind": "Pod", "name": "owner", "uid": "uid-owner"}]
+    scenario = as_list(owner, owned)
+    first, second = SimulatedCluster(), SimulatedCluster()
+    first.load(scenario)
+    second.load(scenario)
+    uids = [_uids(first), _uids(second)]
+    assert len({*uids[0].values(), *uids[1].values(), "uid-owner", "uid-owned"}) == 6
+    stored = first.emulator.pod("default/owned")
+    assert stored is not None
+    assert stored["metadata"]["ownerReferences"][0]["uid"] == uids[0]["owner"]
+
+
+def test_keep_uids_keeps_the_scenarios_own() -> None:
+    cluster = SimulatedCluster()
+    cluster.load(as_list(_pod("web", uid="uid-web")), keep_uids=True)
+    assert _uids(cluster) == {"web": "uid-web"}
+
+
+def test_started_without_the_pod_group_api_it_refuses_a_pod_group() -> None:
+    group = {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "default"},
+        "spec": {"schedulingPolicy": {"basic": {}}},
+    }
+    with pytest.raises(ScenarioError, match="a PodGroup"):
+        SimulatedCluster(pod_groups=False).load(as_list(group))
+    assert SimulatedCluster().load(as_list(group)) == 1
