@@ -10,9 +10,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from preemptctl.ledger.events import LedgerEvent, RecordedEvent, decision_events
+from preemptctl.ledger.events import (
+    LedgerEvent,
+    RecordedEvent,
+    decision_events,
+    group_decision_events,
+)
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.payloads import Retried, Terminal, VictimStep
+from preemptctl.ledger.payloads import Retried, Terminal, VictimStep, Write
 from preemptctl.preemption.decision import (
     Decision,
     NodeEvaluation,
@@ -22,6 +27,7 @@ from preemptctl.preemption.decision import (
     Strategy,
     Verdict,
 )
+from preemptctl.preemption.group_decision import GroupDecision, GroupRef, UnitChoice
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 API = PodRef("prod", "api-0", "uid-api-0", 1000)
@@ -277,3 +283,137 @@ def recorded(story: Sequence[LedgerEvent]) -> list[RecordedEvent]:
         )
         for index, e in enumerate(story, start=1)
     ]
+
+
+# -- a group preemption ----------------------------------------------------------------------
+
+TRAIN_A = GroupRef("ml", "train-a", "uid-train-a", 1000)
+TRAIN_A_MEMBERS = tuple(PodRef("ml", f"train-a-{i}", f"uid-train-a-{i}", 1000) for i in range(4))
+TRAIN_A_PLACED = tuple(
+    (member, node)
+    for member, node in zip(TRAIN_A_MEMBERS, ("node-1", "node-1", "node-2", "node-2"), strict=True)
+)
+TRAIN_B = tuple(PodRef("ml", f"train-b-{i}", f"uid-train-b-{i}", 500) for i in range(3))
+TRAIN_B_NODES = ("node-1", "node-2", "node-3")
+BATCH_1 = PodRef("default", "batch-1", "uid-batch-1", 100)
+GROUP_VICTIM_NODES = {
+    **{victim.uid: node for victim, node in zip(TRAIN_B, TRAIN_B_NODES, strict=True)},
+    BATCH_1.uid: "node-2",
+}
+
+
+def train_a_decision() -> GroupDecision:
+    """ml/train-a (a gang of 4, minCount 4, priority 1000) placed on node-1 and node-2 by
+    preempting ml/train-b whole (3 pods on node-1, node-2 and node-3, disruptionMode all)
+    and default/batch-1 (on node-2)."""
+    units = (
+        UnitChoice(
+            "podGroup ml/train-b",
+            True,
+            500,
+            TRAIN_B,
+            TRAIN_B_NODES,
+            0,
+            "ml/train-a-0 would not fit on node-1 beside it (Insufficient cpu)",
+        ),
+        UnitChoice(
+            "pod default/batch-1",
+            False,
+            100,
+            (BATCH_1,),
+            ("node-2",),
+            0,
+            "ml/train-a-2 would not fit on node-2 beside it (Insufficient cpu)",
+        ),
+    )
+    return GroupDecision(
+        pod_group=TRAIN_A.key,
+        uid=TRAIN_A.uid,
+        verdict=Verdict.PREEMPT,
+        message="preempt 4 pod(s) in 2 unit(s) on 3 node(s) to place 4 of 4 pending pod(s) "
+        "(minCount 4; 0 PDB violation(s))",
+        nominations={member.key: node for member, node in TRAIN_A_PLACED},
+        victims=(*TRAIN_B, BATCH_1),
+        units=units,
+        rationale={
+            "strategy": "pod-group",
+            "plannerVersion": "1",
+            "nodesTotal": 5,
+            "group": {
+                "kind": "PodGroup",
+                "schedulingPolicy": "gang",
+                "minCount": 4,
+                "priority": 1000,
+                "pending": 4,
+                "bound": 0,
+            },
+            "potentialVictimPods": 9,
+            "placement": {member.key: node for member, node in TRAIN_A_PLACED},
+            "unitsConsidered": 3,
+            "unitsReprieved": 1,
+        },
+    )
+
+
+def group_preemption(
+    preemption_id: str = "group-preemption-ml-train-a-uid-train-a",
+    *,
+    run_id: str = "run-1",
+    start: datetime = T0,
+    end: EventKind | None = EventKind.COMPLETED,
+) -> list[LedgerEvent]:
+    """ml/train-a's group preemption: the write-ahead, each member nominated, each victim
+    marked and deleted, then (unless `end` is None) its end 10 s after `start`."""
+    group = TRAIN_A.as_preemptor()
+    story = group_decision_events(
+        preemption_id,
+        run_id,
+        TRAIN_A,
+        train_a_decision(),
+        start,
+        placed=TRAIN_A_PLACED,
+        victim_nodes=GROUP_VICTIM_NODES,
+        context={"worker": "w", "sequence": 1, "claims": []},
+    )
+    at = start + timedelta(seconds=1)
+    for member, node in TRAIN_A_PLACED:
+        story.append(
+            event(
+                preemption_id,
+                EventKind.MEMBER_NOMINATED,
+                at,
+                preemptor=group,
+                node=node,
+                payload=Write("Done", "nominated", pod=member.key, uid=member.uid).to_json(),
+                run_id=run_id,
+                step=member.uid,
+            )
+        )
+    for victim in (*TRAIN_B, BATCH_1):
+        node = GROUP_VICTIM_NODES[victim.uid]
+        for kind in (EventKind.VICTIM_MARKED, EventKind.VICTIM_DELETED):
+            at += timedelta(seconds=1)
+            story.append(
+                event(
+                    preemption_id,
+                    kind,
+                    at,
+                    preemptor=group,
+                    node=node,
+                    victim=victim,
+                    run_id=run_id,
+                )
+            )
+    if end is not None:
+        story.append(
+            event(
+                preemption_id,
+                end,
+                start + timedelta(seconds=10),
+                preemptor=group,
+                node=None,
+                payload=Terminal(reason="4 of 4 member(s) bound (minCount 4)").to_json(),
+                run_id=run_id,
+            )
+        )
+    return story

@@ -11,7 +11,9 @@ Scenarios:
   (its activity is retried) instead of waiting forever;
 - the lock's transaction commits what it wrote;
 - the incremental reader agrees with the full read: it sees decisions made since its last
-  read (by any worker) and forgets runs that ended, whenever their end was written.
+  read (by any worker) and forgets runs that ended, whenever their end was written;
+- a group decision written ahead is a claim on its victims (on every node) and on each
+  member it placed, on that member's node; the incremental reader reads it the same.
 """
 
 from __future__ import annotations
@@ -32,11 +34,16 @@ from preemptctl.ledger.writer import append_batch, append_batch_on
 from preemptctl.preemption.claims import Claim
 from tests.ledger.builders import (
     API,
+    BATCH_1,
     BATCH_7,
     BATCH_8,
     T0,
+    TRAIN_A,
+    TRAIN_A_MEMBERS,
+    TRAIN_B,
     event,
     four_candidate,
+    group_preemption,
 )
 
 
@@ -144,3 +151,27 @@ def test_the_incremental_reader_agrees_with_the_full_read(sqlite_engine: Engine)
         incremental = sorted(c.preemption_id for c in reader.read(connection))
         full = sorted(c.preemption_id for c in open_claims(connection))
     assert incremental == full == ["p-2", "p-3"]
+
+
+def test_a_group_decision_claims_its_victims_and_its_members_room(sqlite_engine: Engine) -> None:
+    reader = ClaimReader()
+    with sqlite_engine.connect() as connection:
+        assert reader.read(connection) == []
+    append_batch(sqlite_engine, group_preemption("g-1", end=None)[:10])  # the write-ahead
+    expected = Claim(
+        TRAIN_A.uid,
+        "",
+        frozenset(v.uid for v in (*TRAIN_B, BATCH_1)),
+        "g-1",
+        "run-1",
+        members=(
+            (TRAIN_A_MEMBERS[0].uid, "node-1"),
+            (TRAIN_A_MEMBERS[1].uid, "node-1"),
+            (TRAIN_A_MEMBERS[2].uid, "node-2"),
+            (TRAIN_A_MEMBERS[3].uid, "node-2"),
+        ),
+        holder="ml/train-a",
+    )
+    assert claims(sqlite_engine) == [expected]
+    with sqlite_engine.connect() as connection:
+        assert reader.read(connection) == [expected]

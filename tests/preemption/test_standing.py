@@ -7,6 +7,15 @@ Scenarios:
   both nodes;
 - a pending preemptor never stops it;
 - a pod the view shows stands bound to its node, or pending.
+
+A pod group (`reason_to_stop_group`):
+- gone or replaced stops its preemption whatever the moment, naming the group;
+- before the decision, a group with no pending member stops it, saying how many are bound;
+  one pending member is enough to go on;
+- after it, a member bound to another node than its nomination stops it, naming the member
+  and both nodes; members bound to their nominations, or not placed by the decision, go on;
+- a group's standing from its members as the view shows them: bound members by node,
+  pending ones counted, terminating and finished ones left out.
 """
 
 from __future__ import annotations
@@ -15,9 +24,12 @@ import pytest
 
 from preemptctl.preemption.objects import Pod, Resources
 from preemptctl.preemption.standing import (
+    GroupStanding,
     PreemptorStanding,
     Standing,
+    group_standing_of,
     reason_to_stop,
+    reason_to_stop_group,
     standing_of,
 )
 
@@ -54,3 +66,75 @@ def test_a_pod_the_view_shows_stands_bound_or_pending() -> None:
     assert standing_of(pending) == PENDING
     bound = Pod("default", "web", "u1", 1000, Resources(), node_name="node-1")
     assert standing_of(bound) == BOUND
+
+
+# -- pod groups ---------------------------------------------------------------------------------
+
+TRAIN = "ml/train-a"
+
+
+def member(name: str, node: str = "", *, terminating: bool = False, phase: str = "") -> Pod:
+    return Pod(
+        "ml",
+        name,
+        f"uid-{name}",
+        1000,
+        Resources(),
+        node_name=node,
+        terminating=terminating,
+        phase=phase or ("Running" if node else "Pending"),
+    )
+
+
+@pytest.mark.parametrize("nominations", [None, {"ml/w-0": "node-1"}])
+def test_a_group_gone_or_replaced_stops_it_whatever_the_moment(
+    nominations: dict[str, str] | None,
+) -> None:
+    gone = reason_to_stop_group(GroupStanding(Standing.GONE), TRAIN, nominations)
+    replaced = reason_to_stop_group(GroupStanding(Standing.REPLACED), TRAIN, nominations)
+    assert gone == "the pod group ml/train-a is gone"
+    assert replaced == "the pod group ml/train-a was replaced by one with another UID"
+
+
+def test_before_the_decision_a_group_with_no_pending_member_stops_it() -> None:
+    bound = group_standing_of(Standing.PENDING, [member("w-0", "node-1"), member("w-1", "node-2")])
+    assert reason_to_stop_group(bound, TRAIN) == (
+        "no member of the pod group ml/train-a is pending (2 bound)"
+    )
+    one_pending = group_standing_of(Standing.PENDING, [member("w-0", "node-1"), member("w-1")])
+    assert reason_to_stop_group(one_pending, TRAIN) == ""
+
+
+def test_after_the_decision_a_member_bound_elsewhere_stops_it() -> None:
+    standing = group_standing_of(
+        Standing.PENDING, [member("w-0", "node-1"), member("w-1", "node-3"), member("w-2")]
+    )
+    nominations = {"ml/w-0": "node-1", "ml/w-1": "node-2", "ml/w-2": "node-2"}
+    assert reason_to_stop_group(standing, TRAIN, nominations) == (
+        "members of the pod group ml/train-a were bound elsewhere: ml/w-1 to node-3, not node-2"
+    )
+
+
+def test_after_the_decision_members_bound_where_placed_or_not_placed_go_on() -> None:
+    standing = group_standing_of(
+        Standing.PENDING, [member("w-0", "node-1"), member("w-9", "node-7"), member("w-2")]
+    )
+    assert reason_to_stop_group(standing, TRAIN, {"ml/w-0": "node-1", "ml/w-2": "node-2"}) == ""
+
+
+def test_a_groups_standing_counts_its_members_as_the_view_shows_them() -> None:
+    standing = group_standing_of(
+        Standing.PENDING,
+        [
+            member("w-1", "node-2"),
+            member("w-0", "node-1"),
+            member("w-2"),
+            member("w-3", terminating=True),
+            member("w-4", "node-1", phase="Succeeded"),
+        ],
+    )
+    assert standing == GroupStanding(
+        Standing.PENDING, {"ml/w-0": "node-1", "ml/w-1": "node-2"}, pending=1
+    )
+    everyone_bound = group_standing_of(Standing.PENDING, [member("w-0", "node-1")])
+    assert everyone_bound.state is Standing.BOUND
