@@ -62,9 +62,9 @@ COPY --from=build /opt/preemptctl /opt/preemptctl
 USER 10001:10001
 WORKDIR /tmp
 
-# Prometheus /metrics, and the /healthz and /readyz probes (PREEMPT_METRICS_PORT); the
-# Temporal SDK's own metrics (PREEMPT_SDK_METRICS_PORT).
-EXPOSE 9464 9465
+# Prometheus /metrics and /parked (PREEMPT_METRICS_PORT); the Temporal SDK's own metrics
+# (PREEMPT_SDK_METRICS_PORT); the kubelet's /healthz and /readyz (PREEMPT_PROBE_PORT).
+EXPOSE 9464 9465 9466
 
 ENTRYPOINT ["preemptctl"]
 CMD ["worker"]

@@ -31,7 +31,7 @@ from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.probes import ProbeServer
 from tests.support.slow_clients import Answer, SlowClients, probe
 
-KUBELET_TIMEOUT = 3.0  # deploy/deployment.yaml: timeoutSeconds of every probe
+KUBELET_TIMEOUT = 3.0  # deploy/base/deployment.yaml: timeoutSeconds of every probe
 
 
 @dataclass(frozen=True)

@@ -130,10 +130,28 @@ class UpstreamStatsLike(Protocol):
     reconnects: int
     errors: int
 
+    @property
+    def skipped_by(self) -> Mapping[str, int]:
+        """Events left out, by `kube.upstream_events.Skip` value."""
+
+
+# Why the shadow recorder left a Preempted Event out (`kube.upstream_events.Skip`): the
+# label values of preemptctl_upstream_events_skipped_total, each exported from the start
+# (at 0), so that an alert's `increase()` sees the first one.
+SKIP_HELP = (
+    "kube-scheduler Preempted Events left out, by reason: unreadable (a parse failure), "
+    "ours, untrusted-reporter (no configured scheduler name reported it), other-namespace "
+    "(not in its victim's namespace), refuted (the victim is there, not marked by the "
+    "scheduler on that node), unconfirmed (gone, never seen marked), victim-known (already "
+    "recorded), over-cap (its namespace's rows for the hour are used)."
+)
+
 
 class UpstreamCollector(Collector):
     """Shadow mode's recorder of kube-scheduler's own preemptions, read at scrape time: is it
-    seeing the scheduler's `Preempted` Events, and recording them for `compare`?"""
+    seeing the scheduler's `Preempted` Events, and recording them for `compare`? Events it
+    leaves out are counted by reason: a forged Event (untrusted-reporter, other-namespace,
+    refuted) is an attempt to steer `compare` and the shadow dry runs."""
 
     def __init__(self, stats: Callable[[], UpstreamStatsLike]) -> None:
         self._stats = stats
@@ -146,11 +164,6 @@ class UpstreamCollector(Collector):
                 "preemptctl_upstream_preemptions_recorded",
                 "Upstream preemptions recorded in the ledger (new rows; a replayed Event is not).",
             ),
-            "skipped": (
-                "preemptctl_upstream_events_skipped",
-                "Preempted Events left out, unreadable (a message in neither of the "
-                "scheduler's forms, a field of the wrong type).",
-            ),
             "lists": ("preemptctl_upstream_lists", "Complete lists of the Events (and relists)."),
             "relists_after_gone": (
                 "preemptctl_upstream_relists",
@@ -161,6 +174,63 @@ class UpstreamCollector(Collector):
         }
         for attribute, (name, documentation) in counters.items():
             yield CounterMetricFamily(name, documentation, value=float(getattr(stats, attribute)))
+        skipped = CounterMetricFamily(
+            "preemptctl_upstream_events_skipped", SKIP_HELP, labels=["reason"]
+        )
+        for reason, count in sorted(dict(stats.skipped_by).items()):
+            skipped.add_metric([str(reason)], float(count))
+        yield skipped
+
+
+class ProbeDropsCollector(Collector):
+    """The probe server's connections dropped without an answer, by listener (probes,
+    metrics) and reason (idle, deadline, write, evicted, per_client, full), read at scrape
+    time from `ProbeServer.dropped_by`: a rising count is a slow or flooding client."""
+
+    def __init__(self, dropped: Callable[[], Mapping[tuple[str, str], int]]) -> None:
+        self._dropped = dropped
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "preemptctl_probe_connections_dropped",
+            "Connections to the probe or metrics listener closed without an answer, by "
+            "listener and reason: idle (silent too long), deadline (the request not whole in "
+            "time), write (the answer not taken), evicted (dropped to make room), per_client "
+            "or full (refused at once).",
+            labels=["listener", "reason"],
+        )
+        for (listener, reason), count in sorted(self._dropped().items()):
+            family.add_metric([listener, reason], float(count))
+        yield family
+
+
+class ViewCapsCollector(Collector):
+    """Pods whose content went beyond the view's caps (`decode.POD_CAPS`: labels,
+    annotations, host ports, tolerations, ...), by field, read at scrape time from the
+    view's snapshot: what is held now, and every pod object read so since the start. Such
+    a pod is decided conservatively (never a free victim; Unsupported as a preemptor); a
+    tenant's object that big is worth a look."""
+
+    def __init__(self, read: Callable[[], tuple[Mapping[str, int], Mapping[str, int]]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        held, read = self._read()
+        pods = GaugeMetricFamily(
+            "preemptctl_view_pods_over_cap",
+            "Pods the view holds now with a field beyond the planner's caps, by field.",
+            labels=["field"],
+        )
+        for name, count in sorted(held.items()):
+            pods.add_metric([name], float(count))
+        total = CounterMetricFamily(
+            "preemptctl_view_over_cap",
+            "Pod objects read with a field beyond the planner's caps, by field.",
+            labels=["field"],
+        )
+        for name, count in sorted(read.items()):
+            total.add_metric([name], float(count))
+        yield from (pods, total)
 
 
 class AttemptsCollector(Collector):
@@ -281,6 +351,8 @@ class Metrics:
             registry=self.registry,
         )
         self._reflectors: ReflectorCollector | None = None
+        self._probe_drops: ProbeDropsCollector | None = None
+        self._caps: ViewCapsCollector | None = None
 
     def watch_view(self, stats: Callable[[], Mapping[str, ReflectorStatsLike]]) -> None:
         """Export the reflectors' counters, read from `stats` (`ClusterView.reflector_stats`)
@@ -293,6 +365,22 @@ class Metrics:
     def watch_upstream(self, stats: Callable[[], UpstreamStatsLike]) -> None:
         """Export shadow mode's recorder of kube-scheduler's preemptions (read at scrape)."""
         self.registry.register(UpstreamCollector(stats))
+
+    def watch_probes(self, dropped: Callable[[], Mapping[tuple[str, str], int]]) -> None:
+        """Export the probe server's dropped connections (`ProbeServer.dropped_by`); a
+        second call replaces the first (a server opened again)."""
+        if self._probe_drops is not None:
+            self.registry.unregister(self._probe_drops)
+        self._probe_drops = ProbeDropsCollector(dropped)
+        self.registry.register(self._probe_drops)
+
+    def watch_caps(self, read: Callable[[], tuple[Mapping[str, int], Mapping[str, int]]]) -> None:
+        """Export the view's pods beyond the caps: `read()` gives (held now, read since the
+        start) by field; a second call replaces the first (a view rebuilt)."""
+        if self._caps is not None:
+            self.registry.unregister(self._caps)
+        self._caps = ViewCapsCollector(read)
+        self.registry.register(self._caps)
 
     def watch_ledger(self, engine: Engine) -> None:
         """Time every INSERT into the ledger's tables on `engine`, and count failed statements."""

@@ -106,29 +106,28 @@ class _Listener:
         self.socket = sock
         self.paths = paths
         self.held: dict[_Connection, None] = {}
+        self.dropped: Counter[str] = Counter()  # connections closed unanswered, by reason
 
-    def admit(self, connection: _Connection, limits: Limits, dropped: Counter[str]) -> bool:
+    def admit(self, connection: _Connection, limits: Limits) -> bool:
         """Hold `connection`, dropping the oldest connection still waiting for its request
         when the client's or the listener's limit is reached; False when no room is left."""
         mine = [held for held in self.held if held.client == connection.client]
-        if len(mine) >= limits.per_client and not self._drop_oldest_waiting(mine, dropped):
-            dropped["per_client"] += 1
+        if len(mine) >= limits.per_client and not self._drop_oldest_waiting(mine):
+            self.dropped["per_client"] += 1
             return False
         full = len(self.held) >= limits.connections
-        if full and not self._drop_oldest_waiting(self.held, dropped):
-            dropped["full"] += 1
+        if full and not self._drop_oldest_waiting(self.held):
+            self.dropped["full"] += 1
             return False
         self.held[connection] = None
         return True
 
-    def _drop_oldest_waiting(
-        self, candidates: Iterable[_Connection], dropped: Counter[str]
-    ) -> bool:
+    def _drop_oldest_waiting(self, candidates: Iterable[_Connection]) -> bool:
         for held in candidates:
             if not held.answering:
                 self.release(held)
                 held.transport.abort()
-                dropped["evicted"] += 1
+                self.dropped["evicted"] += 1
                 return True
         return False
 
@@ -143,7 +142,8 @@ class ProbeServer:
     free port (tests); a port that cannot be listened on is a `StartupError`. `health`,
     `readiness` and `parked` are replaced as the controller starts; `dropped` counts the
     connections dropped without an answer, by reason (idle, deadline, write, evicted to
-    make room, refused at once: per_client, full)."""
+    make room, refused at once: per_client, full), `dropped_by` by listener too, as
+    `metrics` exports it (`preemptctl_probe_connections_dropped_total`)."""
 
     def __init__(
         self,
@@ -158,7 +158,6 @@ class ProbeServer:
         self.health: Check = lambda: (True, "ok")
         self.readiness: Check = lambda: (False, "starting")
         self.parked: Callable[[], list[dict[str, Any]]] = list
-        self.dropped: Counter[str] = Counter()
         metrics_socket = _listen(address, metrics_port, "metrics")
         try:
             probe_socket = _listen(address, probe_port, "probes")
@@ -175,6 +174,7 @@ class ProbeServer:
         self._serving: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
         self._not_serving = threading.Event()
         self._not_serving.set()
+        metrics.watch_probes(self.dropped_by)
 
     @property
     def server_address(self) -> tuple[str, int]:
@@ -185,6 +185,23 @@ class ProbeServer:
     def probe_address(self) -> tuple[str, int]:
         """The probe listener's (host, port): where the kubelet probes."""
         return _address(self._listeners[1].socket)
+
+    @property
+    def dropped(self) -> Counter[str]:
+        """Connections dropped without an answer on either listener, by reason."""
+        total: Counter[str] = Counter()
+        for listener in self._listeners:
+            total.update(dict(listener.dropped))  # a copy at once: the probe thread counts on
+        return total
+
+    def dropped_by(self) -> dict[tuple[str, str], int]:
+        """The same by (listener, reason), as `preemptctl_probe_connections_dropped_total`
+        exports it."""
+        return {
+            (listener.name, reason): count
+            for listener in self._listeners
+            for reason, count in dict(listener.dropped).items()
+        }
 
     def connections(self) -> dict[str, int]:
         """The connections each listener holds now (`metrics`, `probes`)."""
@@ -280,7 +297,7 @@ class ProbeServer:
     ) -> None:
         peer = writer.get_extra_info("peername")
         connection = _Connection(str(peer[0]) if peer else "", writer.transport)
-        if not listener.admit(connection, self.limits, self.dropped):
+        if not listener.admit(connection, self.limits):
             writer.transport.abort()
             return
         try:
@@ -296,7 +313,7 @@ class ProbeServer:
             except TimeoutError:
                 raise _Dropped("write") from None
         except _Dropped as dropped:
-            self.dropped[str(dropped)] += 1
+            listener.dropped[str(dropped)] += 1
             log.debug("%s: dropped a connection from %s (%s)", listener.name, peer, dropped)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away, or was dropped to make room

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -18,10 +18,19 @@ from temporalio.client import Client
 
 from preemptctl.activities.preemption import PreemptionActivities
 from preemptctl.kube.client import KubeClient
-from preemptctl.kube.upstream_events import ShadowView, UpstreamIndex, UpstreamRecorder
-from preemptctl.kube.view import ClusterView
+from preemptctl.kube.conditions import DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER
+from preemptctl.kube.reflector import POD
+from preemptctl.kube.upstream_events import (
+    DEFAULT_SCHEDULER,
+    DisruptionWitness,
+    ShadowView,
+    UpstreamIndex,
+    UpstreamRecorder,
+)
+from preemptctl.kube.view import ClusterView, PodListener
 from preemptctl.ledger.upstream import append_upstream
 from preemptctl.preemption.default_preemption import PreemptionArgs
+from preemptctl.preemption.objects import Pod
 from preemptctl.worker.config import Settings
 from preemptctl.worker.connections import StartupError
 from preemptctl.worker.metrics import Metrics
@@ -44,6 +53,12 @@ def parked_report(trigger: TriggerLoop) -> list[dict[str, Any]]:
         }
         for parked in trigger.parked()
     ]
+
+
+def over_cap(view: ClusterView) -> tuple[dict[str, int], dict[str, int]]:
+    """The view's pods beyond the caps, by field: held now, and read since the start."""
+    with view.read() as snapshot:
+        return snapshot.over_cap_pods(), dict(snapshot.over_cap_total)
 
 
 def describe_sync(view: ClusterView) -> str:
@@ -71,11 +86,45 @@ class Controller:
     upstream: UpstreamRecorder | None = None
 
 
+def witness_listener(witness: DisruptionWitness) -> PodListener:
+    """The view's pod watch, told to `witness`: a pod the scheduler marked as its victim
+    (DisruptionTarget, PreemptionByScheduler) is remembered with its node, so an Event read
+    after the victim is gone can still be confirmed. The witness reads a pod as the API
+    server writes it, the view hands over the pod it decoded: the pod is restated as the
+    little the witness checks (identity, node, the mark), for marked pods only."""
+
+    def saw(event_type: str, uid: str, pod: Pod | None) -> None:
+        if pod is None or not pod.disrupted_by_scheduler:
+            return
+        mark = {"type": DISRUPTION_TARGET, "status": "True", "reason": PREEMPTION_BY_SCHEDULER}
+        witness.saw(
+            event_type,
+            POD.name,
+            {
+                "metadata": {"uid": uid, "namespace": pod.namespace, "name": pod.name},
+                "spec": {"nodeName": pod.node_name},
+                "status": {"conditions": [mark]},
+            },
+        )
+
+    return saw
+
+
 def upstream_recorder(
-    kube: KubeClient, view: ClusterView, ledger: Engine, index: UpstreamIndex | None = None
+    kube: KubeClient,
+    view: ClusterView,
+    ledger: Engine,
+    index: UpstreamIndex | None = None,
+    *,
+    reporters: Collection[str] = (DEFAULT_SCHEDULER,),
 ) -> UpstreamRecorder:
     """The recorder of kube-scheduler's preemptions: each into `upstream_preemptions`, its
-    preemptor named from the view when the view knows it."""
+    preemptor named from the view when the view knows it. Only Events that one of
+    `reporters` (the worker's `scheduler_names`) reported are believed, each borne out by
+    the cluster: the victim as the API server has it now, or, once it is gone, as the view's
+    pod watch saw it marked (a `DisruptionWitness` subscribed to the view here)."""
+    witness = DisruptionWitness()
+    view.subscribe(witness_listener(witness))
 
     # The view's own snapshot (not ShadowView's read, which lays every remembered victim
     # back as running first): a name lookup needs none of that.
@@ -92,9 +141,11 @@ def upstream_recorder(
     return UpstreamRecorder(
         kube,
         lambda found: append_upstream(ledger, found),
+        reporters=reporters,
         name_of=name_of,
         uid_of=uid_of,
         index=index,
+        witness=witness,
     )
 
 
@@ -145,6 +196,7 @@ async def running_controller(
         else ClusterView(kube, on_rejected=rejected)
     )
     metrics.watch_view(view.reflector_stats)
+    metrics.watch_caps(lambda: over_cap(view))
     metrics.watch_ledger(ledger)
     view.start(supervisor.spawn_thread)
     owned: ProbeServer | None = None
@@ -192,7 +244,9 @@ async def running_controller(
             yield controller
             return
         if upstream is not None:
-            recorder = controller.upstream = upstream_recorder(kube, view, ledger, upstream)
+            recorder = controller.upstream = upstream_recorder(
+                kube, view, ledger, upstream, reporters=settings.scheduler_names
+            )
             metrics.watch_upstream(lambda: recorder.stats)
             supervisor.spawn_thread("upstream-preemptions", recorder.run)
         activities = PreemptionActivities(

@@ -678,6 +678,10 @@ ALERTS = {
     "PreemptctlViewNotSynced",
     "PreemptctlLedgerUnreachable",
     "PreemptctlTemporalScheduleToStartHigh",
+    "PreemptctlForgedUpstreamEvents",
+    "PreemptctlUpstreamRowsOverCap",
+    "PreemptctlUpstreamEventsUnconfirmed",
+    "PreemptctlPodsOverCap",
 }
 
 
@@ -685,6 +689,9 @@ def _exported_metric_names() -> set[str]:
     """Every sample name a worker's registry exposes, with every family populated."""
     metrics = Metrics()
     metrics.watch_view(lambda: {"Pod": _FakeStats()})
+    metrics.watch_upstream(lambda: _FakeRecorderStats())
+    metrics.watch_caps(lambda: ({"labels": 0}, {"labels": 0}))
+    metrics.watch_probes(lambda: {("probes", "idle"): 0})
     for family in (metrics.attempts, metrics.duration, metrics.task_restarts):
         family.labels("x")
     metrics.ledger_errors.labels("unavailable")
@@ -698,6 +705,14 @@ class _FakeStats:
     lists = relists_after_gone = reconnects = events = errors = rejected = listed = 0
     list_seconds = 0.0
     synced = True
+
+
+class _FakeRecorderStats:
+    seen = recorded = skipped = lists = relists_after_gone = reconnects = errors = 0
+
+    @property
+    def skipped_by(self) -> dict[str, int]:
+        return {"over-cap": 0}
 
 
 def _named_metrics(expression: str) -> set[str]:
@@ -792,7 +807,11 @@ def test_dockerfile_entrypoint_is_preemptctl_and_its_default_command_the_worker(
 
 def test_dockerfile_exposes_both_metrics_ports() -> None:
     exposed = [args for op, args in _dockerfile_instructions() if op == "EXPOSE"]
-    assert exposed == [f"{_configmap()['PREEMPT_METRICS_PORT']} {Settings().sdk_metrics_port}"]
+    configmap = _configmap()
+    assert exposed == [
+        f"{configmap['PREEMPT_METRICS_PORT']} {Settings().sdk_metrics_port} "
+        f"{configmap['PREEMPT_PROBE_PORT']}"
+    ]
 
 
 def test_dockerfile_installs_the_project_from_the_source_tree_not_editable() -> None:

@@ -7,13 +7,15 @@ Scenarios:
 - the rest is `preemptctl_*`, the Python attributes other code uses keep their names;
 - the process and GC collectors are registered;
 - the reflectors' counters are read from the view at scrape time, per kind;
-- in shadow mode, the recorder of kube-scheduler's preemptions is read at scrape time too;
+- in shadow mode, the recorder of kube-scheduler's preemptions is read at scrape time too,
+  the Events it left out counted by reason, every reason exported from 0;
+- the pods beyond the view's caps, held now and read since the start, by field;
 - every ledger append is timed, and a statement the database refuses is counted.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -150,6 +152,18 @@ def test_a_rebuilt_view_replaces_the_old_one() -> None:
     )
 
 
+SKIP_REASONS = (
+    "unreadable",
+    "ours",
+    "untrusted-reporter",
+    "other-namespace",
+    "refuted",
+    "unconfirmed",
+    "victim-known",
+    "over-cap",
+)
+
+
 @dataclass
 class RecorderStats:
     seen: int = 0
@@ -159,19 +173,45 @@ class RecorderStats:
     relists_after_gone: int = 0
     reconnects: int = 0
     errors: int = 0
+    skipped_by: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SKIP_REASONS, 0))
 
 
 def test_the_upstream_recorder_is_read_at_scrape_time() -> None:
     metrics = Metrics()
     stats = RecorderStats(seen=3, recorded=2, lists=1)
     metrics.watch_upstream(lambda: stats)
-    stats.recorded, stats.skipped = 3, 1
+    stats.recorded = 3
     value = metrics.registry.get_sample_value
     assert value("preemptctl_upstream_events_seen_total") == 3
     assert value("preemptctl_upstream_preemptions_recorded_total") == 3
-    assert value("preemptctl_upstream_events_skipped_total") == 1
     assert value("preemptctl_upstream_lists_total") == 1
     assert value("preemptctl_upstream_errors_total") == 0
+
+
+def test_events_the_recorder_left_out_are_counted_by_reason_each_from_zero() -> None:
+    metrics = Metrics()
+    stats = RecorderStats()
+    metrics.watch_upstream(lambda: stats)
+    stats.skipped_by["untrusted-reporter"] = 2
+    stats.skipped_by["over-cap"] = 1
+    skipped = {
+        sample.labels["reason"]: sample.value
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if sample.name == "preemptctl_upstream_events_skipped_total"
+    }
+    assert skipped == {**dict.fromkeys(SKIP_REASONS, 0.0), "untrusted-reporter": 2, "over-cap": 1}
+
+
+def test_pods_beyond_the_views_caps_are_read_at_scrape_time() -> None:
+    metrics = Metrics()
+    held, read = {"labels": 2}, {"labels": 5, "annotations": 1}
+    metrics.watch_caps(lambda: (held, read))
+    held["labels"] = 1
+    value = metrics.registry.get_sample_value
+    assert value("preemptctl_view_pods_over_cap", {"field": "labels"}) == 1
+    assert value("preemptctl_view_over_cap_total", {"field": "labels"}) == 5
+    assert value("preemptctl_view_over_cap_total", {"field": "annotations"}) == 1
 
 
 def test_ledger_appends_are_timed_and_refusals_counted(tmp_path: Path) -> None:

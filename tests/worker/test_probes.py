@@ -15,6 +15,8 @@ Scenarios, slow and hostile clients (issue 20, finding 3):
 - the probe port answers while 256 slow clients from 64 addresses hold the metrics port;
 - a request dripped within the idle time but not finished within the request deadline is
   dropped at the deadline; a connection that sends nothing is dropped as idle;
+- dropped connections are exported by listener and reason
+  (preemptctl_probe_connections_dropped_total);
 - a client address holds at most `per_client` connections: one more drops its oldest
   connection still waiting for its request, and other addresses are untouched;
 - a client whose every connection is being answered has the next one refused at once;
@@ -226,6 +228,21 @@ def test_connection_that_sends_nothing_is_dropped_as_idle(serve: Serve) -> None:
     with silent(server.server_address[1], "127.0.0.1") as sock:
         assert closed_by_server(sock)
     assert server.dropped == {"idle": 1}
+
+
+def test_dropped_connections_are_exported_by_listener_and_reason(serve: Serve) -> None:
+    server = serve(Limits(request_seconds=60, idle_seconds=0.2))
+    with silent(server.probe_address[1], "127.0.0.1") as sock:
+        assert closed_by_server(sock)
+    with silent(server.server_address[1], "127.0.0.1") as sock:
+        assert closed_by_server(sock)
+    with silent(server.server_address[1], "127.0.0.1") as sock:
+        assert closed_by_server(sock)
+    value = server.metrics.registry.get_sample_value
+    name = "preemptctl_probe_connections_dropped_total"
+    assert value(name, {"listener": "probes", "reason": "idle"}) == 1
+    assert value(name, {"listener": "metrics", "reason": "idle"}) == 2
+    assert server.dropped_by() == {("probes", "idle"): 1, ("metrics", "idle"): 2}
 
 
 def test_one_more_connection_than_the_client_may_hold_drops_its_oldest_waiting_one(
