@@ -52,6 +52,7 @@ through the same strategic-merge status patch an HTTP PATCH reaches.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -545,7 +546,7 @@ class SimulatedKubelet:
             "phase": "Running",
             "startTime": moment,
             "conditions": conditions,
-            **container_statuses(obj.get("spec") or {}, moment),
+            **container_statuses(obj.get("spec") or {}, moment, str(meta.get("uid", ""))),
         }
         self._store.patch(
             PODS,
@@ -558,7 +559,9 @@ class SimulatedKubelet:
         log.info("simulated kubelet started %s/%s", meta["namespace"], meta["name"])
 
 
-def container_statuses(spec: Mapping[str, Any], started_at: str) -> dict[str, list[Obj]]:
+def container_statuses(
+    spec: Mapping[str, Any], started_at: str, pod_uid: str = ""
+) -> dict[str, list[Obj]]:
     """The kubelet's `containerStatuses` for a pod whose containers all started at
     `started_at`: each running, started and ready, never restarted. Init containers, when
     the pod has some, have completed (`initContainerStatuses`), except sidecars
@@ -566,8 +569,7 @@ def container_statuses(spec: Mapping[str, Any], started_at: str) -> dict[str, li
 
     def running(container: Mapping[str, Any]) -> Obj:
         return {
-            "name": container.get("name", ""),
-            "image": container.get("image", ""),
+            **container_identity(container, pod_uid),
             "ready": True,
             "started": True,
             "restartCount": 0,
@@ -576,8 +578,7 @@ def container_statuses(spec: Mapping[str, Any], started_at: str) -> dict[str, li
 
     def completed(container: Mapping[str, Any]) -> Obj:
         return {
-            "name": container.get("name", ""),
-            "image": container.get("image", ""),
+            **container_identity(container, pod_uid),
             "ready": False,
             "started": False,
             "restartCount": 0,
@@ -599,6 +600,32 @@ def container_statuses(spec: Mapping[str, Any], started_at: str) -> dict[str, li
             running(c) if c.get("restartPolicy") == "Always" else completed(c) for c in inits
         ]
     return found
+
+
+def container_identity(container: Mapping[str, Any], pod_uid: str) -> Obj:
+    """A container status's name and image, and the ids a container runtime gives: the
+    image's digest and the container's (made up, stable for one pod and container). Never
+    left out: the official client refuses a container status without `imageID`."""
+    name, image = str(container.get("name", "")), str(container.get("image", ""))
+    return {
+        "name": name,
+        "image": image,
+        "imageID": image_id(image),
+        "containerID": "containerd://" + _digest(f"{pod_uid}/{name}"),
+    }
+
+
+def image_id(image: str) -> str:
+    """An image's digest reference as a container runtime reports it (made up, stable):
+    `nginx:1.27` is `docker.io/library/nginx@sha256:<digest>`."""
+    repository = image.rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image
+    if "/" not in repository:
+        repository = f"docker.io/library/{repository}"
+    return f"{repository}@sha256:{_digest(image)}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def awaiting_start(store: Store) -> dict[str, Obj]:

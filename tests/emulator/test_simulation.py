@@ -20,8 +20,9 @@ The kubelet:
 - a pod a scenario loads already terminating is finished the same way;
 - a bound pending pod becomes Running, with a startTime, after the start delay;
 - a pod whose nodeName is not a string (a hostile object) is started nowhere;
-- a started pod reports each container running, started and ready, never restarted (kubectl
-  shows it READY 1/1, Running); init containers have completed, sidecars run;
+- a started pod reports each container running, started and ready, never restarted, with
+  an image digest and a container id (kubectl shows it READY 1/1, Running; the official
+  client reads it); init containers have completed, sidecars run;
 - a started pod deleted with a grace period shows Terminating until the kubelet ends it.
 The cluster (emulator, scheduler and kubelet running):
 - on the online-offline scenario with no controller, nginx-a ends Unschedulable (so a
@@ -36,10 +37,12 @@ The cluster (not started):
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
 import pytest
+from kubernetes.client import V1Pod
 
 from preemptctl.emulator import Emulator, ScenarioError
 from preemptctl.emulator.patch import MERGE_PATCH
@@ -350,6 +353,10 @@ def test_bound_pending_pod_is_started_after_the_start_delay() -> None:
     }
 
 
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _started(obj: dict[str, Any]) -> dict[str, Any]:
     """The pod as the kubelet reports it once it has started it."""
     emulator = Emulator()
@@ -367,7 +374,12 @@ def test_a_started_pod_reports_each_container_running_and_ready() -> None:
     ]
     started = _started(web)
     started_at = started["status"]["startTime"]
-    assert started["status"]["containerStatuses"] == [
+    statuses = started["status"]["containerStatuses"]
+    assert [(s.pop("imageID"), s.pop("containerID")[:13]) for s in statuses] == [
+        ("docker.io/library/nginx@sha256:" + _sha256("nginx:1.27"), "containerd://"),
+        ("docker.io/library/fluent-bit@sha256:" + _sha256("fluent-bit:3.1"), "containerd://"),
+    ]
+    assert statuses == [
         {
             "name": name,
             "image": image,
@@ -380,6 +392,13 @@ def test_a_started_pod_reports_each_container_running_and_ready() -> None:
     ]
     assert "initContainerStatuses" not in started["status"]
     assert pod_cells(started)[1:3] == ["2/2", "Running"]
+
+
+def test_the_official_client_reads_a_started_pod() -> None:
+    started = _started(_pod("web", node_name="n1", phase="Pending"))
+    read = V1Pod.from_dict(started)
+    assert read is not None and read.status is not None and read.status.container_statuses
+    assert [(c.name, c.ready) for c in read.status.container_statuses] == [("main", True)]
 
 
 def test_init_containers_have_completed_and_sidecars_run() -> None:
