@@ -684,7 +684,7 @@ def test_a_scenario_is_a_bundled_one_by_name_or_a_file(tmp_path: Path) -> None:
     assert bundled_or_file(str(mine)) == mine
     assert dev_refusal(tmp_path, "--scenario", "nope") == (
         "cannot load scenario nope: no such file, nor a bundled scenario "
-        "(one-preemptor, online-offline)"
+        "(gang, one-preemptor, online-offline)"
     )
 
 
