@@ -40,7 +40,7 @@ from preemptctl.preemption.pod_group_preemption import (
 )
 from preemptctl.preemption.snapshot import ClusterSnapshot
 
-WAITING_FOR_GROUP = "waiting for pod's pod group {name!r} to appear in scheduling queue"
+WAITING_FOR_GROUP = 'waiting for pod\'s pod group "{name}" to appear in scheduling queue'
 WAITING_FOR_MIN_COUNT = "waiting for minCount pods from a gang to appear in scheduling queue"
 
 

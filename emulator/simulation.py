@@ -164,7 +164,7 @@ class SimulatedScheduler:
         self._loop = _Loop("simulated-scheduler", interval, self._tick)
         self._seen_revision = -1
         self.settled_revision = -1
-        self._rejected: set[str] = set()
+        self._said: set[str] = set()
         # pod uid, or "podgroup <ns/name>", -> monotonic time first found unschedulable
         self._unschedulable_since: dict[str, float] = {}
 
@@ -236,12 +236,15 @@ class SimulatedScheduler:
                     self._reject(error)
         return snapshot
 
-    def _reject(self, error: PlannerInputError | str) -> None:
-        """An object the planner cannot read is left out, as the cluster view leaves it out;
-        said once per distinct error, not every pass."""
-        if str(error) not in self._rejected:
-            self._rejected.add(str(error))
-            log.warning("simulated scheduler leaves out an object: %s", error)
+    def _reject(self, error: PlannerInputError) -> None:
+        """An object the planner cannot read is left out, as the cluster view leaves it out."""
+        self._say_once(f"simulated scheduler leaves out an object: {error}")
+
+    def _say_once(self, text: str) -> None:
+        """A warning said once per distinct text, not every pass."""
+        if text not in self._said:
+            self._said.add(text)
+            log.warning("%s", text)
 
     def _queue(self, snapshot: ClusterSnapshot) -> list[Entry]:
         """The pods to schedule, in the scheduling queue's order: priority, then creation."""
@@ -298,7 +301,7 @@ class SimulatedScheduler:
         upstream-preemption mode, and mark each member Unschedulable."""
         group, waiting = queued_group(snapshot, key, self.group_args)
         if group is None:
-            self._reject(f"pods of pod group {key} wait outside the queue: {waiting}")
+            self._say_once(f"simulated scheduler: pod group {key} waits: {waiting}")
             return 0
         cycle = run_group_cycle(snapshot, group, [pod for _, pod in entries])
         if cycle.feasible:

@@ -14,7 +14,8 @@ Scenarios (one pass at a time, on the store, no server):
 - a pod without a group is scheduled as before, and the room a failing gang tried is still
   free for it (the gang's tentative placement is undone);
 - a gang with fewer members than minCount, and a pod naming a PodGroup that does not exist,
-  wait outside the queue: nothing is written on them;
+  wait outside the queue: nothing is written on them, the log says why once, in upstream's
+  PreEnqueue words;
 - a member's nominated node is where it goes when it fits there;
 - pods named by the configured group label are a gang sized by the size annotation;
   without the setting they are pods of their own;
@@ -30,7 +31,10 @@ Scenarios (one pass at a time, on the store, no server):
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+import pytest
 
 from preemptctl.emulator import Emulator
 from preemptctl.emulator.resources import EVENTS
@@ -214,22 +218,41 @@ def test_a_pod_without_a_group_is_scheduled_as_before() -> None:
     assert _unschedulable(emulator, "web") == "0/1 nodes are available: 1 Insufficient cpu."
 
 
-def test_a_gang_with_fewer_members_than_min_count_waits_outside_the_queue() -> None:
+def _waiting_said(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "waits" in r.getMessage()]
+
+
+def test_a_gang_with_fewer_members_than_min_count_waits_outside_the_queue(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     emulator, scheduler = _scheduler(
         node("n1", cpu="4"),
         pod_group("train", min_count=4),
         *(member(f"train-{i}", "train", cpu="1") for i in range(3)),
     )
-    assert scheduler.schedule_pass() == 0
+    with caplog.at_level(logging.WARNING):
+        assert scheduler.schedule_pass() == 0
+        assert scheduler.schedule_pass() == 0
     assert [_node_of(emulator, f"train-{i}") for i in range(3)] == [None, None, None]
     assert [_condition(emulator, f"train-{i}") for i in range(3)] == [None, None, None]
+    assert _waiting_said(caplog) == [
+        "simulated scheduler: pod group default/train waits: "
+        "waiting for minCount pods from a gang to appear in scheduling queue"
+    ]
 
 
-def test_a_pod_naming_a_pod_group_that_does_not_exist_waits_outside_the_queue() -> None:
+def test_a_pod_naming_a_pod_group_that_does_not_exist_waits_outside_the_queue(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     emulator, scheduler = _scheduler(node("n1", cpu="4"), member("orphan", "missing"))
-    assert scheduler.schedule_pass() == 0
+    with caplog.at_level(logging.WARNING):
+        assert scheduler.schedule_pass() == 0
     assert _node_of(emulator, "orphan") is None
     assert _condition(emulator, "orphan") is None
+    assert _waiting_said(caplog) == [
+        "simulated scheduler: pod group default/missing waits: "
+        'waiting for pod\'s pod group "missing" to appear in scheduling queue'
+    ]
 
 
 def test_a_member_goes_to_its_nominated_node_when_it_fits_there() -> None:
