@@ -44,7 +44,9 @@ Obj = dict[str, Any]
 
 @dataclass(frozen=True)
 class Kind:
-    """How one kind is listed, keyed and removed from the snapshot."""
+    """How one kind is listed, keyed and removed from the snapshot. A kind with a
+    `discovery` path (its API group version) is optional: a cluster that does not serve it
+    is watched without it (`Reflector.run`)."""
 
     name: str  # "Pod", "Node", "PodDisruptionBudget"
     path: str  # the all-namespaces list path
@@ -52,6 +54,7 @@ class Kind:
     group: str = ""
 
     namespaced: bool = True
+    discovery: str = ""  # "/apis/<group>/<version>" for a kind not every cluster serves
 
     def key(self, obj: Obj) -> str:
         """The snapshot's key: a Pod's uid, a cluster-scoped object's name, else ns/name.
@@ -113,6 +116,14 @@ VOLUME_ATTACHMENT = Kind(
     "storage.k8s.io",
     namespaced=False,
 )
+POD_GROUP = Kind(
+    "PodGroup",
+    "/apis/scheduling.k8s.io/v1beta1/podgroups",
+    "podgroups",
+    "scheduling.k8s.io",
+    discovery="/apis/scheduling.k8s.io/v1beta1",
+)
+"""kube-scheduler's workload API (the `GenericWorkload` gate): served by some clusters only."""
 
 
 @contextmanager
@@ -193,6 +204,7 @@ class ReflectorStats(ListWatchStats):
     listed: int = 0  # objects seen by the latest (or current) list
     list_seconds: float = 0.0  # how long the latest complete list took
     synced: bool = False
+    absent: bool = False  # an optional kind this cluster does not serve: never listed
 
 
 StatsT = TypeVar("StatsT", bound=ListWatchStats)
@@ -415,6 +427,57 @@ class Reflector(ListWatch[ReflectorStats]):
         self.sink = sink
         self.on_synced = on_synced
         self._seen: set[str] = set()  # the keys the current list has seen
+
+    def run(self) -> None:
+        """List and watch; for an optional kind, first ask the API server whether it serves
+        the kind at all (discovery, retried with backoff while the server does not answer).
+        A cluster without it: one log line, the kind counts as synced with nothing in it
+        (`stats.absent`), and the thread waits for `stop` (nothing to retry, nothing to
+        restart). A cluster that starts serving it later is seen after a restart."""
+        if self.kind.discovery:
+            served = self._served()
+            if served is None:  # stopped while asking
+                return
+            if not served:
+                self._absent()
+                return
+        super().run()
+
+    def _served(self) -> bool | None:
+        """Whether the API server serves this kind (None: stopped before it could tell)."""
+        while not self._stopping.is_set():
+            try:
+                found = self.kube.send("GET", self.kind.discovery)
+            except ApiException as error:
+                if error.status == 404:  # the group version itself is not served
+                    return False
+                if self._stopping.is_set():
+                    return None
+                self._failed(error)
+                continue
+            except Exception as error:
+                if self._stopping.is_set():
+                    return None
+                self._failed(error)
+                continue
+            resources = found.get("resources") if isinstance(found, dict) else None
+            return any(
+                isinstance(r, dict) and r.get("name") == self.kind.rbac for r in resources or ()
+            )
+        return None
+
+    def _absent(self) -> None:
+        self.stats.absent = True
+        self.stats.synced = True
+        self.stats.last_error = ""
+        log.info(
+            "cluster view: this cluster does not serve %s (%s, %s); they are not watched",
+            self.kind.rbac,
+            self.kind.group,
+            self.kind.discovery,
+        )
+        self.on_synced(self.kind)
+        self._stopping.wait()
 
     # -- list -------------------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """The cluster view: every kind the planner reads (Nodes, Pods, PodDisruptionBudgets,
-Namespaces, PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes and
-VolumeAttachments) kept current by list+watch, in the planner's model
-(`preemption.snapshot.ClusterSnapshot`, fed through `apply(kind, obj)` and
-`remove(kind, key)`).
+Namespaces, PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes,
+VolumeAttachments and, where the cluster serves them, PodGroups) kept current by
+list+watch, in the planner's model (`preemption.snapshot.ClusterSnapshot`, fed through
+`apply(kind, obj)` and `remove(kind, key)`).
 
 Guarantees:
 
@@ -21,6 +21,11 @@ Guarantees:
   freed its node: the snapshot's `reject_pod` keeps that node from being a candidate until
   the pod is readable again or deleted.
 - Sync progress per kind (objects listed, seconds) is in `sync_progress()`.
+- PodGroups (`scheduling.k8s.io/v1beta1`, kube-scheduler's workload API) are discovered when
+  the view starts: a cluster that does not serve them is watched exactly as before, the kind
+  counted as synced and `absent` in `sync_progress()`, said in one log line, never retried.
+- Pods keep the annotations and labels the settings read (`kept_annotations`: a label-named
+  group's size; `kept_labels`: the label naming it), set before the first list.
 - Once synced, the snapshot is warmed (`ClusterSnapshot.warm`: what decisions would compute
   on first use is computed then and kept current), and the first time, the process's heap
   as it stands is frozen (`gc.freeze`) so the cyclic collector's full passes skip the view.
@@ -35,7 +40,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +52,7 @@ from preemptctl.kube.reflector import (
     NODE,
     PDB,
     POD,
+    POD_GROUP,
     PV,
     PVC,
     STORAGE_CLASS,
@@ -69,7 +75,18 @@ PodListener = Callable[[str, str, Pod | None], None]
 it for its snapshot (None once deleted, or left out as unreadable)."""
 # How the view runs a reflector: `spawn(name, target)` runs `target` in a thread of its own.
 ThreadSpawner = Callable[[str, Callable[[], None]], object]
-KINDS = (NODE, POD, PDB, NAMESPACE, PVC, PV, STORAGE_CLASS, CSI_NODE, VOLUME_ATTACHMENT)
+KINDS = (
+    NODE,
+    POD,
+    PDB,
+    NAMESPACE,
+    PVC,
+    PV,
+    STORAGE_CLASS,
+    CSI_NODE,
+    VOLUME_ATTACHMENT,
+    POD_GROUP,
+)
 
 
 @dataclass
@@ -88,8 +105,12 @@ class ClusterView(Sink):
         backoff: Callable[[], Backoff] = Backoff,
         kinds: tuple[Kind, ...] = KINDS,
         on_rejected: Callable[[str], None] = lambda kind: None,
+        kept_annotations: Iterable[str] = (),
+        kept_labels: Iterable[str] = (),
     ) -> None:
         self._snapshot = ClusterSnapshot()
+        self._snapshot.kept_annotations = frozenset(kept_annotations)
+        self._snapshot.kept_labels = frozenset(kept_labels)
         self._lock = threading.Lock()
         self._kinds = kinds
         self._versions: dict[str, dict[str, str]] = {kind.name: {} for kind in kinds}
@@ -177,13 +198,15 @@ class ClusterView(Sink):
 
     def sync_progress(self) -> dict[str, dict[str, Any]]:
         """Per kind: objects listed, seconds the complete list took, whether it synced, and
-        (until it has) the last error, e.g. a list RBAC forbids."""
+        (until it has) the last error, e.g. a list RBAC forbids; `absent` for a kind this
+        cluster does not serve (PodGroups without kube-scheduler's workload API)."""
         return {
             name: {
                 "listed": r.stats.listed,
                 "seconds": round(r.stats.list_seconds, 3),
                 "synced": r.stats.synced,
                 "error": "" if r.stats.synced else r.stats.last_error,
+                **({"absent": True} if r.stats.absent else {}),
             }
             for name, r in self.reflectors.items()
         }

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import socket
 import stat
 from collections.abc import Mapping
@@ -78,6 +79,13 @@ class Settings:
     # What triggers a preemption
     scheduler_names: tuple[str, ...] = ("default-scheduler",)
     min_priority: int = 0
+    # Gangs named by a pod label (e.g. Kueue's `kueue.x-k8s.io/pod-group-name`; empty: off):
+    # the pods whose label has one value in one namespace are one group, taken whole as
+    # victims and preempted for as one group preemption. Its minCount is the value of the
+    # annotation `pod_group_size_annotation` on a member (empty, or no member carries it:
+    # every member counts). PodGroups (scheduling.k8s.io) need no setting.
+    pod_group_label: str = ""
+    pod_group_size_annotation: str = ""
     # Guards
     dry_run: bool = False
     protected_namespaces: tuple[str, ...] = ()
@@ -114,8 +122,21 @@ class Settings:
     # How long start-up waits for the cluster view's first complete list of every kind.
     sync_timeout_seconds: float = 120.0
     sdk_metrics_port: int = 9465  # the Temporal SDK's own metrics; 0 turns them off
+    # Processes running the workflows and their local activities beside the one that holds
+    # the cluster view, decides and triggers (docs/scale-out.md): -1 is the cores this
+    # container may use minus one, at least 1; 0 runs everything in one process.
+    workflow_processes: int = -1
     log_format: str = "json"
     identity: str = field(default_factory=_default_identity)
+
+    def view_options(self) -> dict[str, tuple[str, ...]]:
+        """What the cluster view's pods must keep for the planner to read these settings (a
+        label-named group's label, beyond the label caps, and its size annotation):
+        `ClusterView(..., **settings.view_options())`, before the first list."""
+        return {
+            "kept_labels": tuple(filter(None, [self.pod_group_label])),
+            "kept_annotations": tuple(filter(None, [self.pod_group_size_annotation])),
+        }
 
     def effective_database_url(self) -> str:
         return configured_url(self.database_url or None)
@@ -194,6 +215,20 @@ def parse_host_port(text: str) -> tuple[str, int] | None:
     return host, int(port)
 
 
+# A label or annotation key, as the API server validates it: an optional DNS subdomain
+# prefix and a slash, then a name of up to 63 characters, alphanumeric at both ends.
+_KEY_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)")
+_KEY_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def is_qualified_key(key: str) -> bool:
+    """A valid label or annotation key (`prefix/name` or `name`, Kubernetes' rules)."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not (len(prefix) <= 253 and _KEY_PREFIX.fullmatch(prefix)):
+        return False
+    return bool(_KEY_NAME.fullmatch(name))
+
+
 def _finite_seconds(value: float) -> bool:
     return math.isfinite(value) and 0 < value <= MAX_SECONDS
 
@@ -221,6 +256,11 @@ def _validate(settings: Settings) -> Settings:
         ),
         (1 <= settings.max_in_flight <= 100_000, "max_in_flight", "from 1 to 100000"),
         (
+            -1 <= settings.workflow_processes <= 64,
+            "workflow_processes",
+            "-1 (one per core but one), 0 (none) or up to 64",
+        ),
+        (
             0 <= settings.decision_inputs_max_bytes <= MAX_DECISION_INPUTS_BYTES,
             "decision_inputs_max_bytes",
             f"0 (record none) to {MAX_DECISION_INPUTS_BYTES} bytes",
@@ -241,6 +281,22 @@ def _validate(settings: Settings) -> Settings:
         ),
         (settings.log_format in ("json", "text"), "log_format", "json or text"),
         (bool(settings.scheduler_names), "scheduler_names", "at least one scheduler name"),
+        (
+            not settings.pod_group_label or is_qualified_key(settings.pod_group_label),
+            "pod_group_label",
+            "a label key (prefix/name, e.g. kueue.x-k8s.io/pod-group-name), or empty for none",
+        ),
+        (
+            not settings.pod_group_size_annotation
+            or is_qualified_key(settings.pod_group_size_annotation),
+            "pod_group_size_annotation",
+            "an annotation key (prefix/name), or empty for none",
+        ),
+        (
+            not settings.pod_group_size_annotation or bool(settings.pod_group_label),
+            "pod_group_size_annotation",
+            "to be empty unless pod_group_label names the groups it sizes",
+        ),
         (
             parse_host_port(settings.temporal_address) is not None,
             "temporal_address",

@@ -153,6 +153,8 @@ def planner_args(settings: Settings) -> PreemptionArgs:
     return PreemptionArgs(
         protected_namespaces=frozenset(settings.protected_namespaces),
         max_victims=settings.max_victims,
+        pod_group_label=settings.pod_group_label,
+        pod_group_size_annotation=settings.pod_group_size_annotation,
     )
 
 
@@ -191,9 +193,9 @@ async def running_controller(
     # (`ShadowView`), so a dry run decided after upstream acted is still comparable.
     upstream = UpstreamIndex() if settings.dry_run and worker else None
     view = (
-        ShadowView(kube, upstream, on_rejected=rejected)
+        ShadowView(kube, upstream, on_rejected=rejected, **settings.view_options())
         if upstream is not None
-        else ClusterView(kube, on_rejected=rejected)
+        else ClusterView(kube, on_rejected=rejected, **settings.view_options())
     )
     metrics.watch_view(view.reflector_stats)
     metrics.watch_caps(lambda: over_cap(view))

@@ -102,6 +102,7 @@ CONTROLLER_RBAC: dict[tuple[str, str], set[str]] = {
     ("storage.k8s.io", "csinodes"): {"get", "list", "watch"},
     ("storage.k8s.io", "volumeattachments"): {"get", "list", "watch"},
     ("policy", "poddisruptionbudgets"): {"list", "watch"},
+    ("scheduling.k8s.io", "podgroups"): {"get", "list", "watch"},  # where the API is served
     ("events.k8s.io", "events"): {"create"},
     ("", "events"): {"list", "watch"},  # shadow mode records kube-scheduler's Preempted Events
 }

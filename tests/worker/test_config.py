@@ -18,7 +18,9 @@ Scenarios:
 - Temporal's own environment configuration (TEMPORAL_ADDRESS, a TOML profile) fills the
   connection settings, and PREEMPT_* variables override it;
 - TLS follows the settings: an API key implies TLS, a CA file or client certificate makes a
-  TLS configuration.
+  TLS configuration;
+- the gang label and its size annotation are label/annotation keys (Kubernetes' rules), the
+  annotation only with the label; the cluster view is told to keep both on its pods.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from preemptctl.worker.cli import main
 from preemptctl.worker.config import (
     MAX_SETTINGS_FILE_BYTES,
     ConfigError,
+    Settings,
     load_settings,
     temporal_tls,
 )
@@ -264,3 +267,30 @@ def test_config_command_refuses_dev_zero_in_one_line(
     assert capsys.readouterr().err.strip() == (
         "preemptctl config: settings file /dev/zero is not a regular file"
     )
+
+
+KUEUE = "kueue.x-k8s.io/pod-group-name"
+SIZE = "kueue.x-k8s.io/pod-group-total-count"
+
+
+def test_the_gang_label_and_its_size_annotation_are_keys() -> None:
+    settings = load_settings(
+        environ={"PREEMPT_POD_GROUP_LABEL": KUEUE, "PREEMPT_POD_GROUP_SIZE_ANNOTATION": SIZE}
+    )
+    assert (settings.pod_group_label, settings.pod_group_size_annotation) == (KUEUE, SIZE)
+    assert settings.view_options() == {"kept_labels": (KUEUE,), "kept_annotations": (SIZE,)}
+    assert Settings().view_options() == {"kept_labels": (), "kept_annotations": ()}
+
+
+@pytest.mark.parametrize("key", ["a/b/c", "Kueue.io/name", "-name", "x" * 64, "example.com/"])
+def test_a_gang_label_that_is_no_label_key_is_refused(key: str) -> None:
+    with pytest.raises(ConfigError, match=r"^pod_group_label: expected a label key \(prefix/name"):
+        load_settings(environ={"PREEMPT_POD_GROUP_LABEL": key})
+
+
+def test_a_size_annotation_without_the_gang_label_is_refused() -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"^pod_group_size_annotation: expected to be empty unless pod_group_label names",
+    ):
+        load_settings(environ={"PREEMPT_POD_GROUP_SIZE_ANNOTATION": SIZE})
