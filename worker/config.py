@@ -20,7 +20,7 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, TypedDict, get_type_hints
 
 import yaml
 from temporalio.client import TLSConfig
@@ -48,6 +48,13 @@ SECONDS_FIELDS = (
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message names it and its source."""
+
+
+class ViewOptions(TypedDict):
+    """The cluster view's keyword arguments a setting decides (`Settings.view_options`)."""
+
+    kept_labels: tuple[str, ...]
+    kept_annotations: tuple[str, ...]
 
 
 def _default_identity() -> str:
@@ -129,14 +136,14 @@ class Settings:
     log_format: str = "json"
     identity: str = field(default_factory=_default_identity)
 
-    def view_options(self) -> dict[str, tuple[str, ...]]:
+    def view_options(self) -> ViewOptions:
         """What the cluster view's pods must keep for the planner to read these settings (a
         label-named group's label, beyond the label caps, and its size annotation):
         `ClusterView(..., **settings.view_options())`, before the first list."""
-        return {
-            "kept_labels": tuple(filter(None, [self.pod_group_label])),
-            "kept_annotations": tuple(filter(None, [self.pod_group_size_annotation])),
-        }
+        return ViewOptions(
+            kept_labels=tuple(filter(None, [self.pod_group_label])),
+            kept_annotations=tuple(filter(None, [self.pod_group_size_annotation])),
+        )
 
     def effective_database_url(self) -> str:
         return configured_url(self.database_url or None)
