@@ -14,19 +14,31 @@ exactly as the worker would, and prints:
 - watch throughput: pod status updates made in the emulator at `--rate` per second, the rate
   the view applied them at, and how far behind it was when the updates stopped.
 
+With `--memory`, instead: the view's retained memory per pod, for the ordinary pods of
+the initial sync and then for `--hostile` pods (issue 20, finding 2: a 250 KiB annotation
+and 12,000 labels each) created in the emulator and applied by the view's watch; RSS of the
+view's process after a full collection, with freed heap handed back to the OS (and with
+`--heap`, the Python heap the view holds, traced: run it apart, tracing inflates the RSS).
+
+    .venv/bin/python -m benchmarks.cluster_view --nodes 200 --memory --hostile 200 [--heap]
+
 Not run in CI: it needs a few GB of memory and about a minute.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import gc
 import multiprocessing
 import resource
 import sys
 import time
+import tracemalloc
 from multiprocessing.connection import Connection
 
-from benchmarks.synthetic_cluster import cluster
+from benchmarks.synthetic_cluster import cluster, hostile_pod
 from preemptctl.emulator import Emulator
 from preemptctl.emulator.resources import PODS
 from preemptctl.kube.client import connect
@@ -54,10 +66,20 @@ def serve(nodes: int, pods_per_node: int, channel: Connection) -> None:
     pods = [
         (p["metadata"]["namespace"], p["metadata"]["name"]) for p in emulator.store.objects(PODS)
     ]
+    pods_nodes = sorted(
+        {p["spec"].get("nodeName") or "" for p in emulator.store.objects(PODS)} - {""}
+    )
     while True:
         command = channel.recv()
         if command is None:
             break
+        if command[0] == "hostile":
+            count = command[1]
+            for index in range(count):
+                made = hostile_pod(index, pods_nodes[index % len(pods_nodes)])
+                emulator.store.create(PODS, "tenant", made)
+            channel.send(count)
+            continue
         updates, rate = command
         started = time.perf_counter()
         for index in range(updates):
@@ -77,6 +99,53 @@ def serve(nodes: int, pods_per_node: int, channel: Connection) -> None:
     emulator.stop()
 
 
+def retained_mib() -> float:
+    """RSS once garbage is collected and freed heap handed back to the OS."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return rss_mib()
+
+
+def traced_kib() -> float:
+    """The Python heap traced since the view started (0 when `--heap` is off)."""
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0] / 1024
+
+
+def memory_figures(view: ClusterView, parent: Connection, baseline: float, hostile: int) -> None:
+    """Retained memory per pod: ordinary pods (the initial sync), then hostile ones; as the
+    Python heap the view holds (traced since before the sync) and as the process's RSS (which
+    also keeps what the allocator could not hand back)."""
+    with view.read() as snapshot:
+        ordinary = len(snapshot.pods)
+    synced, heap = retained_mib(), traced_kib()
+    print(
+        f"memory: {synced:.0f} MiB RSS retained after sync (process baseline {baseline:.0f} "
+        f"MiB); per ordinary pod ({ordinary} pods): {heap / ordinary:.1f} KiB of heap, "
+        f"{(synced - baseline) * 1024 / ordinary:.1f} KiB of RSS"
+    )
+    applied = view.stats.applied
+    parent.send(("hostile", hostile))
+    parent.recv()
+    deadline = time.perf_counter() + 600
+    while view.stats.applied + view.stats.rejected - applied < hostile:
+        if time.perf_counter() > deadline:
+            print("the view did not apply the hostile pods", file=sys.stderr)
+            return
+        time.sleep(0.05)
+    after, heap_after = retained_mib(), traced_kib()
+    print(
+        f"memory: {after:.0f} MiB RSS retained with {hostile} hostile pods; per hostile pod: "
+        f"{(heap_after - heap) / hostile:.1f} KiB of heap, "
+        f"{(after - synced) * 1024 / hostile:.1f} KiB of RSS"
+    )
+    with view.read() as snapshot:
+        over = getattr(snapshot, "over_cap_pods", dict)()
+        total = dict(getattr(snapshot, "over_cap_total", {}))
+    print(f"pods over the caps now: {over}; pod objects read over a cap, ever: {total}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=5000)
@@ -84,6 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, default=30_000)
     parser.add_argument("--rate", type=float, default=2000.0)
     parser.add_argument("--page-size", type=int, default=500)
+    parser.add_argument("--memory", action="store_true", help="memory per pod, then stop")
+    parser.add_argument("--hostile", type=int, default=200, help="hostile pods for --memory")
+    parser.add_argument(
+        "--heap",
+        action="store_true",
+        help="with --memory, also trace the Python heap (slower; tracing adds to the RSS)",
+    )
     args = parser.parse_args(argv)
 
     parent, child = multiprocessing.Pipe()
@@ -99,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     baseline = rss_mib()
+    if args.memory and args.heap:
+        tracemalloc.start()
     view = ClusterView(connect(kubeconfig, read_timeout=120), page_size=args.page_size)
     started, started_cpu = time.perf_counter(), time.process_time()
     view.start()
@@ -119,6 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         f"memory: RSS {rss_mib():.0f} MiB after sync (process baseline {baseline:.0f} MiB), "
         f"peak {peak_rss_mib():.0f} MiB"
     )
+
+    if args.memory:
+        memory_figures(view, parent, baseline, args.hostile)
+        view.stop()
+        parent.send(None)
+        process.join(10)
+        return 0
 
     applied_before = view.stats.applied
     parent.send((args.updates, args.rate))

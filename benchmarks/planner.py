@@ -192,6 +192,12 @@ def main() -> None:
         "--only-gangs", action="store_true", help="run the gang part alone (issue 19's figures)"
     )
     parser.add_argument(
+        "--compare-gangs",
+        action="store_true",
+        help="single-pod decisions on the clusters without and with gangs, taking turns in "
+        "one process (a shared machine's load then weighs on both alike)",
+    )
+    parser.add_argument(
         "--only-plain",
         action="store_true",
         help="run the plain single-pod decisions alone, on the cluster without gangs",
@@ -202,6 +208,9 @@ def main() -> None:
         return
     if args.only_plain:
         plain_figures(args)
+        return
+    if args.compare_gangs:
+        compare_gangs(args)
         return
 
     path = snapshot_file(args.nodes)
@@ -306,6 +315,46 @@ def plain_figures(args: argparse.Namespace) -> None:
     gc.unfreeze()
     del snapshot
     release_free_memory()
+
+
+def decision_cpu_ms(snapshot: ClusterSnapshot, obj: dict[str, Any]) -> float:
+    """One single-pod decision's CPU milliseconds (the pod added, decided, removed)."""
+    pod = decode_pod(obj)
+    snapshot.upsert_pod(pod)
+    start = time.process_time()
+    decision = preempt(snapshot, pod)
+    spent = (time.process_time() - start) * 1000
+    snapshot.remove_pod(pod.uid)
+    assert decision.verdict == "Preempt", decision.message
+    return spent
+
+
+def compare_gangs(args: argparse.Namespace) -> None:
+    """Issue 19's "no slower than today": the same single-pod decisions on the cluster
+    without gangs and on the one with them, in turns, so both see the same load; each kind
+    once with one request for all (a node's kept answer reused) and once with a new request
+    each (every visited node's dry run done)."""
+    clusters = {}
+    for label, gangs in (("without gangs", 0.0), ("with gangs", args.gangs)):
+        path = snapshot_file(args.nodes, gangs=gangs)
+        clusters[label] = ClusterSnapshot.from_list(orjson.loads(path.read_bytes()))
+        release_free_memory()
+        print(f"{label}: {path.name}; warm {warm_cpu_ms(clusters[label]):.0f} ms cpu")
+    for kind, make in (
+        ("one request", lambda i: preemptor(name=f"urgent-{i}")),
+        ("a new request each", lambda i: preemptor(name=f"urgent-{i}", cpu=f"{6000 + i}m")),
+    ):
+        cpu: dict[str, list[float]] = {label: [] for label in clusters}
+        for i in range(args.decisions):
+            for label, snapshot in clusters.items():
+                cpu[label].append(decision_cpu_ms(snapshot, make(i)))
+        for label, values in cpu.items():
+            warm = values[1:]
+            print(
+                f"plain, {label}, {kind} (cpu, n={len(warm)}): median "
+                f"{statistics.median(warm):.1f} ms, p99 {_p99(warm):.1f} ms   "
+                "(target: with gangs no slower than without; median ≤ 12 ms on a quiet machine)"
+            )
 
 
 def gang_figures(args: argparse.Namespace) -> None:

@@ -433,3 +433,17 @@ def cluster(
     items.extend(_pdb(rng, i) for i in range(pdbs))
     items.append(preemptor())
     return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
+
+
+def hostile_pod(index: int, node: str, labels: int = 12_000) -> dict[str, Any]:
+    """Issue 20's finding 2: a running pod a tenant made huge within etcd's limit, a 250 KiB
+    annotation and `labels` labels (about 1.3 MB of JSON at 12,000)."""
+    made = _pod(random.Random(index), node, 9_000_000 + index, 100, 100)
+    made["metadata"]["name"] = f"hostile-{index:04d}"
+    made["metadata"]["namespace"] = "tenant"
+    made["metadata"]["uid"] = f"hostile-{index:04d}"
+    made["metadata"]["labels"] = {
+        f"tenant.example.com/k{i:05d}": f"v{i:059d}" for i in range(labels)
+    }
+    made["metadata"]["annotations"] = {"tenant.example.com/blob": "x" * 250 * 1024}
+    return made

@@ -502,9 +502,10 @@ def _select_whole_units_on_node(
 ) -> tuple[list[Pod], int, Status]:
     """`select_victim_units_on_node` for a preemptor that only resources can stop (no host
     ports, extended resources, spread, affinity or volumes to judge, nobody nominated to
-    the node), from the node's kept units: the same answer, without building any unit."""
+    the node), from the node's kept units: the same answer, without building any unit, and
+    `FilterVictimsWithPDBViolation` read from the units' kept budget matches."""
     start = whole.lower_priority_start(preemptor.priority)
-    units = whole.units
+    units, here = whole.units, whole.here
     protected = args.protected_namespaces if args else frozenset()
     if protected:
         positions = [
@@ -512,39 +513,53 @@ def _select_whole_units_on_node(
             for position in range(start, len(units))
             if not any(pod.namespace in protected for pod in units[position].pods)
         ]
-        freed_cpu = sum(whole.here[i][0] for i in positions)
-        freed_memory = sum(whole.here[i][1] for i in positions)
-        freed_ephemeral = sum(whole.here[i][2] for i in positions)
-        removed = sum(whole.here[i][3] for i in positions)
-        budgeted = any(whole.budgeted_from[i] for i in positions)
+        freed_cpu = sum(here[i][0] for i in positions)
+        freed_memory = sum(here[i][1] for i in positions)
+        freed_ephemeral = sum(here[i][2] for i in positions)
+        removed = sum(here[i][3] for i in positions)
+        budgeted = any(whole.budgets[i] for i in positions)
     else:
         positions = list(range(start, len(units)))
         freed_cpu, freed_memory, freed_ephemeral, removed = whole.suffix[start]
         budgeted = whole.budgeted_from[start]
     if not positions:
         return [], 0, status_of(Code.UNRESOLVABLE, (ERR_NO_VICTIMS,), DEFAULT_PREEMPTION)
-    name = info.name
-    here = [pod for i in positions for pod in units[i].pods if pod.node_name == name]
-    assert len(here) == removed
     free = _free_after_removal(
-        preemptor, info, NO_EXTRA, here, (freed_cpu, freed_memory, freed_ephemeral)
+        preemptor, info, NO_EXTRA, (), (freed_cpu, freed_memory, freed_ephemeral), removed
     )
     if not free.fits():
-        return [], 0, _why_not(preemptor, info, NO_EXTRA, here)
-    position_of = {id(units[i]): i for i in positions}
+        name = info.name
+        gone = [pod for i in positions for pod in units[i].pods if pod.node_name == name]
+        return [], 0, _why_not(preemptor, info, NO_EXTRA, gone)
+    violating: list[tuple[int, int]] = []  # (position, violating pods)
+    non_violating = positions
     if budgeted:
-        violating, non_violating = filter_victims_with_pdb_violation(
-            [units[i] for i in positions], snapshot
-        )
-    else:
-        violating, non_violating = [], [units[i] for i in positions]
-    victims: list[VictimUnit] = []
+        pdbs = snapshot.sorted_pdbs()
+        left: dict[int, int] = {}
+        non_violating = []
+        for position in positions:
+            count = 0
+            for pod_name, matches in whole.budgets[position]:
+                for index in matches:
+                    pdb = pdbs[index]
+                    if pod_name in pdb.disrupted_pods:
+                        continue
+                    remaining = left.get(index, pdb.disruptions_allowed) - 1
+                    left[index] = remaining
+                    if remaining < 0:
+                        count += 1
+                        break
+            if count:
+                violating.append((position, count))
+            else:
+                non_violating.append(position)
+    taken: list[int] = []
     num_violating = 0
     slots, cpu, memory, ephemeral = free.slots, free.cpu, free.memory, free.ephemeral
-    for unit, count in [*violating, *((unit, 0) for unit in non_violating)]:
-        c, m, e, n = whole.here[position_of[id(unit)]]
+    for position, count in [*violating, *((position, 0) for position in non_violating)]:
+        c, m, e, n = here[position]
         if slots < n or c > cpu or m > memory or e > ephemeral:
-            victims.append(unit)
+            taken.append(position)
             num_violating += count
             continue
         slots -= n
@@ -552,8 +567,8 @@ def _select_whole_units_on_node(
         memory -= m
         ephemeral -= e
     if violating and non_violating:
-        victims.sort(key=importance)
-    return [pod for unit in victims for pod in unit.pods], num_violating, SUCCESS
+        taken.sort()  # units are kept most important first
+    return [pod for position in taken for pod in units[position].pods], num_violating, SUCCESS
 
 
 def select_victim_units_on_node(
@@ -868,16 +883,19 @@ def _free_after_removal(
     preemptor: Pod,
     info: NodeInfo,
     extra: NominatedExtra,
-    removed: list[Pod],
+    removed: Sequence[Pod],
     freed: tuple[int, int, int],
+    count: int = -1,
 ) -> _Free:
     """What is free for the preemptor once `removed` (requesting `freed` cpu, memory and
     ephemeral storage) are gone; resources the preemptor does not request are never checked
-    (upstream skips them), so they are unlimited."""
+    (upstream skips them), so they are unlimited. `count` (when given) says how many pods
+    go, for a caller that has no list of them (its preemptor asks no extended resource)."""
     node = info.node
     assert node is not None
     want = preemptor.requests
-    slots = node.allowed_pods - (len(info.pods) - len(removed)) - extra.count - 1
+    gone = count if count >= 0 else len(removed)
+    slots = node.allowed_pods - (len(info.pods) - gone) - extra.count - 1
     if want.is_zero():
         return _Free(_UNLIMITED, _UNLIMITED, _UNLIMITED, {}, slots)
     freed_cpu, freed_memory, freed_ephemeral = freed

@@ -199,6 +199,8 @@ class NodeUnits:
     suffix: tuple[tuple[int, int, int, int], ...]
     # From each position on: whether some unit from there on has a pod a budget selects.
     budgeted_from: tuple[bool, ...]
+    # Per unit: (name, the budgets selecting it) of each of its pods some budget selects.
+    budgets: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...]
     lowest_whole_priority: float  # the lowest priority of a unit taken whole (inf: none)
     stamps: tuple[tuple[str, int], ...]  # each whole group's stamp when this was built
 
@@ -227,7 +229,7 @@ def _build_node_units(snapshot: ClusterSnapshot, info: NodeInfo, index: UnitInde
     ordered = info.pods_by_importance()
     matches = info.pdb_matches(snapshot)
     units: list[VictimUnit] = []
-    budgeted: list[bool] = []
+    budgets: list[tuple[tuple[str, tuple[int, ...]], ...]] = []
     stamps: list[tuple[str, int]] = []
     seen: set[tuple[UnitKind, str]] = set()
     lowest: float = _NEVER_STARTED
@@ -235,14 +237,20 @@ def _build_node_units(snapshot: ClusterSnapshot, info: NodeInfo, index: UnitInde
         whole = index.whole_group_key(pod)
         if whole is None:
             units.append(new_pod_victim(pod))
-            budgeted.append(bool(pod_matches))
+            budgets.append(((pod.name, pod_matches),) if pod_matches else ())
             continue
         if whole in seen:
             continue
         seen.add(whole)
         unit = index.unit_of(pod)
         units.append(unit)
-        budgeted.append(any(snapshot.matching_pdbs(member) for member in unit.pods))
+        budgets.append(
+            tuple(
+                (member.name, found)
+                for member in unit.pods
+                if (found := snapshot.matching_pdbs(member))
+            )
+        )
         stamp_key = index.stamp_key(whole)
         stamps.append((stamp_key, snapshot.unit_stamp(stamp_key)))
         lowest = min(lowest, unit.priority)
@@ -266,13 +274,14 @@ def _build_node_units(snapshot: ClusterSnapshot, info: NodeInfo, index: UnitInde
         c, m, e, n = here[position]
         sc, sm, se, sn = suffix[position + 1]
         suffix[position] = (sc + c, sm + m, se + e, sn + n)
-        budgeted_from[position] = budgeted_from[position + 1] or budgeted[order[position]]
+        budgeted_from[position] = budgeted_from[position + 1] or bool(budgets[order[position]])
     return NodeUnits(
         tuple(units[i] for i in order),
         tuple(-units[i].priority for i in order),
         tuple(here),
         tuple(suffix),
         tuple(budgeted_from),
+        tuple(budgets[i] for i in order),
         lowest,
         tuple(stamps),
     )
