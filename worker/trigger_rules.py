@@ -6,6 +6,14 @@ priority, not `preemptionPolicy: Never`, not terminating (`trigger_reason`). A c
 the kubelet refused for lack of resources (phase Failed, reason `OutOf…`) gets the kubelet's
 critical-admission strategy instead.
 
+A pod that belongs to a group (a PodGroup it names in `spec.schedulingGroup`, else the group
+the `pod_group_label` setting's label names) never gets a pod preemption: its group gets a
+group preemption (`pending_groups`, `pending_group`), as upstream preempts for a gang's
+members only as one group. A group is pending when it exists (its PodGroup is in the view;
+a label-named group exists while it has pods), has a pending unschedulable member served by
+our scheduler names, its priority is at or above the minimum, and it may preempt: not
+`preemptionPolicy: Never` on the group or, when the group sets none, on any member.
+
 When a pod is tried again (`RetryBook`, on the caller's clock):
 - a failed start (Temporal unavailable, a timeout) is retried after 1 s, doubling up to
   10 s, as the scheduler's backoff queue spaces retries (podInitialBackoff, podMaxBackoff);
@@ -22,11 +30,14 @@ tests read them alone.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
 from preemptctl.preemption.decision import Strategy
+from preemptctl.preemption.group_decision import GroupRef, label_group_uid
 from preemptctl.preemption.objects import PREEMPT_NEVER, Pod
+from preemptctl.preemption.snapshot import ClusterSnapshot
 from preemptctl.worker.config import Settings
 
 INITIAL_BACKOFF = 1.0  # after a start that did not happen
@@ -49,8 +60,11 @@ STATUS_FIELDS = frozenset(
 
 
 def trigger_reason(pod: Pod, settings: Settings) -> tuple[str, Strategy] | None:
-    """Why `pod` needs a preemption now, and by which strategy; None when it does not."""
+    """Why `pod` needs a preemption now, and by which strategy; None when it does not (a
+    member of a group among them: its group is preempted for, `pending_group`)."""
     if pod.terminating or pod.priority < settings.min_priority:
+        return None
+    if group_of(pod, settings) is not None:
         return None
     if pod.preemption_policy == PREEMPT_NEVER:
         return None
@@ -188,3 +202,110 @@ class PendingPod:
     pod: Pod
     reason: str
     strategy: Strategy
+
+
+# -- groups -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """The group a pod belongs to: a PodGroup it names, or the value of the gang label."""
+
+    namespace: str
+    name: str
+    label_named: bool
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def group_of(pod: Pod, settings: Settings) -> GroupKey | None:
+    """The group `pod` belongs to, or None: the PodGroup it names (`spec.schedulingGroup`),
+    else the group its `pod_group_label` label names (a setting), as the planner reads it."""
+    if pod.group:
+        return GroupKey(pod.namespace, pod.group, False)
+    label = settings.pod_group_label
+    if label:
+        value = pod.labels.get(label)
+        if value is not None:
+            return GroupKey(pod.namespace, value, True)
+    return None
+
+
+@dataclass
+class PendingGroup:
+    """A group that needs a group preemption: the group, its pending unschedulable members
+    (in name order) and why, in one line."""
+
+    group: GroupRef
+    members: list[Pod]
+    reason: str
+
+
+def _waiting(pod: Pod, settings: Settings) -> bool:
+    """A member the scheduler could not place: pending, unschedulable, ours, not leaving."""
+    return (
+        not pod.node_name
+        and pod.phase == "Pending"
+        and pod.unschedulable
+        and not pod.terminating
+        and pod.scheduler_name in settings.scheduler_names
+    )
+
+
+def pending_group(
+    snapshot: ClusterSnapshot, group: GroupKey, settings: Settings
+) -> PendingGroup | None:
+    """Whether `group` needs a group preemption now (see the module docstring), and for
+    which members; None when it does not. Read under the view's lock."""
+    if group.label_named:
+        label = settings.pod_group_label
+        members = [
+            p
+            for p in (snapshot.label_group_members(label, group.key) if label else [])
+            if not p.group  # a pod naming a PodGroup belongs to that one
+        ]
+        if not members:
+            return None
+        priority = max(p.priority for p in members)
+        ref = GroupRef(
+            group.namespace, group.name, label_group_uid(group.namespace, group.name), priority
+        )
+        policy = ""
+    else:
+        found = snapshot.pod_group(group.key)
+        if found is None:  # upstream waits for the group object too
+            return None
+        members = snapshot.group_members(group.key)
+        ref = GroupRef(group.namespace, group.name, found.uid, found.priority)
+        policy = found.preemption_policy
+    if ref.priority < settings.min_priority:
+        return None
+    if policy == PREEMPT_NEVER or (
+        not policy and any(p.preemption_policy == PREEMPT_NEVER for p in members)
+    ):
+        return None
+    waiting = sorted((p for p in members if _waiting(p, settings)), key=lambda p: p.name)
+    if not waiting:
+        return None
+    return PendingGroup(
+        ref, waiting, f"Unschedulable: {len(waiting)} of {len(members)} member(s) pending"
+    )
+
+
+def pending_groups(snapshot: ClusterSnapshot, settings: Settings) -> list[PendingGroup]:
+    """Every group that needs a group preemption now, by group key. Walks every pod once:
+    for a pass over the whole view (the trigger's resync), not for each watch event (use
+    `group_of` and `pending_group` there)."""
+    seen: dict[str, GroupKey] = {}
+    for pod in _pending_pods(snapshot.pods.values()):
+        found = group_of(pod, settings)
+        if found is not None:
+            seen.setdefault(found.key, found)
+    pending = (pending_group(snapshot, seen[key], settings) for key in sorted(seen))
+    return [group for group in pending if group is not None]
+
+
+def _pending_pods(pods: Iterable[Pod]) -> Iterable[Pod]:
+    return (pod for pod in pods if not pod.node_name and pod.unschedulable)

@@ -15,6 +15,19 @@ Scenarios (one trigger condition each):
   its backoff over;
 - a parked pod is never due until unparked;
 - a parked pod's signature sees its spec and labels, not its status.
+
+Groups:
+- a pod that belongs to a group (a PodGroup it names, or the gang label's group) never gets
+  a pod preemption, pending or refused by the kubelet;
+- a PodGroup with a pending unschedulable member is pending, named by its UID and priority,
+  with its waiting members in name order; a label-named group likewise, under its synthetic
+  UID and its most important member's priority;
+- a group is not pending: when its PodGroup is not in the view, when no member waits (bound,
+  not yet unschedulable, terminating, or another scheduler's), below the minimum priority,
+  with preemptionPolicy Never on the group, or (the group setting none) on any member; the
+  group's own policy wins over its members';
+- a pod naming a PodGroup is not in the label's group, even with the label;
+- every pending group of the view at once, in key order, each once.
 """
 
 from __future__ import annotations
@@ -23,10 +36,25 @@ import dataclasses
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+import pytest
+
 from preemptctl.preemption.decision import Strategy
+from preemptctl.preemption.decode import decode_pod_group
+from preemptctl.preemption.group_decision import GroupRef, label_group_uid
 from preemptctl.preemption.objects import Pod, Resources
+from preemptctl.preemption.snapshot import ClusterSnapshot
 from preemptctl.worker.config import Settings
-from preemptctl.worker.trigger_rules import Parked, RetryBook, pod_signature, trigger_reason
+from preemptctl.worker.trigger_rules import (
+    GroupKey,
+    Parked,
+    RetryBook,
+    group_of,
+    pending_group,
+    pending_groups,
+    pod_signature,
+    trigger_reason,
+)
+from tests.preemption.builders import pod_group
 
 SETTINGS = Settings(min_priority=100, scheduler_names=("default-scheduler", "batch-scheduler"))
 
@@ -132,3 +160,112 @@ def test_pod_signature_ignores_status_and_sees_spec_and_labels() -> None:
     )
     assert pod_signature(pod) != pod_signature(dataclasses.replace(pod, labels={"a": "b"}))
     assert pod_signature(pod) != pod_signature(dataclasses.replace(pod, priority=5000))
+
+
+# -- groups -------------------------------------------------------------------------------------
+
+KUEUE = "kueue.x-k8s.io/pod-group-name"
+GANGS = dataclasses.replace(SETTINGS, pod_group_label=KUEUE)
+TRAIN = GroupKey("ml", "train", False)
+JOB = GroupKey("ml", "job", True)
+
+
+def member(name: str, **fields: object) -> Pod:
+    return dataclasses.replace(
+        pending(), namespace="ml", name=name, uid=f"uid-{name}", group="train", **fields
+    )
+
+
+def labelled(name: str, **fields: object) -> Pod:
+    return dataclasses.replace(
+        pending(), namespace="ml", name=name, uid=f"uid-{name}", labels={KUEUE: "job"}, **fields
+    )
+
+
+def cluster(*pods: Pod, **group: object) -> ClusterSnapshot:
+    snapshot = ClusterSnapshot.from_objects([], pods)
+    if group.pop("present", True):
+        options = {"priority": 1000, "min_count": 2, **group}
+        made = pod_group("train", namespace="ml", **options)  # type: ignore[arg-type]
+        snapshot.upsert_pod_group(decode_pod_group(made))
+    return snapshot
+
+
+def test_a_pod_of_a_group_never_gets_a_pod_preemption() -> None:
+    assert trigger_reason(member("train-0"), SETTINGS) is None
+    assert trigger_reason(labelled("job-0"), GANGS) is None
+    assert trigger_reason(labelled("job-0"), SETTINGS) is not None  # the label is not set
+    refused = member(
+        "train-0", node_name="n", phase="Failed", status_reason="OutOfcpu", priority=2_000_000_000
+    )
+    assert trigger_reason(refused, SETTINGS) is None
+    assert group_of(member("train-0"), SETTINGS) == TRAIN
+    assert group_of(labelled("job-0"), GANGS) == JOB
+
+
+def test_a_podgroup_with_a_waiting_member_is_pending() -> None:
+    snapshot = cluster(member("train-1"), member("train-0"), member("train-2", node_name="n"))
+    found = pending_group(snapshot, TRAIN, SETTINGS)
+    assert found is not None
+    assert found.group == GroupRef("ml", "train", "pg-train", 1000)
+    assert [p.name for p in found.members] == ["train-0", "train-1"]
+    assert found.reason == "Unschedulable: 2 of 3 member(s) pending"
+
+
+def test_a_label_named_group_is_pending_under_its_synthetic_uid() -> None:
+    snapshot = cluster(labelled("job-0", priority=500), labelled("job-1"), present=False)
+    found = pending_group(snapshot, JOB, GANGS)
+    assert found is not None
+    assert found.group == GroupRef("ml", "job", label_group_uid("ml", "job"), 1000)
+    assert [p.name for p in found.members] == ["job-0", "job-1"]
+
+
+@pytest.mark.parametrize(
+    ("pods", "group"),
+    [
+        ([member("train-0")], {"present": False}),
+        ([member("train-0", node_name="n", phase="Running")], {}),
+        ([member("train-0", unschedulable=False)], {}),
+        ([member("train-0", terminating=True)], {}),
+        ([member("train-0", scheduler_name="volcano")], {}),
+        ([member("train-0")], {"priority": 99}),
+        ([member("train-0")], {"preemption_policy": "Never"}),
+        ([member("train-0"), member("train-1", preemption_policy="Never")], {}),
+    ],
+    ids=[
+        "no-podgroup",
+        "bound",
+        "not-yet-unschedulable",
+        "terminating",
+        "other-scheduler",
+        "below-min-priority",
+        "group-never",
+        "a-member-never",
+    ],
+)
+def test_a_group_is_not_pending(pods: list[Pod], group: dict[str, object]) -> None:
+    assert pending_group(cluster(*pods, **group), TRAIN, SETTINGS) is None
+
+
+def test_the_groups_own_policy_wins_over_its_members() -> None:
+    snapshot = cluster(
+        member("train-0", preemption_policy="Never"), preemption_policy="PreemptLowerPriority"
+    )
+    assert pending_group(snapshot, TRAIN, SETTINGS) is not None
+
+
+def test_a_pod_naming_a_podgroup_is_not_in_the_labels_group() -> None:
+    snapshot = cluster(labelled("job-0", group="train"), present=False)
+    assert pending_group(snapshot, JOB, GANGS) is None
+
+
+def test_every_pending_group_of_the_view_once_in_key_order() -> None:
+    snapshot = cluster(
+        member("train-0"),
+        member("train-1"),
+        labelled("job-0"),
+        labelled("job-1"),
+        pending(),  # a pod of no group
+    )
+    found = pending_groups(snapshot, GANGS)
+    assert [(g.group.key, len(g.members)) for g in found] == [("ml/job", 2), ("ml/train", 2)]
