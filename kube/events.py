@@ -1,21 +1,26 @@
-"""Events about pods (events.k8s.io/v1): the only place the controller posts one.
+"""Events (events.k8s.io/v1): the only place the controller posts one.
 
-`record_pod_event` records an event about a pod, idempotent per key: the event's name is
-derived from the pod's UID and the key's parts, so a retried activity that already created
-it gets AlreadyExists and reports it as unchanged instead of recording it twice. Its two
+`record_event` records an event about any object (`ObjectRef`: a pod, a PodGroup),
+idempotent per key: the event's name is derived from the object's UID and the key's parts,
+so a retried activity that already created it gets AlreadyExists and reports it as
+unchanged instead of recording it twice. `record_pod_event` is its form for a pod. Their
 uses:
 
 - `record_preempted`, the `Preempted` event on a victim, as the scheduler records it.
   Upstream: `Eventf(victim, preemptor, Normal, "Preempted", "Preempting", "Preempted by pod
   %v on node %v", preemptor.UID, nodeName)` through the events.k8s.io/v1 recorder; keyed by
-  the victim and the preemptor;
-- the events that tell a preemptor what is done for it (`Preempting`, `PreemptionFailed`,
-  `PreemptionUnsupported`), keyed by the caller (per run, or per reason).
+  the victim and the preemptor. A group preemption's victim gets upstream's workload-aware
+  form, "Preempted by podgroup <uid> on node <node>", related to the PodGroup
+  (`record_preempted_by_group`);
+- the events that tell a preemptor (a pod, or a PodGroup and its placed members) what is
+  done for it (`Preempting`, `PreemptionFailed`, `PreemptionUnsupported`), keyed by the
+  caller (per run, or per reason).
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -26,6 +31,7 @@ from preemptctl.kube.classify import Call, api_status, classify_status
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.results import WriteEffect, WriteResult
 from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.group_decision import GroupRef
 
 REPORTING_CONTROLLER = "preemptctl"
 ACTION = "Preempting"
@@ -36,20 +42,47 @@ def preempted_note(preemptor_uid: str, node: str) -> str:
     return f"Preempted by pod {preemptor_uid} on node {node}"
 
 
-def event_name(pod: PodRef, key: tuple[str, ...]) -> str:
-    """The event's name: the pod's, then a digest of its UID and `key` (one event per key)."""
-    digest = hashlib.sha256("/".join((pod.uid, *key)).encode()).hexdigest()[:16]
-    return f"{pod.name[:200]}.{digest}"
+def preempted_by_group_note(group_uid: str, node: str) -> str:
+    return f"Preempted by podgroup {group_uid} on node {node}"
 
 
-def _pod_reference(ref: PodRef) -> dict[str, str]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "namespace": ref.namespace,
-        "name": ref.name,
-        "uid": ref.uid,
-    }
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """The object an event is about (or related to), as events.k8s.io names it."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def pod(cls, ref: PodRef) -> ObjectRef:
+        return cls("v1", "Pod", ref.namespace, ref.name, ref.uid)
+
+    @classmethod
+    def pod_group(cls, ref: GroupRef) -> ObjectRef:
+        return cls("scheduling.k8s.io/v1beta1", "PodGroup", ref.namespace, ref.name, ref.uid)
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+        }
+
+
+def event_name(regarding: PodRef | ObjectRef, key: tuple[str, ...]) -> str:
+    """The event's name: the object's, then a digest of its UID and `key` (one event per
+    key)."""
+    digest = hashlib.sha256("/".join((regarding.uid, *key)).encode()).hexdigest()[:16]
+    return f"{regarding.name[:200]}.{digest}"
 
 
 def record_pod_event(
@@ -62,6 +95,30 @@ def record_pod_event(
     key: tuple[str, ...],
     normal: bool = False,
     related: PodRef | None = None,
+) -> WriteResult:
+    """`record_event` about a pod, related to another pod if given."""
+    return record_event(
+        kube,
+        ObjectRef.pod(regarding),
+        reason,
+        note,
+        reporting_instance,
+        key=key,
+        normal=normal,
+        related=ObjectRef.pod(related) if related is not None else None,
+    )
+
+
+def record_event(
+    kube: KubeClient,
+    regarding: ObjectRef,
+    reason: str,
+    note: str,
+    reporting_instance: str,
+    *,
+    key: tuple[str, ...],
+    normal: bool = False,
+    related: ObjectRef | None = None,
 ) -> WriteResult:
     """Record an event about `regarding` (a Warning unless `normal`), once per `key`;
     `reporting_instance` is the worker's identity. Already recorded: `UNCHANGED`."""
@@ -76,10 +133,10 @@ def record_pod_event(
         "reason": reason,
         "type": "Normal" if normal else "Warning",
         "note": note[:NOTE_LIMIT],
-        "regarding": _pod_reference(regarding),
+        "regarding": regarding.to_json(),
     }
     if related is not None:
-        body["related"] = _pod_reference(related)
+        body["related"] = related.to_json()
     call = Call("create", "events", regarding.key, group="events.k8s.io")
     path = f"/apis/events.k8s.io/v1/namespaces/{quote(regarding.namespace, safe='')}/events"
     try:
@@ -111,4 +168,26 @@ def record_preempted(
         key=(preemptor.uid,),
         normal=True,
         related=preemptor,
+    )
+
+
+def record_preempted_by_group(
+    kube: KubeClient,
+    victim: PodRef,
+    group: GroupRef,
+    node: str,
+    reporting_instance: str,
+) -> WriteResult:
+    """Record that the pod group `group` preempted `victim` on `node`, in upstream's
+    workload-aware words (one event per victim and group); related to the PodGroup, unless
+    the group is named by a label and has no object."""
+    return record_event(
+        kube,
+        ObjectRef.pod(victim),
+        "Preempted",
+        preempted_by_group_note(group.uid, node),
+        reporting_instance,
+        key=(group.uid,),
+        normal=True,
+        related=None if group.label_named else ObjectRef.pod_group(group),
     )

@@ -6,7 +6,11 @@ Scenarios:
 - its eventTime has microseconds, as the API's MicroTime requires;
 - a retried call that already recorded it is unchanged, and one event exists;
 - any event about a pod is recorded once per key: a Warning by default, a Normal one when
-  asked, a new key a new event.
+  asked, a new key a new event;
+- an event about a PodGroup regards the PodGroup (scheduling.k8s.io/v1beta1), once per key;
+- a group preemption's victim is told in upstream's workload-aware words ("Preempted by
+  podgroup <uid> on node <node>"), related to the PodGroup; a group a label names has no
+  object, and its victims' events relate to nothing.
 """
 
 from __future__ import annotations
@@ -16,9 +20,16 @@ import re
 from preemptctl.emulator import Emulator
 from preemptctl.emulator.resources import EVENTS_V1
 from preemptctl.kube.client import KubeClient
-from preemptctl.kube.events import record_pod_event, record_preempted
+from preemptctl.kube.events import (
+    ObjectRef,
+    record_event,
+    record_pod_event,
+    record_preempted,
+    record_preempted_by_group,
+)
 from preemptctl.kube.results import WriteEffect
 from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.group_decision import GroupRef, label_group_uid
 
 VICTIM = PodRef("default", "web-1", "victim-uid")
 PREEMPTOR = PodRef("batch", "urgent", "preemptor-uid")
@@ -82,3 +93,48 @@ def test_an_event_about_a_pod_is_recorded_once_per_key(
         ("PreemptionFailed", "Warning", "why"),
     ]
     assert "related" not in events[1]
+
+
+TRAIN_A = GroupRef("ml", "train-a", "group-uid", 1000)
+
+
+def test_an_event_about_a_pod_group_regards_the_pod_group(
+    kube: KubeClient, emulator: Emulator
+) -> None:
+    key = ("Preempting", "run-1")
+    regarding = ObjectRef.pod_group(TRAIN_A)
+    first = record_event(kube, regarding, "Preempting", "6 victims", "w", key=key, normal=True)
+    again = record_event(kube, regarding, "Preempting", "6 victims", "w", key=key, normal=True)
+    assert [first.effect, again.effect] == [WriteEffect.DONE, WriteEffect.UNCHANGED]
+    [event] = emulator.store.objects(EVENTS_V1, "ml")
+    assert event["regarding"] == {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "namespace": "ml",
+        "name": "train-a",
+        "uid": "group-uid",
+    }
+    assert (event["type"], event["note"]) == ("Normal", "6 victims")
+
+
+def test_a_group_preemptions_victim_is_told_as_upstream_tells_it(
+    kube: KubeClient, emulator: Emulator
+) -> None:
+    victim = PodRef("ml", "train-b-0", "victim-uid")
+    record_preempted_by_group(kube, victim, TRAIN_A, "n1", "worker-7")
+    [event] = emulator.store.objects(EVENTS_V1, "ml")
+    assert (event["reason"], event["note"]) == (
+        "Preempted",
+        "Preempted by podgroup group-uid on node n1",
+    )
+    assert event["regarding"]["uid"] == "victim-uid"
+    assert (event["related"]["kind"], event["related"]["uid"]) == ("PodGroup", "group-uid")
+
+
+def test_a_label_named_groups_victim_event_relates_to_nothing(
+    kube: KubeClient, emulator: Emulator
+) -> None:
+    group = GroupRef("ml", "job-7", label_group_uid("ml", "job-7"))
+    record_preempted_by_group(kube, PodRef("ml", "web-1", "victim-uid"), group, "n1", "w")
+    [event] = emulator.store.objects(EVENTS_V1, "ml")
+    assert "related" not in event
