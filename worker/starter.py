@@ -1,4 +1,5 @@
-"""Starting a preemption: one workflow per preemptor, however many triggers or replicas ask.
+"""Starting a preemption: one workflow per preemptor (a pod, or a pod group), however many
+triggers or replicas ask.
 
 Whoever starts a run (the trigger loop, a person's `preemptctl retry`) builds its request
 from the settings in force now (`preemption_request`): how a run behaves (dry or acting,
@@ -16,14 +17,19 @@ from temporalio.common import (
 )
 
 from preemptctl.preemption.decision import PodRef, Strategy
+from preemptctl.preemption.group_decision import GroupRef
 from preemptctl.worker.config import Settings
 from preemptctl.workflows import search_attributes as sa
 from preemptctl.workflows.contract import (
+    GroupPreemptionRequest,
+    GroupPreemptionResult,
     Phase,
     PreemptionRequest,
     PreemptionResult,
+    group_workflow_id_for,
     workflow_id_for,
 )
+from preemptctl.workflows.group_preemption import GroupPreemptionWorkflow
 from preemptctl.workflows.preemption import PreemptionWorkflow
 
 
@@ -95,6 +101,69 @@ async def start_preemption(
             f"Preemptor {pod.key}, uid {pod.uid}, priority {pod.priority}; trigger: "
             f"{request.reason}; strategy {request.strategy}"
             + ("; dry run" if request.dry_run else "")
+        ),
+        request_eager_start=eager,
+    )
+
+
+def group_preemption_request(
+    group: GroupRef,
+    settings: Settings,
+    *,
+    reason: str = "Unschedulable",
+    started_by: str = "trigger",
+    retry_reason: str = "",
+) -> GroupPreemptionRequest:
+    """The request for a run of `group`'s preemption, as the settings say runs behave now."""
+    return GroupPreemptionRequest(
+        group,
+        reason=reason,
+        dry_run=settings.dry_run,
+        use_eviction=settings.use_eviction,
+        scheduled_wait_seconds=settings.scheduled_wait_seconds,
+        call_timeout_seconds=settings.call_timeout_seconds,
+        local_activities=settings.local_activities,
+        search_attributes=settings.search_attributes,
+        started_by=started_by,
+        retry_reason=retry_reason,
+    )
+
+
+def group_search_attributes_at_start(request: GroupPreemptionRequest) -> TypedSearchAttributes:
+    """What a group run carries from its start: its group as the preemptor
+    (`PreemptorPod = "ml/train-a"` finds it beside pod preemptions) and as `PodGroup`."""
+    group = request.group
+    if not request.search_attributes:
+        return TypedSearchAttributes([])
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(sa.PREEMPTOR_POD, group.key),
+            SearchAttributePair(sa.PREEMPTOR_NAMESPACE, group.namespace),
+            SearchAttributePair(sa.PREEMPTOR_UID, group.uid),
+            SearchAttributePair(sa.POD_GROUP, group.key),
+            SearchAttributePair(sa.PREEMPTION_PHASE, Phase.SELECTING.value),
+        ]
+    )
+
+
+async def start_group_preemption(
+    client: Client, request: GroupPreemptionRequest, *, task_queue: str, eager: bool = False
+) -> WorkflowHandle[GroupPreemptionWorkflow, GroupPreemptionResult]:
+    """Start the preemption of `request.group`, or join the one already running for it (a
+    trigger for any of its pending members joins the group's one workflow)."""
+    group = request.group
+    kind = "label-named group" if group.label_named else "pod group"
+    return await client.start_workflow(
+        GroupPreemptionWorkflow.run,
+        request,
+        id=group_workflow_id_for(group.namespace, group.name, group.uid),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=group_search_attributes_at_start(request),
+        static_summary=f"Preempt for {kind} {group.key} (priority {group.priority})",
+        static_details=(
+            f"Pod group {group.key}, uid {group.uid}, priority {group.priority}; trigger: "
+            f"{request.reason}" + ("; dry run" if request.dry_run else "")
         ),
         request_eager_start=eager,
     )

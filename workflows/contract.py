@@ -1,4 +1,4 @@
-"""The preemption workflow's contract: its input, its result, its query's answer, its ID.
+"""The preemption workflows' contracts: their inputs, results, query answers and IDs.
 
 Plain dataclasses of strings, numbers, enums and lists, like the activities' contracts
 (`activities.contracts`): Temporal stores each in the workflow's history, where the UI shows
@@ -7,13 +7,16 @@ fields with defaults; never rename one). Whoever starts a preemption (the trigge
 person's `preemptctl retry`, the tests and benchmarks) builds a `PreemptionRequest` from
 here, and reads the `PreemptionResult` and the `state` query's `PreemptionProgress` from
 here; `Phase` values name where a run is, in the query and the `PreemptionPhase` search
-attribute.
+attribute. A group preemption (one workflow per pending pod group, `GroupPreemption`) has
+its own beside it: `GroupPreemptionRequest`, `GroupPreemptionResult`,
+`GroupPreemptionProgress`, `group_workflow_id_for`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TypeVar
 
 from temporalio.client import WorkflowFailureError
 from temporalio.converter import value_to_type
@@ -21,6 +24,9 @@ from temporalio.exceptions import ApplicationError
 
 from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.preemption.decision import PodRef, Strategy
+from preemptctl.preemption.group_decision import GroupRef
+
+ResultT = TypeVar("ResultT")
 
 
 @dataclass
@@ -74,11 +80,12 @@ class Phase(StrEnum):
 
 @dataclass
 class VictimProgress:
-    """One victim's fate so far, as the workflow knows it."""
+    """One victim's fate so far, as the workflow knows it, and the node it is on."""
 
     pod: PodRef
     fate: Fate = Fate.CHOSEN
     message: str = ""
+    node: str | None = None
 
 
 @dataclass
@@ -116,12 +123,104 @@ class PreemptionResult:
     execution_seconds: float | None = None
 
 
+PREEMPTION_FAILED = "PreemptionFailed"
+"""The type of a failed preemption's workflow failure (pod or group): its details carry the
+run's result."""
+
+
 def result_of_failure(error: WorkflowFailureError) -> PreemptionResult | None:
     """The `PreemptionResult` a failed preemption carries in its failure's details."""
+    return _carried(error, PreemptionResult)
+
+
+def _carried(error: WorkflowFailureError, result_type: type[ResultT]) -> ResultT | None:
     cause = error.cause
-    if not isinstance(cause, ApplicationError) or cause.type != "PreemptionFailed":
+    if not isinstance(cause, ApplicationError) or cause.type != PREEMPTION_FAILED:
         return None
     if not cause.details:
         return None
-    result: PreemptionResult = value_to_type(PreemptionResult, cause.details[0])
+    result: ResultT = value_to_type(result_type, cause.details[0])
     return result
+
+
+# -- a group preemption (one workflow per pending pod group) ---------------------------------
+
+
+@dataclass
+class GroupPreemptionRequest:
+    """The group workflow's input: which pod group needs room, and how this preemption
+    should behave (each field as in `PreemptionRequest`)."""
+
+    group: GroupRef
+    reason: str = "Unschedulable"
+    dry_run: bool = False
+    use_eviction: bool = False
+    grace_period_seconds: int | None = None
+    scheduled_wait_seconds: float = 300.0
+    scheduled_poll_seconds: float = 30.0
+    call_timeout_seconds: float = 30.0
+    local_activities: bool = False
+    search_attributes: bool = True
+    started_by: str = "trigger"
+    retry_reason: str = ""
+
+
+def group_workflow_id_for(namespace: str, name: str, uid: str) -> str:
+    """`group-preemption-<namespace>-<name>-<uid>`: one preemption per pod group at a time
+    (the group's UID, or a label-named group's stable synthetic one, is in it), however many
+    of its members are pending; the UI's list and filters name the group."""
+    return f"group-preemption-{namespace}-{name}-{uid}"
+
+
+@dataclass
+class MemberProgress:
+    """A member of the group the decision placed: where it is nominated, where it is bound."""
+
+    pod: PodRef
+    node: str
+    bound_to: str | None = None
+
+
+@dataclass
+class GroupPreemptionProgress:
+    """What the group workflow's `state` query returns. The trigger loop answers upstream's
+    `IsPodRunningPreemption` for any member from `preempting` and `members`."""
+
+    phase: Phase = Phase.SELECTING
+    preempting: bool = False
+    members: list[MemberProgress] = field(default_factory=list)
+    min_count: int = 1
+    pending_last_victim: PodRef | None = None
+    victims: list[VictimProgress] = field(default_factory=list)
+    outcome: Outcome | None = None
+    message: str = ""
+
+    @property
+    def bound(self) -> int:
+        """How many placed members are bound (to any node)."""
+        return sum(1 for member in self.members if member.bound_to)
+
+
+@dataclass
+class GroupPreemptionResult:
+    """How the group preemption ended (the result, and its failure's details). `bound`:
+    members bound when it ended, of `min_count` needed; `retryable` as in `PreemptionResult`
+    (None when the run did not fail: there is nothing to retry)."""
+
+    outcome: Outcome
+    message: str
+    members: list[MemberProgress] = field(default_factory=list)
+    victims: list[VictimProgress] = field(default_factory=list)
+    min_count: int = 1
+    bound: int = 0
+    seconds_to_schedule: float | None = None
+    throttled: int = 0
+    retryable: bool | None = None
+    evaluation_seconds: float | None = None
+    execution_seconds: float | None = None
+
+
+def group_result_of_failure(error: WorkflowFailureError) -> GroupPreemptionResult | None:
+    """The `GroupPreemptionResult` a failed group preemption carries in its failure's
+    details."""
+    return _carried(error, GroupPreemptionResult)

@@ -21,6 +21,8 @@ The runbook, as the code below follows it:
    but then not deleted (the run aborted or failed) has its DisruptionTarget condition
    removed at once (`unmark_victim`), before the end is recorded.
 
+   (`workflows.victims`: the victim machinery a group preemption shares.)
+
    Deliberate difference from upstream (`prepareCandidateAsync`, which marks and deletes
    each victim in turn, the last one after the others): the marks all go first, together
    with the nomination, so a preemption takes three rounds of Kubernetes calls after its
@@ -43,15 +45,12 @@ failure's details carry the same `PreemptionResult` (see `result_of_failure`).
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeUpdate
-from temporalio.exceptions import ActivityError, ApplicationError
-from temporalio.exceptions import TimeoutError as StepTimeout
+from temporalio.common import SearchAttributeUpdate
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from preemptctl.activities.contracts import (
@@ -62,76 +61,36 @@ with workflow.unsafe.imports_passed_through():
         SelectInput,
         Selection,
         VictimInput,
-        VictimResult,
     )
     from preemptctl.activities.preemption import PreemptionActivities
-    from preemptctl.ledger.vocabulary import Fate, Outcome, outcome_of_decision
+    from preemptctl.ledger.vocabulary import Outcome, outcome_of_decision
     from preemptctl.preemption.decision import PodRef, Verdict
     from preemptctl.preemption.standing import Standing, reason_to_stop
     from preemptctl.workflows import search_attributes as sa
     from preemptctl.workflows.contract import (
+        PREEMPTION_FAILED,
         Phase,
         PreemptionProgress,
         PreemptionRequest,
         PreemptionResult,
         VictimProgress,
     )
-
-ArgT = TypeVar("ArgT")
-ResultT = TypeVar("ResultT")
-
-# Kubernetes calls: short attempts (`PreemptionRequest.call_timeout_seconds`), quick retries
-# with backoff, bounded; RBAC denials and invalid requests fail at once (the activities mark
-# them non-retryable).
-KUBE_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    # An API server's transient errors (5xx, dropped connections) pass in seconds; a longer
-    # wait only delays the preemptor. A 429's Retry-After still sets its own delay.
-    maximum_interval=timedelta(seconds=5),
-)
-KUBE_DEADLINE = timedelta(minutes=5)
-# The ledger: the preemption waits for it rather than lose an event.
-LEDGER_DEADLINE = timedelta(days=1)
-# A select attempt may wait its turn to decide (queued behind other decisions) for up to a
-# minute, heartbeating every second while it waits: a worker that dies is noticed by the
-# missing heartbeat, not by the attempt's end, and the select moves to another worker.
-SELECT_ATTEMPT = timedelta(seconds=90)
-SELECT_HEARTBEAT = timedelta(seconds=8)
-# Removing a spared victim's DisruptionTarget: kube-controller-manager clears it after two
-# minutes anyway, so the run does not wait longer than that for the API server.
-UNMARK_DEADLINE = timedelta(minutes=1)
-# How a step that failed reaches the workflow: an activity's failure as an `ActivityError`
-# around its cause; a local activity's as the cause itself (the activity's own
-# `ApplicationError`, or the `TimeoutError` of its schedule-to-close deadline).
-StepFailed = (ActivityError, ApplicationError, StepTimeout)
+    from preemptctl.workflows.steps import (
+        KUBE_DEADLINE,
+        LEDGER_DEADLINE,
+        SELECT_ATTEMPT,
+        StepFailed,
+        Steps,
+        Stop,
+        cause,
+    )
+    from preemptctl.workflows.victims import VictimRunbook
 
 
 ABORT_RECORDED_BY_THE_WORKFLOW = "abort-recorded-by-the-workflow"
 """The patch under which the workflow records an aborted end itself (`record_end`). Runs
 recorded before it had the activity that saw the preemptor move on record it: replaying
 those, `workflow.patched` is false and no `record_end` is scheduled for their abort."""
-
-
-class _Stop(Exception):
-    """The preemption cannot go on: how it ends, and whether the decision's write-ahead
-    recorded that end already (`written_ahead`); else the workflow records it."""
-
-    def __init__(
-        self,
-        outcome: Outcome,
-        message: str,
-        *,
-        written_ahead: bool = False,
-        retryable: bool = True,
-        failed_victim: PodRef | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.outcome = outcome
-        self.message = message
-        self.written_ahead = written_ahead
-        self.retryable = retryable
-        self.failed_victim = failed_victim
 
 
 @workflow.defn(name="Preemption")
@@ -143,9 +102,19 @@ class PreemptionWorkflow:
         self._state = PreemptionProgress()
         self._bound_to: str | None = None
         self._throttled = 0
-        self._stopped = ""  # why a delete left its victim alone: the preemptor moved on
-        self._failures: list[tuple[VictimProgress, bool]] = []  # (victim, retrying can help)
-        self._marked: list[VictimProgress] = []  # victims given the DisruptionTarget condition
+        self._scheduler_name = "default-scheduler"  # the preemptor's, as the decision read it
+        self._steps = Steps(
+            request.call_timeout_seconds,
+            request.local_activities,
+            lambda method: method == PreemptionActivities.select_preemption,
+        )
+        self._victims = VictimRunbook(
+            self._steps,
+            self._state,
+            self._victim_input,
+            PreemptionActivities.delete_victim,
+            self._victim_input,
+        )
         # Search attribute changes not sent yet: sent with the next phase's, in one command.
         self._updates: list[SearchAttributeUpdate[Any]] = []
         # Upstream's two preemption timings: choosing the victims, then preempting them.
@@ -165,7 +134,7 @@ class PreemptionWorkflow:
     async def run(self, request: PreemptionRequest) -> PreemptionResult:
         try:
             return await self._preempt()
-        except _Stop as stop:
+        except Stop as stop:
             return await self._finish(stop)
 
     # -- the runbook ------------------------------------------------------------------------
@@ -177,13 +146,13 @@ class PreemptionWorkflow:
         self._evaluation_seconds = (decided - started).total_seconds()
         verdict = selection.verdict
         if verdict is None:
-            raise _Stop(Outcome.ABORTED, selection.message)  # the preemptor moved on
+            raise Stop(Outcome.ABORTED, selection.message)  # the preemptor moved on
         outcome = outcome_of_decision(verdict, self._request.dry_run or selection.dry_run)
         if outcome is Outcome.DRY_RUN:
-            raise _Stop(outcome, _dry_run_message(self._request, selection), written_ahead=True)
+            raise Stop(outcome, _dry_run_message(self._request, selection), written_ahead=True)
         if outcome is not None:
             retryable = verdict is not Verdict.UNSUPPORTED
-            raise _Stop(outcome, selection.message, written_ahead=True, retryable=retryable)
+            raise Stop(outcome, selection.message, written_ahead=True, retryable=retryable)
         assert selection.node is not None
 
         self._enter(Phase.PREEMPTING)
@@ -197,7 +166,7 @@ class PreemptionWorkflow:
         """Select, sleeping out the eviction budget (recorded each time) until it allows."""
         self._state.preempting = True
         while True:
-            selection = await self._call(
+            selection = await self._steps.call(
                 PreemptionActivities.select_preemption,
                 SelectInput(
                     self._run(),
@@ -219,7 +188,8 @@ class PreemptionWorkflow:
             await workflow.sleep(timedelta(seconds=selection.retry_after_seconds))
         self._preemptor = selection.preemptor
         self._state.node = selection.node
-        self._state.victims = [VictimProgress(v) for v in selection.victims]
+        self._state.victims = [VictimProgress(v, node=selection.node) for v in selection.victims]
+        self._scheduler_name = selection.scheduler_name
         self._state.message = selection.message
         if selection.node:
             self._updates.append(sa.TARGET_NODE.value_set(selection.node))
@@ -235,7 +205,7 @@ class PreemptionWorkflow:
 
     async def _nominate(self, selection: Selection, node: str) -> None:
         try:
-            await self._call(
+            await self._steps.call(
                 PreemptionActivities.nominate_preemptor,
                 NominationInput(self._run(), self._preemptor, node, selection.nominations_to_clear),
                 f"nominate {self._preemptor.key} to {node}",
@@ -243,96 +213,24 @@ class PreemptionWorkflow:
             )
         except StepFailed as error:
             # Upstream goes on without the nomination too; the victims are what matter.
-            workflow.logger.warning("could not nominate %s: %s", self._preemptor.key, _cause(error))
+            workflow.logger.warning("could not nominate %s: %s", self._preemptor.key, cause(error))
 
     async def _preempt_victims(self, selection: Selection, node: str) -> None:
         """2) nominate and mark every victim, all at once; 3) delete all but the last in
-        parallel, then the last. Each step records the victim's fate in the ledger itself."""
-        progress = self._state.victims
-        await asyncio.gather(
-            self._nominate(selection, node), *(self._mark(v, selection, node) for v in progress)
-        )
-        if not progress:
-            self._state.preempting = False
-            return
-        *others, last = progress
-        self._stop_if_any_victim_failed_or_the_preemption_stopped(last)
-        await asyncio.gather(*(self._delete(v, selection, node) for v in others))
-        self._stop_if_any_victim_failed_or_the_preemption_stopped(last)
-        self._state.pending_last_victim = last.pod
-        self._state.preempting = False  # upstream: out of the preempting set before the last
-        await self._delete(last, selection, node)
-        self._state.pending_last_victim = None  # settled: no longer pending
-        self._stop_if_any_victim_failed_or_the_preemption_stopped(None)
+        parallel, then the last (`workflows.victims`)."""
+        await self._victims.preempt(self._state.victims, [self._nominate(selection, node)])
 
-    async def _mark(self, victim: VictimProgress, selection: Selection, node: str) -> None:
-        pod = victim.pod
-        marked = await self._victim_step(
-            victim,
-            PreemptionActivities.mark_victim,
-            self._victim_input(pod, selection, node),
-            f"mark {pod.key} (uid {pod.uid})",
-        )
-        if marked is not None and marked.fate is Fate.MARKED:
-            self._marked.append(victim)
-
-    async def _delete(self, victim: VictimProgress, selection: Selection, node: str) -> None:
-        """Delete a marked victim (one gone, replaced or terminating needs nothing more)."""
-        if victim.fate is not Fate.MARKED:
-            return
-        pod = victim.pod
-        await self._victim_step(
-            victim,
-            PreemptionActivities.delete_victim,
-            self._victim_input(pod, selection, node),
-            f"delete {pod.key} (uid {pod.uid})",
-        )
-
-    def _victim_input(self, pod: PodRef, selection: Selection, node: str) -> VictimInput:
+    def _victim_input(self, victim: VictimProgress) -> VictimInput:
+        node = victim.node or self._state.node or ""
         return VictimInput(
             self._run(),
-            pod,
+            victim.pod,
             self._preemptor,
             node,
             use_eviction=self._request.use_eviction,
             grace_period_seconds=self._request.grace_period_seconds,
-            scheduler_name=selection.scheduler_name,
+            scheduler_name=self._scheduler_name,
         )
-
-    async def _victim_step(
-        self,
-        victim: VictimProgress,
-        method: Callable[[PreemptionActivities, VictimInput], VictimResult],
-        step: VictimInput,
-        summary: str,
-    ) -> VictimResult | None:
-        try:
-            result = await self._call(method, step, summary, KUBE_DEADLINE)
-        except StepFailed as error:
-            victim.fate, victim.message = Fate.FAILED, _cause(error)
-            self._failures.append((victim, _retryable(error)))
-            return None
-        victim.fate, victim.message = result.fate, result.message
-        if result.stopped and not self._stopped:
-            self._stopped = result.stopped
-        return result
-
-    def _stop_if_any_victim_failed_or_the_preemption_stopped(
-        self, last: VictimProgress | None
-    ) -> None:
-        if not self._failures and not self._stopped:
-            return
-        if last is not None and last.fate in (Fate.CHOSEN, Fate.MARKED):
-            last.fate, last.message = Fate.SPARED, "an earlier victim was not preempted"
-        if self._failures:
-            failed, _ = self._failures[0]
-            raise _Stop(
-                Outcome.FAILED,
-                f"victim {failed.pod.key} could not be preempted: {failed.message}",
-                retryable=all(ok for _, ok in self._failures),
-                failed_victim=failed.pod,
-            )
-        raise _Stop(Outcome.ABORTED, self._stopped)
 
     async def _wait_for_the_bind(self, node: str) -> PreemptionResult:
         """Until the preemptor is bound (the trigger's signal, or a poll), is gone, or the
@@ -351,7 +249,7 @@ class PreemptionWorkflow:
                     break
                 except TimeoutError:
                     pass
-            standing = await self._call(
+            standing = await self._steps.call(
                 PreemptionActivities.check_preemptor,
                 PreemptorCheck(self._preemptor),
                 f"is {self._preemptor.key} bound yet",
@@ -385,8 +283,8 @@ class PreemptionWorkflow:
 
     # -- bookkeeping ------------------------------------------------------------------------
 
-    async def _finish(self, stop: _Stop) -> PreemptionResult:
-        await self._unmark_spared_victims()
+    async def _finish(self, stop: Stop) -> PreemptionResult:
+        await self._victims.unmark_spared()
         if not stop.written_ahead and self._records_its_own(stop.outcome):
             await self._record_end(
                 stop.outcome,
@@ -396,9 +294,7 @@ class PreemptionWorkflow:
             )
         result = self._result(stop.outcome, stop.message, retryable=stop.retryable)
         if stop.outcome is Outcome.FAILED:
-            raise ApplicationError(
-                stop.message, result, type="PreemptionFailed", non_retryable=True
-            )
+            raise ApplicationError(stop.message, result, type=PREEMPTION_FAILED, non_retryable=True)
         return result
 
     @staticmethod
@@ -407,33 +303,6 @@ class PreemptionWorkflow:
         from `ABORT_RECORDED_BY_THE_WORKFLOW` on (before it, the activity that saw the
         preemptor move on had recorded it)."""
         return outcome is not Outcome.ABORTED or workflow.patched(ABORT_RECORDED_BY_THE_WORKFLOW)
-
-    async def _unmark_spared_victims(self) -> None:
-        """A victim marked but not deleted (spared when the run stopped, or failed) loses
-        its DisruptionTarget condition now rather than in two minutes: it is no longer
-        about to be disrupted. A removal that fails is logged; the condition then lapses."""
-        left = [v for v in self._marked if v.fate in (Fate.MARKED, Fate.SPARED, Fate.FAILED)]
-        node = self._state.node
-        if not left or node is None:
-            return
-
-        async def unmark(victim: VictimProgress) -> None:
-            pod = victim.pod
-            if victim.fate is Fate.MARKED:
-                victim.fate, victim.message = Fate.SPARED, "the preemption stopped before it"
-            try:
-                await self._call(
-                    PreemptionActivities.unmark_victim,
-                    VictimInput(self._run(), pod, self._preemptor, node),
-                    f"remove DisruptionTarget from {pod.key} (uid {pod.uid})",
-                    UNMARK_DEADLINE,
-                )
-            except StepFailed as error:
-                workflow.logger.warning(
-                    "could not remove DisruptionTarget from %s: %s", pod.key, _cause(error)
-                )
-
-        await asyncio.gather(*(unmark(v) for v in left))
 
     def _result(
         self, outcome: Outcome, message: str, *, retryable: bool = True
@@ -468,7 +337,7 @@ class PreemptionWorkflow:
         failed_victim: PodRef | None = None,
         retryable: bool = True,
     ) -> None:
-        await self._call(
+        await self._steps.call(
             PreemptionActivities.record_end,
             EndInput(
                 self._run(),
@@ -489,39 +358,6 @@ class PreemptionWorkflow:
         info = workflow.info()
         return RunRef(info.workflow_id, info.run_id, workflow.now().isoformat())
 
-    async def _call(
-        self,
-        method: Callable[[PreemptionActivities, ArgT], ResultT],
-        argument: ArgT,
-        summary: str,
-        deadline: timedelta,
-        *,
-        attempt: timedelta = timedelta(0),
-    ) -> ResultT:
-        """One activity: attempts of `call_timeout_seconds` (at least `attempt`), retried
-        until `deadline`. With `local_activities`, every step but the decision runs as a
-        local activity (see `PreemptionRequest.local_activities`)."""
-        per_attempt = max(timedelta(seconds=self._request.call_timeout_seconds), attempt)
-        deciding = method == PreemptionActivities.select_preemption
-        if self._request.local_activities and not deciding:
-            return await workflow.execute_local_activity_method(
-                method,
-                argument,
-                summary=summary,
-                start_to_close_timeout=per_attempt,
-                schedule_to_close_timeout=deadline,
-                retry_policy=KUBE_RETRY,
-            )
-        return await workflow.execute_activity_method(
-            method,
-            argument,
-            summary=summary,
-            start_to_close_timeout=per_attempt,
-            schedule_to_close_timeout=deadline,
-            heartbeat_timeout=SELECT_HEARTBEAT if deciding else None,
-            retry_policy=KUBE_RETRY,
-        )
-
     def _enter(self, phase: Phase) -> None:
         self._state.phase = phase
         self._upsert([sa.PREEMPTION_PHASE.value_set(phase.value)])
@@ -539,18 +375,3 @@ def _dry_run_message(request: PreemptionRequest, selection: Selection) -> str:
     if request.dry_run:
         return f"dry run: {selection.message}"
     return f"dry run (the worker runs dry, PREEMPT_DRY_RUN=true): {selection.message}"
-
-
-def _cause(error: BaseException) -> str:
-    """The innermost failure's message: what a person needs to read."""
-    cause: BaseException = error
-    while cause.__cause__ is not None:
-        cause = cause.__cause__
-    return cause.message if isinstance(cause, ApplicationError) else str(cause)
-
-
-def _retryable(error: BaseException) -> bool:
-    """False when the activity failed for good (RBAC, a rejected request): retrying the whole
-    preemption cannot help until a person changes something."""
-    cause = error.cause if isinstance(error, ActivityError) else error
-    return not (isinstance(cause, ApplicationError) and cause.non_retryable)

@@ -1,7 +1,10 @@
 """The custom search attributes that make every preemption findable in the Temporal UI.
 
 Filter by `PreemptorPod = "default/nginx-a"`, `TargetNode = "node-3"`,
-`VictimPods = "default/batch-7"` or `PreemptionOutcome = "failed"`. The dev server registers
+`VictimPods = "default/batch-7"` or `PreemptionOutcome = "failed"`. A group preemption sets
+`PreemptorPod` (and `PreemptorNamespace`, `PreemptorUid`) to its group, and names it in
+`PodGroup = "ml/train-a"`; `VictimGroups = "ml/train-b"` finds the preemptions, of a pod or
+of a group, that took a pod group's members as victims. The dev server registers
 them at start (`preemptctl dev`); an existing server needs `preemptctl setup-temporal` once.
 """
 
@@ -16,6 +19,8 @@ TARGET_NODE = SearchAttributeKey.for_keyword("TargetNode")
 VICTIM_PODS = SearchAttributeKey.for_keyword_list("VictimPods")
 PREEMPTION_PHASE = SearchAttributeKey.for_keyword("PreemptionPhase")
 PREEMPTION_OUTCOME = SearchAttributeKey.for_keyword("PreemptionOutcome")
+POD_GROUP = SearchAttributeKey.for_keyword("PodGroup")
+VICTIM_GROUPS = SearchAttributeKey.for_keyword_list("VictimGroups")
 
 ALL = (
     PREEMPTOR_POD,
@@ -25,4 +30,6 @@ ALL = (
     VICTIM_PODS,
     PREEMPTION_PHASE,
     PREEMPTION_OUTCOME,
+    POD_GROUP,
+    VICTIM_GROUPS,
 )

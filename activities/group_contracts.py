@@ -1,0 +1,131 @@
+"""The data that crosses between the group preemption workflow and its activities.
+
+As `activities.contracts` (plain dataclasses that stay readable JSON in the history; add
+fields with defaults, never rename one). A group preemption's victims are marked and
+unmarked by the pod preemption's own activities (`mark_victim`, `unmark_victim`, with a
+`VictimInput` whose preemptor is the group, `GroupRef.as_preemptor`, and whose node is the
+victim's); what differs has its contract here: the decision for a group, the nominations
+of its members, the delete that re-checks the group, the group's standing, its end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from preemptctl.activities.contracts import RunRef, VictimInput
+from preemptctl.ledger.vocabulary import WORKFLOW_OUTCOMES, Outcome
+from preemptctl.preemption.decision import PodRef, Verdict
+from preemptctl.preemption.group_decision import GroupRef
+
+
+@dataclass
+class SelectGroupInput:
+    run: RunRef
+    group: GroupRef
+    dry_run: bool = False
+    throttled: int = 0  # how many times the eviction budget held this run back already
+    started_by: str = "trigger"  # the workflow's GroupPreemptionRequest.started_by
+    retry_reason: str = ""
+
+
+@dataclass
+class Nomination:
+    """A pod's nomination to a node: a placed member's, to set (the node the decision placed
+    it on), or a lower-priority pod's, to clear (the node it is nominated to)."""
+
+    pod: PodRef
+    node: str
+
+
+@dataclass
+class VictimPlacement:
+    """A victim, the node it is on, and the unit it goes with ("podGroup ml/train-b",
+    "pod default/web-1": a group taken whole goes whole)."""
+
+    pod: PodRef
+    node: str
+    unit: str = ""
+
+
+@dataclass
+class GroupSelection:
+    """What the select activity decided for the group and wrote ahead.
+
+    As `Selection`: `verdict` None when the run stopped before planning (the group is gone,
+    replaced, or has no pending member: `message` says which); `retry_after_seconds` > 0
+    when the eviction budget held the decision back; `dry_run` when it was decided and
+    recorded as a dry run (asked for, or the worker runs dry). `story` is the decision in
+    words, for the workflow's details in the UI."""
+
+    group: GroupRef
+    message: str
+    verdict: Verdict | None = None
+    placements: list[Nomination] = field(default_factory=list)
+    victims: list[VictimPlacement] = field(default_factory=list)
+    victim_groups: list[str] = field(default_factory=list)  # "ns/name" of pod groups hit
+    nominations_to_clear: list[Nomination] = field(default_factory=list)
+    min_count: int = 1
+    num_pdb_violations: int = 0
+    scheduler_name: str = "default-scheduler"
+    retry_after_seconds: float = 0.0
+    dry_run: bool = False
+    story: str = ""
+
+
+@dataclass
+class MembersNomination:
+    """Nominate every placed member to its node, and clear the lower-priority nominations
+    to those nodes (`clear`)."""
+
+    run: RunRef
+    group: GroupRef
+    placements: list[Nomination]
+    clear: list[Nomination] = field(default_factory=list)
+
+
+@dataclass
+class MembersNominated:
+    """How many nominations the API server settled, and each one that could not be made
+    (the preemption goes on without it, as upstream's does)."""
+
+    nominated: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GroupVictimInput:
+    """A victim's delete for a group: the victim step, and what the group still needing the
+    room means (`nominations`: "ns/name" of each placed member -> its node)."""
+
+    step: VictimInput
+    group: GroupRef
+    nominations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class GroupCheck:
+    group: GroupRef
+
+
+@dataclass
+class GroupEndInput:
+    """How a group run ends, for the ledger append the workflow makes itself (completed,
+    failed, aborted): `bound` members of `min_count` when it ended."""
+
+    run: RunRef
+    group: GroupRef
+    outcome: Outcome
+    message: str = ""
+    bound: int = 0
+    min_count: int = 1
+    seconds_to_schedule: float | None = None
+    failed_victim: PodRef | None = None
+    failed_victim_node: str | None = None
+    retryable: bool = True
+
+    def __post_init__(self) -> None:
+        if self.outcome not in WORKFLOW_OUTCOMES:
+            raise ValueError(
+                f"the workflow records only {sorted(WORKFLOW_OUTCOMES)}, not {self.outcome!r}: "
+                "the decision's write-ahead records the others"
+            )

@@ -1,0 +1,378 @@
+"""The group preemption workflow's activities: what a preemption for a pod group does that a
+pod's does not.
+
+As the pod preemption's activities (`activities.preemption`), each translates and
+classifies and decides nothing: the decision path decides for the group
+(`DecisionPath.decide_group`, under the same lock and claims as pod decisions), the domain
+says whether the group still needs the room (`preemption.standing.reason_to_stop_group`).
+The victims are marked and unmarked by the pod preemption's own activities; their deletes
+(`delete_group_victim`) share its code (`activities.victim_steps`) and re-check the group
+instead of a pod: the group gone or replaced, or its members bound to other nodes than
+the ones the decision placed them on, leave the victim alone.
+
+The ledger's preemptor columns name the group (`GroupRef.as_preemptor`). Events: on the
+PodGroup (`Preempting`, `PreemptionUnsupported`, `PreemptionFailed`; none for a group a
+label names, which has no object), on each placed member (`Preempting`: where it is placed
+and why), and on each victim (`Preempted`, in upstream's workload-aware words).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from preemptctl.activities.contracts import RunRef, VictimInput, VictimResult
+from preemptctl.activities.errors import decision_errors, kube_errors
+from preemptctl.activities.group_contracts import (
+    GroupCheck,
+    GroupEndInput,
+    GroupSelection,
+    GroupVictimInput,
+    MembersNominated,
+    MembersNomination,
+    Nomination,
+    SelectGroupInput,
+    VictimPlacement,
+)
+from preemptctl.activities.recording import Recorder, event, failure_note, when
+from preemptctl.activities.victim_steps import VictimSteps
+from preemptctl.deciding.path import DecidedGroup, DecisionPath, GroupDecisionRequest
+from preemptctl.kube import events, nomination
+from preemptctl.kube.events import ObjectRef
+from preemptctl.kube.pods import get_pod_group
+from preemptctl.kube.results import KubeCallError
+from preemptctl.kube.view import ClusterView
+from preemptctl.ledger.events import LedgerEvent
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.payloads import Scheduled, Terminal, VictimStep, Write
+from preemptctl.ledger.vocabulary import KIND_OF_OUTCOME, Outcome
+from preemptctl.preemption.decision import PodRef, Verdict
+from preemptctl.preemption.group_decision import GroupDecision, GroupRef
+from preemptctl.preemption.standing import (
+    GroupStanding,
+    Standing,
+    group_standing_of,
+    reason_to_stop_group,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class GroupPreemptionActivities:
+    """The group activities, on the pod activities' cluster, ledger and decision path."""
+
+    def __init__(
+        self,
+        view: ClusterView,
+        recorder: Recorder,
+        victims: VictimSteps,
+        decisions: DecisionPath,
+        *,
+        group_label: str = "",
+    ) -> None:
+        self._view = view
+        self._recorder = recorder
+        self._kube = recorder.kube
+        self._victims = victims
+        self._decisions = decisions
+        self._group_label = group_label
+
+    def all(self) -> list[Callable[..., Any]]:
+        """The group's own activities (mark and unmark are the pod preemption's)."""
+        return [
+            self.select_group_preemption,
+            self.nominate_members,
+            self.delete_group_victim,
+            self.check_group,
+            self.record_group_end,
+        ]
+
+    # -- deciding ---------------------------------------------------------------------------
+
+    @activity.defn(name="select_group_preemption")
+    def select_group_preemption(self, request: SelectGroupInput) -> GroupSelection:
+        """The decision path for the group (`DecisionPath.decide_group`): the group fresh
+        from the API server, then lock, claims, plan, budget, write ahead; then tell the
+        group and its placed members what is decided for them. A run after the first
+        appends `retried` first; a group that no longer needs room is reported (no
+        verdict, the reason as the message) for the workflow to record the abort."""
+        group, run = request.group, request.run
+        if not request.throttled:
+            self._recorder.record_retried(
+                run, group.as_preemptor(), request.started_by, request.retry_reason
+            )
+        dry_run = request.dry_run or self._recorder.dry_run
+        decision_request = GroupDecisionRequest(
+            run.preemption_id, run.run_id, when(run), group, dry_run, request.throttled
+        )
+        with decision_errors(group.as_preemptor()):
+            decided = self._decisions.decide_group(decision_request, beat=activity.heartbeat)
+        if decided.decision is None:
+            return GroupSelection(group, decided.stopped or decided.message)
+        selection = self._selection(group, decided, decided.decision, dry_run=dry_run)
+        if not decided.retry_after_seconds:
+            self._tell_the_group_the_decision(run, selection)
+        return selection
+
+    def _selection(
+        self, group: GroupRef, decided: DecidedGroup, decision: GroupDecision, *, dry_run: bool
+    ) -> GroupSelection:
+        """The decision as the workflow reads it: each placed member and each victim named
+        by its UID and node, as the view shows them (the view the decision was made on)."""
+        placements: list[Nomination] = []
+        victims: list[VictimPlacement] = []
+        groups: set[str] = set()
+        with self._view.read() as snapshot:
+            for key, node in sorted(decision.nominations.items()):
+                member = snapshot.pod_by_key(key)
+                if member is not None:
+                    placements.append(Nomination(PodRef.of(member), node))
+            for victim in decision.victims:
+                unit = decision.unit_of(victim)
+                pod = snapshot.pods.get(victim.uid)
+                on = pod.node_name if pod is not None and pod.node_name else ""
+                if not on and unit is not None and len(unit.nodes) == 1:
+                    on = unit.nodes[0]  # gone from the view meanwhile: its unit says where
+                victims.append(VictimPlacement(victim, on, unit.unit if unit else ""))
+                if unit is not None and unit.whole:
+                    groups.add(unit.unit.partition(" ")[2])
+                if pod is not None and pod.group:
+                    groups.add(f"{pod.namespace}/{pod.group}")
+        summary = decision.rationale.get("group") or {}
+        return GroupSelection(
+            group,
+            decided.message,
+            verdict=decision.verdict,
+            placements=placements,
+            victims=victims,
+            victim_groups=sorted(groups),
+            min_count=int(summary.get("minCount") or 1),
+            num_pdb_violations=decision.num_pdb_violations,
+            retry_after_seconds=decided.retry_after_seconds,
+            dry_run=dry_run,
+            story=group_story(decision, len(victims)),
+        )
+
+    def _tell_the_group_the_decision(self, run: RunRef, selection: GroupSelection) -> None:
+        """`Preempting` on the PodGroup and on each placed member for a decision to preempt
+        that goes on now; `PreemptionUnsupported` on the PodGroup for a refusal."""
+        group = selection.group
+        if selection.verdict is Verdict.UNSUPPORTED:
+            self._tell_the_group(group, "PreemptionUnsupported", selection.message, run=None)
+            return
+        if selection.verdict is not Verdict.PREEMPT or selection.dry_run:
+            return
+        nodes = sorted({v.node for v in selection.victims if v.node})
+        self._tell_the_group(group, "Preempting", selection.story, run=run, normal=True)
+        for placed in selection.placements:
+            self._recorder.tell(
+                ObjectRef.pod(placed.pod),
+                "Preempting",
+                f"placed on {placed.node} with its pod group {group.key}: "
+                f"{len(selection.victims)} victim(s) on {len(nodes)} node(s)",
+                key=("Preempting", run.run_id),
+                normal=True,
+                related=None if group.label_named else ObjectRef.pod_group(group),
+            )
+
+    def _tell_the_group(
+        self, group: GroupRef, reason: str, note: str, *, run: RunRef | None, normal: bool = False
+    ) -> None:
+        """An event on the PodGroup (none for a group a label names: it has no object)."""
+        if group.label_named:
+            return
+        self._recorder.tell(
+            ObjectRef.pod_group(group),
+            reason,
+            note,
+            key=(reason, run.run_id if run is not None else ""),
+            normal=normal,
+        )
+
+    # -- the cluster ------------------------------------------------------------------------
+
+    @activity.defn(name="nominate_members")
+    def nominate_members(self, request: MembersNomination) -> MembersNominated:
+        """Set each placed member's nominatedNodeName to its node (overwriting another's:
+        the decision requires it), clear the lower-priority nominations to those nodes, and
+        record each write, all in one append. A write refused for good is recorded and the
+        preemption goes on, as upstream's does; one that may succeed later is retried (the
+        writes are idempotent: a retry finds what the first attempt did unchanged)."""
+        run, group = request.run, request.group
+        preemptor = group.as_preemptor()
+        self._recorder.refuse_if_dry("nominate the members of", preemptor)
+        batch: list[LedgerEvent] = []
+        result = MembersNominated()
+        for placed in request.placements:
+            pod = placed.pod
+            try:
+                with kube_errors():
+                    written = nomination.nominate(self._kube, pod, placed.node, overwrite=True)
+                payload = Write(
+                    written.effect.value,
+                    written.message,
+                    written.previous,
+                    pod=pod.key,
+                    uid=pod.uid,
+                )
+                result.nominated += 1
+            except ApplicationError as error:
+                if not error.non_retryable:
+                    raise
+                payload = Write(error=error.message, pod=pod.key, uid=pod.uid)
+                result.errors.append(f"{pod.key}: {error.message}")
+            batch.append(
+                event(
+                    run,
+                    EventKind.MEMBER_NOMINATED,
+                    preemptor,
+                    placed.node,
+                    payload.to_json(),
+                    step=pod.uid,
+                )
+            )
+        for nominated in request.clear:
+            pod = nominated.pod
+            try:
+                with kube_errors():
+                    cleared = nomination.clear_nomination(self._kube, pod, nominated.node)
+                payload = Write(cleared.effect.value, cleared.message, pod=pod.key, uid=pod.uid)
+            except ApplicationError as error:
+                if not error.non_retryable:
+                    raise
+                payload = Write(error=error.message, pod=pod.key, uid=pod.uid)
+            batch.append(
+                event(
+                    run,
+                    EventKind.NOMINATION_CLEARED,
+                    preemptor,
+                    nominated.node,
+                    payload.to_json(),
+                    step=pod.uid,
+                )
+            )
+        self._recorder.append(batch)
+        return result
+
+    @activity.defn(name="delete_group_victim")
+    def delete_group_victim(self, request: GroupVictimInput) -> VictimResult:
+        """Delete (or evict) exactly this victim, UID precondition included, if the group
+        still needs the room (`reason_to_stop_group`: not gone, not replaced, no member
+        bound to another node than its nomination); record what became of it, and the
+        `Preempted` event on it. A victim left alone is reported (`stopped`): the workflow
+        stops and records the abort."""
+        group = request.group
+        return self._victims.delete(
+            request.step,
+            lambda: reason_to_stop_group(
+                self._standing(group, confirm_absence=True), group.key, request.nominations
+            ),
+            lambda step: self._announce_preempted(step, group),
+        )
+
+    def _announce_preempted(self, step: VictimInput, group: GroupRef) -> None:
+        try:
+            events.record_preempted_by_group(
+                self._kube, step.victim, group, step.node, self._recorder.identity
+            )
+        except KubeCallError as error:
+            logger.warning("could not record Preempted on %s: %s", step.victim.key, error)
+
+    @activity.defn(name="check_group")
+    def check_group(self, request: GroupCheck) -> GroupStanding:
+        """Where the group stands now: its object as the API server has it, its members as
+        the cluster view shows them (which are bound, and where)."""
+        return self._standing(request.group, confirm_absence=True)
+
+    def _standing(self, group: GroupRef, *, confirm_absence: bool) -> GroupStanding:
+        """The group's standing from the view; a PodGroup the view does not show (or shows
+        with another UID) is asked of the API server before it counts as gone (the view
+        may trail it)."""
+        with self._view.read() as snapshot:
+            if group.label_named:
+                label = self._group_label
+                members = snapshot.label_group_members(label, group.key) if label else []
+                exists = Standing.PENDING if members else Standing.GONE
+            else:
+                shown = snapshot.pod_group(group.key)
+                members = snapshot.group_members(group.key)
+                exists = (
+                    Standing.GONE
+                    if shown is None
+                    else Standing.PENDING
+                    if shown.uid == group.uid
+                    else Standing.REPLACED
+                )
+            members = list(members)
+        if exists is not Standing.PENDING and confirm_absence and not group.label_named:
+            with kube_errors():
+                exists = get_pod_group(self._kube, group).standing
+        return group_standing_of(exists, members)
+
+    # -- the ledger -------------------------------------------------------------------------
+
+    @activity.defn(name="record_group_end")
+    def record_group_end(self, request: GroupEndInput) -> int:
+        """Append how the group run ended (completed, failed, aborted), with the group's
+        scheduling (minCount members bound) and a victim failed for good, if any; tell the
+        PodGroup a failure's cause and what to do."""
+        run, group = request.run, request.group
+        preemptor = group.as_preemptor()
+        batch: list[LedgerEvent] = []
+        if request.failed_victim is not None:
+            batch.append(
+                event(
+                    run,
+                    EventKind.VICTIM_FAILED,
+                    preemptor,
+                    request.failed_victim_node,
+                    VictimStep(error=request.message).to_json(),
+                    victim=request.failed_victim,
+                )
+            )
+        scheduled = request.outcome is Outcome.COMPLETED and request.bound >= request.min_count
+        if scheduled:
+            batch.append(
+                event(
+                    run,
+                    EventKind.PREEMPTOR_SCHEDULED,
+                    preemptor,
+                    None,
+                    Scheduled(request.seconds_to_schedule).to_json(),
+                )
+            )
+        if request.outcome is Outcome.FAILED:
+            ended = Terminal(error=request.message, retryable=request.retryable)
+            self._tell_the_group(
+                group,
+                "PreemptionFailed",
+                failure_note(request.message, retryable=request.retryable),
+                run=run,
+            )
+        elif request.outcome is Outcome.ABORTED:
+            ended = Terminal(reason=request.message)
+        else:
+            ended = Terminal(None if scheduled else request.message, preemptor_scheduled=scheduled)
+        kind = KIND_OF_OUTCOME[request.outcome]
+        batch.append(event(run, kind, preemptor, None, ended.to_json()))
+        return self._recorder.append(batch)
+
+
+def group_story(decision: GroupDecision, victims: int) -> str:
+    """The decision in words, for people reading the workflow in the UI."""
+    placed = decision.nominations
+    nodes = sorted(set(placed.values()))
+    if decision.verdict is not Verdict.PREEMPT:
+        return f"{decision.verdict} for pod group {decision.pod_group}: {decision.message}"
+    units = "; ".join(
+        f"{unit.unit} ({len(unit.pods)} pod(s) on {', '.join(unit.nodes)}: {unit.reason})"
+        for unit in decision.units
+    )
+    return (
+        f"Preempt for pod group {decision.pod_group}: {len(placed)} pod(s) placed on "
+        f"{', '.join(nodes)}; {victims} victim(s) in {len(decision.units)} unit(s): {units}"
+    )

@@ -1,0 +1,217 @@
+"""What the activities do to a victim, whoever preempts it: shared by the pod and the group
+preemption's activities.
+
+Each step acts on the cluster through `kube/`, then appends the ledger event of what became
+of the victim, keyed by the run and the victim: a retry appends nothing twice. What the
+cluster answered is kept in the attempt's heartbeat details before the append
+(`activities.heartbeat`), so an attempt retried after a failed append records the answer
+the first attempt got (a victim it deleted is "deleted", not "already gone"). The heartbeat
+may never reach the server (a worker killed right after its DELETE), so a delete also
+records its intent (`victim_delete_sent`) before the call: a retry that finds it, and then
+the victim gone, records the victim deleted by this preemption (`answerLost`).
+
+A delete first asks its caller whether the preemptor still needs the room (`stopped`: the
+pod's standing or the group's); if it does not, the victim is left alone and the reason
+reported for the workflow to record the abort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from temporalio.exceptions import ApplicationError
+
+from preemptctl.activities.contracts import VictimInput, VictimResult
+from preemptctl.activities.errors import kube_errors, ledger_errors
+from preemptctl.activities.heartbeat import answered, remember
+from preemptctl.activities.recording import Recorder, event
+from preemptctl.kube import conditions, deletion
+from preemptctl.kube.results import WriteEffect, WriteResult
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.payloads import DeleteSent, VictimStep
+from preemptctl.ledger.queries import delete_sent
+from preemptctl.ledger.vocabulary import KIND_OF_FATE, Fate
+
+
+class VictimSteps:
+    """Mark, delete and unmark one victim, each recorded."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._recorder = recorder
+        self._kube = recorder.kube
+
+    # -- mark -------------------------------------------------------------------------------
+
+    def mark(self, request: VictimInput) -> VictimResult:
+        """Add the DisruptionTarget condition, unless the victim is gone, replaced, or already
+        terminating (then there is nothing left to do to it); record what became of it."""
+        result = answered() or self._mark(request)
+        if result.fate is Fate.ALREADY_GONE and self._delete_sent(request):
+            # A re-run of this mark after this run's own delete: a local activity is re-run
+            # when its worker dies before the workflow task that ran it was recorded, and
+            # finds the victim its delete removed. It was marked; the delete that follows
+            # finds its intent and records the victim deleted by this preemption.
+            result = VictimResult(Fate.MARKED, "marked; this run has already sent its delete")
+        self.record(request, result)
+        return result
+
+    def _mark(self, request: VictimInput) -> VictimResult:
+        self._recorder.refuse_if_dry("mark", request.victim)
+        with self._failure_recorded(request):
+            written = conditions.add_disruption_target(
+                self._kube, request.victim, request.scheduler_name
+            )
+        result = _victim_result(written, Fate.MARKED)
+        remember(result)
+        return result
+
+    def _delete_sent(self, request: VictimInput) -> bool:
+        """Whether this run recorded the intent to delete this victim (`_intend_delete`)."""
+        run = request.run
+        with ledger_errors():
+            return delete_sent(
+                self._recorder.ledger, run.preemption_id, run.run_id, request.victim.uid
+            )
+
+    # -- delete -----------------------------------------------------------------------------
+
+    def delete(
+        self,
+        request: VictimInput,
+        stopped: Callable[[], str],
+        announce: Callable[[VictimInput], None],
+    ) -> VictimResult:
+        """Delete (or evict) exactly this victim, UID precondition included, unless the
+        preemptor no longer needs the room (`stopped()` says why); record what became of
+        the victim, and `announce` a victim deleted (its `Preempted` event). A victim left
+        alone because the preemptor moved on is reported (`stopped`), not recorded: the
+        workflow stops and records the abort."""
+        result = answered() or self._delete(request, stopped)
+        if result.stopped:
+            return result
+        self.record(request, result)
+        if result.fate is Fate.DELETED and not self._recorder.dry_run:
+            announce(request)
+        return result
+
+    def _delete(self, request: VictimInput, stopped: Callable[[], str]) -> VictimResult:
+        reason = stopped()
+        if reason:
+            return VictimResult(
+                Fate.SPARED, "the preemption was stopped before deleting it", stopped=reason
+            )
+        self._recorder.refuse_if_dry("delete", request.victim)
+        sent_before = self._intend_delete(request)
+        with self._failure_recorded(request):
+            written = deletion.delete_victim(
+                self._kube,
+                request.victim,
+                grace_period_seconds=request.grace_period_seconds,
+                use_eviction=request.use_eviction,
+            )
+        result = _victim_result(written, Fate.DELETED)
+        if result.fate is Fate.ALREADY_GONE and sent_before:
+            result = VictimResult(
+                Fate.DELETED,
+                "deleted by this preemption: an earlier attempt of this run sent the DELETE "
+                f"and its answer was lost; the retry found the victim gone ({written.message})",
+                answer_lost=True,
+            )
+        remember(result)
+        return result
+
+    def _intend_delete(self, request: VictimInput) -> bool:
+        """Record, before the DELETE is sent, that this run is sending it; True when an
+        earlier attempt of this run had recorded it already (and so may have sent it).
+
+        The heartbeat alone cannot tell: a worker killed right after the call may never
+        have sent its heartbeat to the server, while this row was committed before the
+        call. The insert is idempotent, and whether it was new is the answer, in one
+        round trip."""
+        intent = event(
+            request.run,
+            EventKind.VICTIM_DELETE_SENT,
+            request.preemptor,
+            request.node,
+            DeleteSent(eviction=request.use_eviction).to_json(),
+            victim=request.victim,
+        )
+        return self._recorder.append([intent]) == 0
+
+    # -- unmark -----------------------------------------------------------------------------
+
+    def unmark(self, request: VictimInput) -> str:
+        """Remove the DisruptionTarget condition this preemption set on a victim it did not
+        delete after all (the run aborted or failed), and record the removal: the pod is no
+        longer about to be disrupted. A removal refused for good is recorded, not raised:
+        the condition then lapses on its own (kube-controller-manager, after 2 minutes)."""
+        self._recorder.refuse_if_dry("unmark", request.victim)
+        try:
+            with kube_errors():
+                written = conditions.remove_disruption_target(self._kube, request.victim)
+            step = VictimStep(message=written.message)
+        except ApplicationError as error:
+            if not error.non_retryable:
+                raise
+            step = VictimStep(error=error.message)
+        self._recorder.append(
+            [
+                event(
+                    request.run,
+                    EventKind.VICTIM_UNMARKED,
+                    request.preemptor,
+                    request.node,
+                    step.to_json(),
+                    victim=request.victim,
+                )
+            ]
+        )
+        return step.error or step.message or ""
+
+    # -- the victim's fate in the ledger ----------------------------------------------------
+
+    @contextmanager
+    def _failure_recorded(self, request: VictimInput) -> Iterator[None]:
+        """A write that failed for good is recorded as the victim's fate, then raised."""
+        try:
+            with kube_errors():
+                yield
+        except ApplicationError as error:
+            if error.non_retryable:
+                self.record(request, VictimResult(Fate.FAILED, error.message))
+            raise
+
+    def record(self, request: VictimInput, result: VictimResult) -> None:
+        """Append the event of the fate the victim ended this step in."""
+        failed = result.fate is Fate.FAILED
+        payload = VictimStep(
+            message=None if failed else result.message,
+            error=result.message if failed else None,
+            terminating=result.terminating,
+            replaced_by_uid=result.replaced_by_uid,
+            answer_lost=result.answer_lost,
+        ).to_json()
+        self._recorder.append(
+            [
+                event(
+                    request.run,
+                    KIND_OF_FATE[result.fate],
+                    request.preemptor,
+                    request.node,
+                    payload,
+                    victim=request.victim,
+                )
+            ]
+        )
+
+
+def _victim_result(written: WriteResult, done: Fate) -> VictimResult:
+    """The victim's fate from what the write settled as (`done` when it happened)."""
+    if written.effect is WriteEffect.ALREADY_GONE:
+        return VictimResult(Fate.ALREADY_GONE, written.message)
+    if written.effect is WriteEffect.TERMINATING:
+        return VictimResult(Fate.ALREADY_GONE, written.message, terminating=True)
+    if written.effect is WriteEffect.REPLACED:
+        return VictimResult(Fate.REPLACED, written.message, replaced_by_uid=written.replaced_by_uid)
+    return VictimResult(done, written.message)
