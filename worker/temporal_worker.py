@@ -20,6 +20,7 @@ from temporalio.worker import PollerBehaviorAutoscaling, UnsandboxedWorkflowRunn
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from preemptctl.activities.preemption import PreemptionActivities
+from preemptctl.workflows.group_preemption import GroupPreemptionWorkflow
 from preemptctl.workflows.preemption import PreemptionWorkflow
 
 DEFAULT_TASK_QUEUE = "preemptctl"
@@ -169,7 +170,7 @@ def build_worker(
     return Worker(
         with_cached_hints(client),
         task_queue=task_queue,
-        workflows=[PreemptionWorkflow],
+        workflows=[PreemptionWorkflow, GroupPreemptionWorkflow],
         activities=activities.all(),
         activity_executor=ThreadPoolExecutor(
             max_workers=max_concurrent_activities + max_concurrent_local_activities,
