@@ -202,7 +202,8 @@ class NodeUnits:
     # Per unit: (name, the budgets selecting it) of each of its pods some budget selects.
     budgets: tuple[tuple[tuple[str, tuple[int, ...]], ...], ...]
     lowest_whole_priority: float  # the lowest priority of a unit taken whole (inf: none)
-    stamps: tuple[tuple[str, int], ...]  # each whole group's stamp when this was built
+    stamp_keys: tuple[str, ...]  # each whole group with a pod here
+    stamps: tuple[int, ...]  # and its stamp when this was built
 
     def lower_priority_start(self, priority: int) -> int:
         """Where the units below `priority` begin (they are a suffix)."""
@@ -210,8 +211,7 @@ class NodeUnits:
 
     def current(self, snapshot: ClusterSnapshot) -> bool:
         """Whether each of its whole groups is as it was when these were built."""
-        stamp_of = snapshot.unit_stamp
-        return all(stamp_of(key) == stamp for key, stamp in self.stamps)
+        return snapshot.unit_stamps(self.stamp_keys) == self.stamps
 
 
 def node_units(snapshot: ClusterSnapshot, info: NodeInfo, index: UnitIndex) -> NodeUnits:
@@ -283,5 +283,6 @@ def _build_node_units(snapshot: ClusterSnapshot, info: NodeInfo, index: UnitInde
         tuple(budgeted_from),
         tuple(budgets[i] for i in order),
         lowest,
-        tuple(stamps),
+        tuple(key for key, _ in stamps),
+        tuple(stamp for _, stamp in stamps),
     )
