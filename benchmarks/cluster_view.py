@@ -120,10 +120,12 @@ def memory_figures(view: ClusterView, parent: Connection, baseline: float, hosti
     with view.read() as snapshot:
         ordinary = len(snapshot.pods)
     synced, heap = retained_mib(), traced_kib()
+    tracing = tracemalloc.is_tracing()
     print(
         f"memory: {synced:.0f} MiB RSS retained after sync (process baseline {baseline:.0f} "
-        f"MiB); per ordinary pod ({ordinary} pods): {heap / ordinary:.1f} KiB of heap, "
-        f"{(synced - baseline) * 1024 / ordinary:.1f} KiB of RSS"
+        f"MiB); per ordinary pod ({ordinary} pods): "
+        + (f"{heap / ordinary:.1f} KiB of heap, " if tracing else "")
+        + f"{(synced - baseline) * 1024 / ordinary:.1f} KiB of RSS"
     )
     applied = view.stats.applied
     parent.send(("hostile", hostile))
@@ -137,8 +139,8 @@ def memory_figures(view: ClusterView, parent: Connection, baseline: float, hosti
     after, heap_after = retained_mib(), traced_kib()
     print(
         f"memory: {after:.0f} MiB RSS retained with {hostile} hostile pods; per hostile pod: "
-        f"{(heap_after - heap) / hostile:.1f} KiB of heap, "
-        f"{(after - synced) * 1024 / hostile:.1f} KiB of RSS"
+        + (f"{(heap_after - heap) / hostile:.1f} KiB of heap, " if tracing else "")
+        + f"{(after - synced) * 1024 / hostile:.1f} KiB of RSS"
     )
     with view.read() as snapshot:
         over = getattr(snapshot, "over_cap_pods", dict)()
