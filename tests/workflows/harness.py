@@ -17,14 +17,21 @@ from temporalio.client import Client, WorkflowHandle
 
 from preemptctl.activities.preemption import PreemptionActivities
 from preemptctl.emulator import Emulator
-from preemptctl.emulator.resources import PODS
+from preemptctl.emulator.resources import POD_GROUPS, PODS
 from preemptctl.kube.client import KubeClient, connect
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.models import events as events_table
 from preemptctl.preemption.decision import PodRef
-from preemptctl.worker.starter import start_preemption
+from preemptctl.preemption.group_decision import GroupRef
+from preemptctl.worker.starter import start_group_preemption, start_preemption
 from preemptctl.worker.temporal_worker import build_worker
-from preemptctl.workflows.contract import PreemptionRequest, PreemptionResult
+from preemptctl.workflows.contract import (
+    GroupPreemptionRequest,
+    GroupPreemptionResult,
+    PreemptionRequest,
+    PreemptionResult,
+)
+from preemptctl.workflows.group_preemption import GroupPreemptionWorkflow
 from preemptctl.workflows.preemption import PreemptionWorkflow
 
 
@@ -55,6 +62,27 @@ class Stack:
         options.setdefault("scheduled_poll_seconds", 0.2)
         request = PreemptionRequest(self.preemptor(key), **options)
         return await start_preemption(self.client, request, task_queue=self.task_queue)
+
+    def group(self, key: str) -> GroupRef:
+        namespace, _, name = key.partition("/")
+        obj = self.emulator.store.get(POD_GROUPS, namespace, name)
+        return GroupRef(
+            namespace, name, obj["metadata"]["uid"], int(obj["spec"].get("priority") or 0)
+        )
+
+    async def start_group(
+        self, key: str, **options: Any
+    ) -> WorkflowHandle[GroupPreemptionWorkflow, GroupPreemptionResult]:
+        options.setdefault("scheduled_wait_seconds", 10.0)
+        options.setdefault("scheduled_poll_seconds", 0.2)
+        request = GroupPreemptionRequest(self.group(key), **options)
+        return await start_group_preemption(self.client, request, task_queue=self.task_queue)
+
+    def nominated(self, key: str) -> str | None:
+        """The pod's status.nominatedNodeName."""
+        obj = self.emulator.pod(key) or {}
+        nominated: str | None = obj.get("status", {}).get("nominatedNodeName")
+        return nominated
 
     def bind(self, key: str, node: str) -> None:
         """What the scheduler does once the preemptor fits: bind it to the node."""
@@ -120,6 +148,30 @@ async def bind_when_room(
             for victim in remaining:
                 stack.emulator.finalize(victim)
             stack.bind(key, node)
+            return
+        await asyncio.sleep(0.05)
+
+
+async def bind_group_when_room(
+    stack: Stack, members: list[str], victims: list[str], timeout: float = 20.0
+) -> None:
+    """A stand-in gang scheduler: once every victim is gone or terminating, bind every
+    member, all or nothing, to the node it is nominated to."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"the victims were never all deleted: {victims}")
+        remaining = [v for v in victims if stack.emulator.pod(v) is not None]
+        nominated = {m: stack.nominated(m) for m in members}
+        if all(nominated.values()) and all(
+            (stack.emulator.pod(v) or {}).get("metadata", {}).get("deletionTimestamp")
+            for v in remaining
+        ):
+            for victim in remaining:
+                stack.emulator.finalize(victim)
+            for member, node in nominated.items():
+                assert node is not None
+                stack.bind(member, node)
             return
         await asyncio.sleep(0.05)
 

@@ -12,6 +12,9 @@ victims' DisruptionTarget.) When the workflow became the one writer of an aborte
 (`record_end`, behind the patch `abort-recorded-by-the-workflow`), the aborted run recorded
 before it was kept as `preemptor-vanished-aborted-by-the-activity` (no `record_end`: the
 delete activity recorded the abort) and re-recorded as `preemptor-vanished-aborted`.
+Group preemptions (`GroupPreemption`) have theirs: a gang preemption completed, one aborted
+when its group was deleted after the decision, one failed on an RBAC denial
+(tests/workflows/test_full_stack_groups.py records them).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from preemptctl.worker.temporal_worker import workflow_runner
+from preemptctl.workflows.group_preemption import GroupPreemptionWorkflow
 from preemptctl.workflows.preemption import PreemptionWorkflow
 
 HISTORIES = sorted((Path(__file__).resolve().parents[1] / "histories").glob("*.json"))
@@ -33,10 +37,13 @@ def test_the_recorded_histories_are_there() -> None:
     assert {"online-offline-completed", "dry-run", "rbac-denied-failed"} <= names
     assert {"preemptor-vanished-aborted", "victim-replaced"} <= names
     assert "preemptor-vanished-aborted-by-the-activity" in names
+    assert {"gang-completed", "gang-group-deleted-aborted", "gang-rbac-denied-failed"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
 async def test_recorded_history_replays_deterministically(path: Path) -> None:
     history = WorkflowHistory.from_json(f"replay-{path.stem}", path.read_text())
-    replayer = Replayer(workflows=[PreemptionWorkflow], workflow_runner=workflow_runner())
+    replayer = Replayer(
+        workflows=[PreemptionWorkflow, GroupPreemptionWorkflow], workflow_runner=workflow_runner()
+    )
     await replayer.replay_workflow(history)

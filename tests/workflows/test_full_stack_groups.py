@@ -1,0 +1,182 @@
+"""A group preemption, end to end, through the real Temporal dev server, the Kubernetes API
+emulator and a Postgres ledger, on the bundled gang scenario (`dev --scenario gang`).
+
+ml/train-a, a gang of four trainers (minCount 4), is pending; the decision places one
+trainer on each of node-1 to node-4 and takes ml/train-b whole (its three pods on node-1,
+node-2 and node-5) and the notebook on node-3 (tests/worker/test_dev_scenarios.py holds
+that decision).
+
+Scenarios:
+- the gang preemption: every trainer nominated to its node, every victim marked then
+  deleted once, on every node it was on; once the gang is bound (a stand-in scheduler binds
+  it all or nothing) the run completes with four members bound; the ledger tells it in
+  order (decision, placed members, chosen victims with their units, nominations, each
+  victim's fate, the group scheduled, completed), with the group in the preemptor columns;
+- Events: `Preempting` on the PodGroup and on each trainer, `Preempted by podgroup <uid>`
+  on each victim;
+- the run is found in the UI by its group (`PodGroup`, `PreemptorPod`) and by the victim
+  group (`VictimGroups`); a second start for the group joins the running one;
+- the group deleted after its decision: the deletes stop (aborted), no victim deleted, the
+  marked ones unmarked;
+- a victim's DELETE refused for good (RBAC): the run fails, saying which victim and why,
+  the failure's details carrying the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import orjson
+import pytest
+from temporalio.client import WorkflowFailureError
+
+from preemptctl.emulator.resources import EVENTS_V1, POD_GROUPS
+from preemptctl.worker.scenarios import BUNDLED
+from preemptctl.workflows.contract import group_result_of_failure, group_workflow_id_for
+from tests.workflows.harness import bind_group_when_room, keep_history, running_stack
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+TRAINERS = [f"ml/train-a-{i}" for i in range(4)]
+VICTIMS = ["ml/notebook", "ml/train-b-0", "ml/train-b-1", "ml/train-b-2"]
+
+
+def gang() -> dict[str, Any]:
+    """The bundled scenario with fresh uids, as dev loads it: each test's group is a group
+    of its own (its own workflow ID, its own ledger rows)."""
+    scenario: dict[str, Any] = orjson.loads(BUNDLED["gang"].read_bytes())
+    for item in scenario["items"]:
+        if "uid" in item["metadata"]:
+            item["metadata"]["uid"] = str(uuid.uuid4())
+    return scenario
+
+
+async def test_a_gang_preemption_runs_end_to_end(client, ledger, emulator):
+    async with running_stack(client, ledger, emulator, gang()) as stack:
+        handle = await stack.start_group("ml/train-a")
+        scheduler = asyncio.create_task(bind_group_when_room(stack, TRAINERS, VICTIMS))
+        result = await handle.result()
+        await scheduler
+        await keep_history(handle, "gang-completed")
+        nominated = {t: stack.nominated(t) for t in TRAINERS}
+        kinds = stack.ledger_kinds(handle.id)
+        chosen = stack.ledger_payloads(handle.id, "victim_chosen")
+        group = stack.group("ml/train-a")
+
+    assert handle.id == group_workflow_id_for("ml", "train-a", group.uid)
+    assert (result.outcome, result.bound, result.min_count) == ("completed", 4, 4)
+    assert result.message == "ml/train-a: 4 member(s) bound (minCount 4)"
+    assert result.retryable is None
+    assert nominated == {
+        "ml/train-a-0": "node-1",
+        "ml/train-a-1": "node-2",
+        "ml/train-a-2": "node-3",
+        "ml/train-a-3": "node-4",
+    }
+    assert sorted(stack.deletes()) == ["notebook", "train-b-0", "train-b-1", "train-b-2"]
+    assert sorted((v.pod.name, v.node, v.fate) for v in result.victims) == [
+        ("notebook", "node-3", "deleted"),
+        ("train-b-0", "node-1", "deleted"),
+        ("train-b-1", "node-2", "deleted"),
+        ("train-b-2", "node-5", "deleted"),
+    ]
+    assert kinds[:5] == ["decision_made", *["member_placed"] * 4]
+    assert sorted(kinds[5:9]) == [f"victim_chosen:{v.partition('/')[2]}" for v in VICTIMS]
+    assert sorted(c["unit"] for c in chosen) == [
+        "pod ml/notebook",
+        *["podGroup ml/train-b"] * 3,
+    ]
+    assert kinds.count("member_nominated") == 4
+    for victim in ("notebook", "train-b-0", "train-b-1", "train-b-2"):
+        assert kinds.index(f"victim_marked:{victim}") < kinds.index(f"victim_deleted:{victim}")
+    assert kinds[-2:] == ["preemptor_scheduled", "completed"]
+
+
+async def test_the_group_its_members_and_its_victims_are_told(client, ledger, emulator):
+    async with running_stack(client, ledger, emulator, gang()) as stack:
+        handle = await stack.start_group("ml/train-a")
+        scheduler = asyncio.create_task(bind_group_when_room(stack, TRAINERS, VICTIMS))
+        await handle.result()
+        await scheduler
+        group = stack.group("ml/train-a")
+        events = [
+            (e["regarding"]["kind"], e["regarding"]["name"], e["reason"], e["note"])
+            for e in emulator.store.objects(EVENTS_V1)
+        ]
+
+    on_group = [e for e in events if e[0] == "PodGroup"]
+    assert [(name, reason) for _, name, reason, _ in on_group] == [("train-a", "Preempting")]
+    assert on_group[0][3].startswith("Preempt for pod group ml/train-a: 4 pod(s) placed on ")
+    on_trainers = sorted((name, note) for _, name, reason, note in events if reason == "Preempting")
+    assert on_trainers[1:] == [
+        (
+            f"train-a-{i}",
+            f"placed on node-{i + 1} with its pod group ml/train-a: 4 victim(s) on 4 node(s)",
+        )
+        for i in range(4)
+    ]
+    preempted = sorted((name, note) for _, name, reason, note in events if reason == "Preempted")
+    assert [name for name, _ in preempted] == ["notebook", "train-b-0", "train-b-1", "train-b-2"]
+    assert preempted[0][1] == f"Preempted by podgroup {group.uid} on node node-3"
+
+
+async def test_a_group_preemption_is_found_by_its_group_and_its_victim_groups(
+    client, ledger, emulator
+):
+    async with running_stack(client, ledger, emulator, gang()) as stack:
+        handle = await stack.start_group("ml/train-a", scheduled_wait_seconds=0.2)
+        again = await stack.start_group("ml/train-a", scheduled_wait_seconds=0.2)
+        await handle.result()
+        uid = stack.group("ml/train-a").uid
+    assert again.result_run_id == handle.result_run_id
+    queries = [
+        f'PodGroup = "ml/train-a" AND PreemptorUid = "{uid}"',
+        f'PreemptorPod = "ml/train-a" AND PreemptionOutcome = "completed" '
+        f'AND PreemptorUid = "{uid}"',
+        f'VictimGroups = "ml/train-b" AND PreemptorUid = "{uid}"',
+    ]
+    for query in queries:
+        found: list[str] = []
+        for _ in range(50):  # visibility trails the workflow by a moment
+            found = [execution.id async for execution in client.list_workflows(query)]
+            if found:
+                break
+            await asyncio.sleep(0.1)
+        assert found == [handle.id], query
+
+
+async def test_a_group_deleted_after_its_decision_stops_the_deletes(client, ledger, emulator):
+    async with running_stack(client, ledger, emulator, gang()) as stack:
+        # The marks are slow: the group is deleted while they are under way.
+        emulator.faults.delay("patch", "pods/status", 1.0, times=4)
+        handle = await stack.start_group("ml/train-a")
+        while not stack.ledger_kinds(handle.id):
+            await asyncio.sleep(0.05)
+        emulator.store.delete(POD_GROUPS, "ml", "train-a")
+        result = await handle.result()
+        await keep_history(handle, "gang-group-deleted-aborted")
+        kinds = stack.ledger_kinds(handle.id)
+    assert (result.outcome, result.message) == ("aborted", "the pod group ml/train-a is gone")
+    assert stack.deletes() == []
+    assert sorted(k for k in kinds if k.startswith("victim_unmarked:")) == [
+        f"victim_unmarked:{v.partition('/')[2]}" for v in VICTIMS
+    ]
+    assert kinds[-1] == "preemption_aborted"
+
+
+async def test_a_victim_refused_its_delete_fails_the_group_preemption(client, ledger, emulator):
+    async with running_stack(client, ledger, emulator, gang()) as stack:
+        emulator.faults.deny("delete", "pods", name="train-b-2")
+        handle = await stack.start_group("ml/train-a")
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        await keep_history(handle, "gang-rbac-denied-failed")
+        kinds = stack.ledger_kinds(handle.id)
+    carried = group_result_of_failure(failed.value)
+    assert carried is not None
+    assert (carried.outcome, carried.retryable) == ("failed", False)
+    assert carried.message.startswith("victim ml/train-b-2 could not be preempted: ")
+    assert kinds[-1] == "failed"
+    assert "victim_failed:train-b-2" in kinds
