@@ -5,6 +5,11 @@ changed since the one before; a victim's entry is headed by its fate. Pure text 
 views, so `preemptctl explain`, a future UI and the tests read the same sentences. The
 criterion names are the planner's (upstream `pickOneNodeForPreemption`'s), kept
 verbatim because they are what people search the upstream code and docs for.
+
+A group preemption is told the same way, in the group's words: how many pods it places, its
+minCount, on how many nodes, how many victims in how many units (`group_summary`), each unit
+with why it could not stay, each member with its node and nomination, each victim with the
+unit it went with.
 """
 
 from __future__ import annotations
@@ -95,11 +100,86 @@ def why_node(decision: dict[str, Any] | None, preemptor: PodRef) -> str | None:
     return sentence
 
 
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def _unit_phrase(unit: dict[str, Any]) -> str:
+    """A victim unit in a few words: `podGroup ml/train-b (3 pods, taken whole, on node-1,
+    node-2)`, `pod default/web-1 (on node-2)`."""
+    pods = unit.get("pods") or []
+    nodes = ", ".join(str(n) for n in unit.get("nodes") or ()) or "?"
+    if unit.get("whole"):
+        return f"{unit.get('unit')} ({_plural(len(pods), 'pod')}, taken whole, on {nodes})"
+    return f"{unit.get('unit')} (on {nodes})"
+
+
+def group_summary(decision: dict[str, Any] | None) -> str | None:
+    """One sentence for a group decision: "for ml/train-a, 16 pods, minCount 16, on 4
+    nodes: 12 victims in 3 units: ..." (None for a pod's decision, or none)."""
+    if not decision or "podGroup" not in decision:
+        return None
+    rationale = _rationale(decision)
+    given = rationale.get("group")
+    policy: dict[str, Any] = given if isinstance(given, dict) else {}
+    placed = decision.get("nominations") or {}
+    units = [u for u in rationale.get("units") or () if isinstance(u, dict)]
+    nodes = set(map(str, placed.values()))
+    for unit in units:
+        nodes.update(str(n) for n in unit.get("nodes") or ())
+    pods = len(placed) or int(policy.get("pending") or 0)
+    sentence = (
+        f"for {decision['podGroup']}, {_plural(pods, 'pod')}, minCount "
+        f"{policy.get('minCount', '?')}"
+    )
+    if nodes:
+        sentence += f", on {_plural(len(nodes), 'node')}"
+    victims = decision.get("victims") or []
+    if victims or units:
+        sentence += f": {_plural(len(victims), 'victim')} in {_plural(len(units), 'unit')}"
+        if units:
+            sentence += ": " + ", ".join(_unit_phrase(unit) for unit in units)
+    return sentence
+
+
+def unit_lines(decision: dict[str, Any] | None) -> list[str]:
+    """Each victim unit of a group decision: what it is, its priority, why it could not
+    stay (the planner's reason), its PodDisruptionBudget violations."""
+    lines = []
+    for unit in _rationale(decision).get("units") or ():
+        if not isinstance(unit, dict):
+            continue
+        whole = ", taken whole" if unit.get("whole") else ""
+        violations = int(unit.get("pdbViolations") or 0)
+        budget = f"; {violations} PodDisruptionBudget violation(s)" if violations else ""
+        lines.append(
+            f"unit {unit.get('unit')}{whole} (priority {unit.get('priority')}): "
+            f"{unit.get('reason') or 'no reason recorded'}{budget}"
+        )
+    return lines
+
+
+def member_lines(attempt: AttemptView) -> list[str]:
+    """Each member a group decision placed: its node, and its nomination as written."""
+    lines = []
+    for member in attempt.members:
+        if member.error is not None:
+            done = f"its nomination failed: {member.error}"
+        elif member.effect is not None:
+            done = "nominated" if member.effect == "Done" else f"nomination {member.effect}"
+        else:
+            done = "not nominated yet"
+        lines.append(f"placed {member.pod} on {member.node}: {done}")
+    return lines
+
+
 def why_victim(
     decision: dict[str, Any] | None, victim: PodRef, preemptor: PodRef, node: str | None
 ) -> str:
     """One sentence: why this pod had to go for the preemptor to fit."""
     rationale = _rationale(decision)
+    if decision and "podGroup" in decision:
+        return _why_group_victim(decision, victim, preemptor, node)
     where = node or "its node"
     victims = [v.get("uid") for v in (decision or {}).get("victims", [])]
     rank = ""
@@ -123,6 +203,36 @@ def why_victim(
             f"; the chosen victims violate {violations} PodDisruptionBudget(s) "
             "(no node with fewer violations could host the preemptor)"
         )
+    return sentence
+
+
+def _why_group_victim(
+    decision: dict[str, Any], victim: PodRef, group: PodRef, node: str | None
+) -> str:
+    victims = [v.get("uid") for v in decision.get("victims", [])]
+    rank = ""
+    if victim.uid in victims:
+        rank = f" (victim {victims.index(victim.uid) + 1} of {len(victims)}, most important first)"
+    unit = next(
+        (
+            u
+            for u in _rationale(decision).get("units") or ()
+            if isinstance(u, dict) and victim.key in (u.get("pods") or ())
+        ),
+        None,
+    )
+    sentence = (
+        f"{pod_label(victim)} on {node or '?'} was a victim{rank} because it has lower priority "
+        f"than the pod group {pod_label(group)}: the planner removed every lower-priority unit, "
+        "placed the group once, then reprieved the units that still let every placed member "
+        "fit, most important first"
+    )
+    if unit is None:
+        return sentence
+    sentence += f", and {unit.get('unit')} could not be reprieved: {unit.get('reason')}"
+    if unit.get("whole") and len(unit.get("pods") or ()) > 1:
+        others = [p for p in unit.get("pods") or () if p != victim.key]
+        sentence += f"; it went with {', '.join(others)}, its unit taken whole"
     return sentence
 
 
@@ -189,6 +299,22 @@ def preemption_phrase(view: PreemptionView) -> str:
 
 
 def scheduling_phrase(attempt: AttemptView) -> str:
+    if attempt.pod_group is not None:
+        if attempt.scheduled_at is None:
+            return (
+                f"the pod group {attempt.pod_group} was not scheduled (minCount members bound), "
+                "as far as the ledger knows"
+            )
+        bound = (
+            "minCount members"
+            if attempt.members_bound is None
+            else (_plural(attempt.members_bound, "member"))
+        )
+        return (
+            f"the pod group {attempt.pod_group} was scheduled ({bound} bound) at "
+            f"{format_time(attempt.scheduled_at)}, {format_seconds(attempt.seconds_to_schedule)} "
+            "after the decision"
+        )
     if attempt.scheduled_at is None:
         return f"{attempt.preemptor.key} was not scheduled, as far as the ledger knows"
     return (
@@ -265,9 +391,24 @@ def what_changed(before: AttemptView, after: AttemptView) -> list[str]:
         changes.append(f"a different error from attempt {n}'s")
     elif before.error and after.error:
         changes.append(f"the same error as attempt {n}")
-    same = not any(c.startswith(("node ", "no node", "victims ")) for c in changes)
+    placed_before = (before.decision or {}).get("nominations")
+    placed_after = (after.decision or {}).get("nominations")
+    if placed_before is not None and placed_after is not None and placed_before != placed_after:
+        moved = [
+            f"{pod} on {node} instead of {placed_before[pod]}"
+            for pod, node in sorted(placed_after.items())
+            if pod in placed_before and placed_before[pod] != node
+        ]
+        added = [
+            f"{pod} on {node}"
+            for pod, node in sorted(placed_after.items())
+            if pod not in placed_before
+        ]
+        changes.append("placement changed: " + ", ".join([*moved, *added] or ["fewer members"]))
+    same = not any(c.startswith(("node ", "no node", "victims ", "placement ")) for c in changes)
     if same and after.decision is not None and before.decision is not None:
-        changes.insert(0, "the same node and victims")
+        what = "placement" if after.pod_group is not None else "node"
+        changes.insert(0, f"the same {what} and victims")
     return changes
 
 
@@ -300,13 +441,23 @@ def attempt_story(
             f"  decision at {format_time(attempt.decided_at)}: {decision.get('status')}, "
             f"{decision.get('message', '')}".rstrip(", ")
         )
+    summary = group_summary(attempt.decision)
+    if summary is not None:
+        lines.append(f"  {summary}")
+        lines.extend(f"  {line}" for line in unit_lines(attempt.decision))
+        lines.extend(f"  {line}" for line in member_lines(attempt))
     reason = why_node(attempt.decision, attempt.preemptor)
     if reason and before is not None and reason == why_node(before.decision, before.preemptor):
         lines.append(f"  why {attempt.node}: as in attempt {before.attempt}")
     elif reason:
         lines.append(f"  why {attempt.node}: {reason}")
     for victim in attempt.victims:
-        lines.append(f"  victim {pod_label(victim.victim)}: {fate_phrase(attempt, victim)}")
+        where = ""
+        if victim.unit is not None:
+            where = f" on {victim.node or '?'}"
+            if not victim.unit.startswith("pod "):  # a unit of more than this pod
+                where += f", with {victim.unit}"
+        lines.append(f"  victim {pod_label(victim.victim)}{where}: {fate_phrase(attempt, victim)}")
     lines.extend(f"  {line}" for line in nomination_lines(attempt, decision))
     if decision.get("status") == "Preempt" or attempt.scheduled_at is not None:
         lines.append(f"  {scheduling_phrase(attempt)}")
@@ -328,7 +479,10 @@ def preemptor_story(view: PreemptionView, link: Link | None = None) -> list[str]
 
 def victim_heading(attempt: AttemptView, victim: VictimView) -> str:
     """A victim's entry headed by its fate: what was done to it, for whom, where."""
-    by = f"the preemption for {pod_label(attempt.preemptor)} on {victim.node or '?'}"
+    whom = pod_label(attempt.preemptor)
+    if attempt.pod_group is not None:
+        whom = f"the pod group {whom}"
+    by = f"the preemption for {whom} on {victim.node or '?'}"
     fate = victim.fate
     if fate is Fate.DELETED:
         return f"deleted by {by}"
@@ -359,6 +513,9 @@ def victim_story(view: PreemptionView, victim: VictimView, link: Link | None = N
     reason = why_node(attempt.decision, attempt.preemptor)
     if reason:
         lines.append(f"  why {victim.node}: {reason}")
+    summary = group_summary(attempt.decision)
+    if summary is not None:
+        lines.append(f"  the group's decision: {summary}")
     lines.append(f"  fate: {fate_phrase(attempt, victim)}")
     lines.append(f"  attempt outcome: {outcome_phrase(attempt)}; {scheduling_phrase(attempt)}")
     if attempt is not view.latest:

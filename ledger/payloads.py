@@ -206,17 +206,24 @@ class Terminal:
 
 @dataclass(frozen=True, slots=True)
 class Scheduled:
-    """`preemptor_scheduled`: how long after the decision the preemptor was bound."""
+    """`preemptor_scheduled`: how long after the decision the preemptor was bound; for a
+    group preemption, appended once minCount members are bound, with how many are
+    (`members_bound`)."""
 
     seconds_since_decision: float | None = None
+    members_bound: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"secondsSinceDecision": self.seconds_since_decision}
+        shown: dict[str, Any] = {"secondsSinceDecision": self.seconds_since_decision}
+        if self.members_bound is not None:
+            shown["membersBound"] = self.members_bound
+        return shown
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Scheduled:
         given = data.get("secondsSinceDecision")
-        return cls(None if given is None else float(given))
+        bound = data.get("membersBound")
+        return cls(None if given is None else float(given), None if bound is None else int(bound))
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,12 @@ numbered from 1 in ledger order. A preemption's status and outcome are its lates
 attempt's; nothing is measured across runs, so a later aborted run never rewrites an
 earlier completed one.
 
+A group preemption is folded the same way: its preemptor is its pod group (the preemptor
+columns name it), its decision is the group's (`podGroup` in the decision JSON), and an
+attempt also tells the members its decision placed (`members`: `member_placed`, then the
+nominate step's `member_nominated`), every node the decision touches (`nodes`), and each
+victim's unit (from `victim_chosen`).
+
 Pure functions over `RecordedEvent`s (no database here): the same fold serves `history`,
 `explain` and tests, and a view can never disagree with the events it came from, because
 it is nothing but those events read in ledger order.
@@ -22,7 +28,15 @@ from typing import Any
 
 from preemptctl.ledger.events import RecordedEvent
 from preemptctl.ledger.kinds import DECISION_KINDS, TERMINAL_KINDS, VICTIM_KINDS, EventKind
-from preemptctl.ledger.payloads import Retried, Scheduled, Terminal, VictimStep
+from preemptctl.ledger.payloads import (
+    MemberPlaced,
+    Retried,
+    Scheduled,
+    Terminal,
+    VictimChosen,
+    VictimStep,
+    Write,
+)
 from preemptctl.ledger.vocabulary import FATE_OF_KIND, OUTCOME_OF_KIND, Fate, Outcome
 from preemptctl.preemption.decision import PodRef
 
@@ -63,6 +77,8 @@ class VictimView:
     # The attempt (run) this victim belongs to.
     run_id: str = ""
     attempt: int = 1
+    # A group preemption's victim: the unit it went with ("podGroup ml/train-b").
+    unit: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The victim as `history --json` prints it (camelCase, like the planner's JSON)."""
@@ -72,6 +88,8 @@ class VictimView:
             "settledAt": _iso(self.settled_at),
             "error": self.error,
         }
+        if self.unit is not None:
+            shown["unit"] = self.unit
         if self.replaced_by_uid:
             shown["replacedByUid"] = self.replaced_by_uid
         if self.answer_lost:
@@ -79,6 +97,32 @@ class VictimView:
         if self.unmarked:
             shown["unmarked"] = True
         return shown
+
+
+@dataclass(frozen=True, slots=True)
+class MemberView:
+    """One member a group preemption's decision placed: on which node, and what its
+    nomination write settled as (`effect`; None while not written), or why it failed."""
+
+    pod: str  # "namespace/name"
+    uid: str
+    node: str
+    effect: str | None = None
+    error: str | None = None
+
+    @property
+    def nominated(self) -> bool:
+        """Its nominatedNodeName was written (or already held)."""
+        return self.effect is not None and self.error is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "uid": self.uid,
+            "node": self.node,
+            "nomination": self.effect,
+            "error": self.error,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +157,12 @@ class AttemptView:
     previous_run_id: str | None
     previous_outcome: str | None
     events: tuple[RecordedEvent, ...]
+    # A group preemption's: its group ("namespace/name"; None for a pod's), the members its
+    # decision placed, and every node the decision touches.
+    pod_group: str | None = None
+    members: tuple[MemberView, ...] = ()
+    nodes: tuple[str, ...] = ()
+    members_bound: int | None = None  # as `preemptor_scheduled` said, for a group
 
     @property
     def victim_count(self) -> int:
@@ -167,6 +217,11 @@ class AttemptView:
             "previousRunId": self.previous_run_id,
             "previousOutcome": self.previous_outcome,
         }
+        if self.pod_group is not None:
+            shown["podGroup"] = self.pod_group
+            shown["nodes"] = list(self.nodes)
+            shown["members"] = [member.to_json() for member in self.members]
+            shown["membersBound"] = self.members_bound
         if link is not None:
             shown["uiUrl"] = link(self.preemption_id, self.run_id)
         return shown
@@ -205,6 +260,11 @@ class PreemptionView:
     def started(self) -> datetime:
         """When its first attempt started."""
         return self.attempts[0].started
+
+    @property
+    def pod_group(self) -> str | None:
+        """The pod group a group preemption is for (as any of its attempts decided it)."""
+        return next((a.pod_group for a in self.attempts if a.pod_group), None)
 
     @property
     def parked(self) -> bool:
@@ -247,11 +307,16 @@ def _fold_victims(
         for e in ordered
         if e.kind is EventKind.VICTIM_UNMARKED and e.victim is not None and "error" not in e.payload
     }
+    units: dict[str, str] = {}
     for recorded in ordered:
         if recorded.kind in VICTIM_KINDS and recorded.victim is not None:
             touched.setdefault(recorded.victim.uid, []).append(recorded)
             if recorded.kind is not EventKind.VICTIM_CHOSEN:
                 chosen.setdefault(recorded.victim.uid, recorded.victim)
+            else:
+                unit = VictimChosen.from_json(recorded.payload).unit
+                if unit is not None:
+                    units[recorded.victim.uid] = unit
     views = []
     for uid, ref in chosen.items():
         history = touched.get(uid, [])
@@ -276,9 +341,39 @@ def _fold_victims(
                 unmarked=uid in unmarked,
                 run_id=run_id,
                 attempt=attempt,
+                unit=units.get(uid),
             )
         )
     return tuple(views)
+
+
+def _fold_members(ordered: Sequence[RecordedEvent]) -> tuple[MemberView, ...]:
+    """The members a group decision placed, in its order, each with its nomination's write."""
+    placed: dict[str, MemberView] = {}
+    for recorded in ordered:
+        if recorded.kind is EventKind.MEMBER_PLACED:
+            member = MemberPlaced.from_json(recorded.payload)
+            placed[member.uid] = MemberView(member.pod, member.uid, recorded.node or "")
+        elif recorded.kind is EventKind.MEMBER_NOMINATED:
+            write = Write.from_json(recorded.payload)
+            known = placed.get(write.uid or "")
+            if known is not None:
+                placed[known.uid] = MemberView(
+                    known.pod, known.uid, known.node, write.effect, write.error
+                )
+    return tuple(placed.values())
+
+
+def _group_nodes(decision: dict[str, Any] | None) -> tuple[str, ...]:
+    """Every node a group decision touches: where members are placed, where victims run
+    (`GroupDecision.nodes`, read back from its JSON)."""
+    if not decision:
+        return ()
+    touched = {str(node) for node in (decision.get("nominations") or {}).values()}
+    for unit in (decision.get("rationale") or {}).get("units") or ():
+        if isinstance(unit, dict):
+            touched.update(str(node) for node in unit.get("nodes") or ())
+    return tuple(sorted(touched))
 
 
 def _run_of(recorded: RecordedEvent) -> str:
@@ -334,12 +429,21 @@ def fold_attempt(
         if kind is EventKind.PREEMPTION_ABORTED:
             abort_reason = Terminal.from_json(recorded.payload).reason
 
-    node = (decision or {}).get("nominatedNode") or nominated
-    if node is None:
-        node = next((e.node for e in ordered if e.node), None)
+    pod_group = (decision or {}).get("podGroup")
+    members = _fold_members(ordered)
+    if pod_group is None and members:  # decided, though the decision event is not read
+        pod_group = ordered[-1].preemptor.key
+    if pod_group is not None:
+        node = None  # a group's decision has no one node: `nodes`
+    else:
+        node = (decision or {}).get("nominatedNode") or nominated
+        if node is None:
+            node = next((e.node for e in ordered if e.node), None)
     victims = _fold_victims(ordered, decision, decided_at, node, outcome is not None, attempt)
     seconds_to_schedule = None
+    members_bound = None
     if scheduled is not None:
+        members_bound = Scheduled.from_json(scheduled.payload).members_bound
         given = Scheduled.from_json(scheduled.payload).seconds_since_decision
         if given is not None:
             seconds_to_schedule = given
@@ -370,6 +474,10 @@ def fold_attempt(
         previous_run_id=(retried.previous_run_id if retried else None) or previous_run_id,
         previous_outcome=retried.previous_outcome if retried is not None else None,
         events=tuple(ordered),
+        pod_group=None if pod_group is None else str(pod_group),
+        members=members,
+        nodes=_group_nodes(decision) if pod_group is not None else (),
+        members_bound=members_bound,
     )
 
 

@@ -312,11 +312,18 @@ def retry_command(view: PreemptionView) -> str:
     return f"preemptctl retry {view.preemptor.key}"
 
 
+def node_cell(attempt: AttemptView) -> str:
+    """The NODE column: the node, or for a group preemption how many nodes it touches."""
+    if attempt.pod_group is not None and attempt.nodes:
+        return attempt.nodes[0] if len(attempt.nodes) == 1 else f"{len(attempt.nodes)} nodes"
+    return attempt.node or "-"
+
+
 def attempt_row(attempt: AttemptView) -> tuple[str, ...]:
     return (
         f"  #{attempt.attempt}",
         format_time(attempt.started),
-        attempt.node or "-",
+        node_cell(attempt),
         str(attempt.victim_count),
         str(attempt.outcome) if attempt.outcome is not None else str(attempt.status),
         format_seconds(attempt.duration_seconds),
@@ -338,7 +345,8 @@ def preemption_header(view: PreemptionView) -> str:
     """The line above a preemption's attempts: its ID (the Temporal workflow ID) and where
     it stands now (its latest attempt), parked when that attempt cannot be retried as is."""
     parked = ", parked" if view.parked else ""
-    return f"{view.preemption_id}: {preemption_phrase(view)}{parked}"
+    group = "pod group, " if view.pod_group is not None else ""
+    return f"{view.preemption_id}: {group}{preemption_phrase(view)}{parked}"
 
 
 def render_grouped(
@@ -457,7 +465,12 @@ def run_explain(args: argparse.Namespace) -> int:
         blocks.extend(victim_story(view, victim, link) for view, victim in story.as_victim)
     if story.as_preemptor:
         count = len(story.as_preemptor)
-        blocks.append([f"{namespace}/{name} as a preemptor ({count}, newest first):"])
+        role = (
+            "a preempting pod group"
+            if all(view.pod_group is not None for view in story.as_preemptor)
+            else "a preemptor"
+        )
+        blocks.append([f"{namespace}/{name} as {role} ({count}, newest first):"])
         blocks.extend(preemptor_story(view, link) for view in story.as_preemptor)
     sys.stdout.write("\n".join("\n".join(block) + "\n" for block in blocks))
     return 0

@@ -157,7 +157,7 @@ def test_a_group_decision_claims_its_victims_and_its_members_room(sqlite_engine:
     reader = ClaimReader()
     with sqlite_engine.connect() as connection:
         assert reader.read(connection) == []
-    append_batch(sqlite_engine, group_preemption("g-1", end=None)[:10])  # the write-ahead
+    append_batch(sqlite_engine, group_preemption("g-1", end=None)[:9])  # the write-ahead
     expected = Claim(
         TRAIN_A.uid,
         "",

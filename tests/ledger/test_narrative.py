@@ -17,6 +17,11 @@ Scenarios:
 - a victim's entry is headed by its fate (deleted, spared, failed, already gone, replaced
   by its new UID, marked, chosen), with the attempt it belongs to
 - a later attempt without its `retried` event says so
+- a group preemption in words: "for ml/train-a, 4 pods, minCount 4, on 3 nodes: 4 victims in
+  2 units: ...", each unit with why it could not stay, each member placed with its
+  nomination, each victim with its node and (when more than itself) its unit, and the
+  group's scheduling; a group's victim is explained by its unit and who went with it;
+  between two attempts a changed placement is named
 """
 
 from __future__ import annotations
@@ -45,11 +50,13 @@ from tests.ledger.builders import (
     BATCH_7,
     BATCH_8,
     T0,
+    TRAIN_B,
     completed_preemption,
     event,
     failed_attempt,
     four_candidate,
     four_candidate_decision,
+    group_preemption,
     recorded,
     retried,
 )
@@ -373,3 +380,79 @@ def test_a_refused_nomination_clear_is_told_as_refused_not_as_done() -> None:
     lines = preemptor_story(fold_preemption(recorded(story)))
     assert "    nominations cleared: default/report-y" in lines
     assert "    could not clear the nomination of default/report-x: 403 Forbidden: patch" in lines
+
+
+# -- group preemptions --------------------------------------------------------------------------
+
+G = "group-preemption-ml-train-a-uid-train-a"
+
+
+def test_a_group_preemption_is_told_in_the_groups_words() -> None:
+    view = fold_preemption(recorded(group_preemption(G)))
+    assert preemptor_story(view) == [
+        f"2026-11-21 12:00:00Z  {G}: completed after 1 attempt",
+        "  attempt 1 at 2026-11-21 12:00:00Z, run run-1: completed, took 10.0s",
+        "    decision at 2026-11-21 12:00:00Z: Preempt, preempt 4 pod(s) in 2 unit(s) on 3 "
+        "node(s) to place 4 of 4 pending pod(s) (minCount 4; 0 PDB violation(s))",
+        "    for ml/train-a, 4 pods, minCount 4, on 3 nodes: 4 victims in 2 units: podGroup "
+        "ml/train-b (3 pods, taken whole, on node-1, node-2, node-3), pod default/batch-1 "
+        "(on node-2)",
+        "    unit podGroup ml/train-b, taken whole (priority 500): ml/train-a-0 would not fit "
+        "on node-1 beside it (Insufficient cpu)",
+        "    unit pod default/batch-1 (priority 100): ml/train-a-2 would not fit on node-2 "
+        "beside it (Insufficient cpu)",
+        "    placed ml/train-a-0 on node-1: nominated",
+        "    placed ml/train-a-1 on node-1: nominated",
+        "    placed ml/train-a-2 on node-2: nominated",
+        "    placed ml/train-a-3 on node-2: nominated",
+        "    victim ml/train-b-0 (priority 500) on node-1, with podGroup ml/train-b: deleted at "
+        "2026-11-21 12:00:03Z (3.0s after the decision)",
+        "    victim ml/train-b-1 (priority 500) on node-2, with podGroup ml/train-b: deleted at "
+        "2026-11-21 12:00:05Z (5.0s after the decision)",
+        "    victim ml/train-b-2 (priority 500) on node-3, with podGroup ml/train-b: deleted at "
+        "2026-11-21 12:00:07Z (7.0s after the decision)",
+        "    victim default/batch-1 (priority 100) on node-2: deleted at 2026-11-21 12:00:09Z "
+        "(9.0s after the decision)",
+        "    the pod group ml/train-a was not scheduled (minCount members bound), as far as the "
+        "ledger knows",
+    ]
+
+
+def test_a_group_victim_is_explained_by_its_unit() -> None:
+    view = fold_preemption(recorded(group_preemption(G)))
+    lines = victim_story(view, view.latest.victims[1])
+    assert lines[0] == (
+        "2026-11-21 12:00:00Z  deleted by the preemption for the pod group ml/train-a "
+        "(priority 1000) on node-2"
+    )
+    assert lines[2] == (
+        "  why: ml/train-b-1 (priority 500) on node-2 was a victim (victim 2 of 4, most "
+        "important first) because it has lower priority than the pod group ml/train-a "
+        "(priority 1000): the planner removed every lower-priority unit, placed the group "
+        "once, then reprieved the units that still let every placed member fit, most "
+        "important first, and podGroup ml/train-b could not be reprieved: ml/train-a-0 would "
+        "not fit on node-1 beside it (Insufficient cpu); it went with ml/train-b-0, "
+        "ml/train-b-2, its unit taken whole"
+    )
+    assert lines[3].startswith("  the group's decision: for ml/train-a, 4 pods, minCount 4")
+    assert TRAIN_B[1].key in lines[2]
+
+
+def test_a_changed_placement_between_group_attempts_is_named() -> None:
+    first = fold_preemption(recorded(group_preemption(G))).latest
+    second_story = group_preemption(G, run_id="run-2", start=T0 + timedelta(minutes=1))
+    decision = dict(second_story[0].payload)
+    decision["nominations"] = {**decision["nominations"], "ml/train-a-0": "node-3"}
+    second_story[0] = LedgerEvent(
+        G,
+        "run-2",
+        second_story[0].kind,
+        second_story[0].preemptor,
+        payload=decision,
+        occurred_at=second_story[0].occurred_at,
+    )
+    second = fold_preemption(recorded(second_story)).latest
+    assert what_changed(first, second)[0] == (
+        "placement changed: ml/train-a-0 on node-3 instead of node-1"
+    )
+    assert what_changed(first, first) == ["the same placement and victims"]

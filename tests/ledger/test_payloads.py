@@ -6,7 +6,9 @@ Scenarios:
 - a payload missing fields (an older writer) reads with the defaults, and unknown fields (a
   newer writer) are ignored;
 - the JSON keys are the ledger's camelCase ones; a nomination's write effect keeps the key
-  `verdict` its rows were first written with, both ways.
+  `verdict` its rows were first written with, both ways;
+- a group preemption's victim names its unit, only when it has one; a placed member names
+  the pod and its UID; a group's scheduling says how many members were bound.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from preemptctl.ledger.kinds import DECISION_KINDS, EventKind
 from preemptctl.ledger.payloads import (
     PAYLOAD_OF_KIND,
     DeleteSent,
+    MemberPlaced,
     Payload,
     Retried,
     Scheduled,
@@ -39,6 +42,10 @@ def test_every_kind_but_the_decisions_has_one_payload_type() -> None:
         Write("Done", "nominated", previous="node-2"),
         Write(error="forbidden", pod="default/low", uid="u-1"),
         VictimChosen(2),
+        VictimChosen(0, "podGroup ml/train-b"),
+        MemberPlaced("ml/train-a-0", "uid-train-a-0"),
+        Write("Done", "nominated", pod="ml/train-a-0", uid="uid-train-a-0"),
+        Scheduled(3.5, members_bound=16),
         VictimStep(message="victim deleted"),
         VictimStep(message="gone", terminating=True),
         VictimStep(message="replaced", replaced_by_uid="u-new"),
@@ -83,3 +90,13 @@ def test_a_nominations_effect_keeps_its_first_key() -> None:
         "message": "nominated",
         "previous": None,
     }
+
+
+def test_a_group_preemptions_payloads_say_units_members_and_bound_count() -> None:
+    assert VictimChosen(1).to_json() == {"rank": 1}
+    assert VictimChosen(1, "podGroup ml/train-b").to_json() == {
+        "rank": 1,
+        "unit": "podGroup ml/train-b",
+    }
+    assert MemberPlaced("ml/w-0", "u-0").to_json() == {"pod": "ml/w-0", "uid": "u-0"}
+    assert Scheduled(2.0, 16).to_json() == {"secondsSinceDecision": 2.0, "membersBound": 16}

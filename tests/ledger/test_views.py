@@ -29,6 +29,11 @@ Scenarios:
 - a pod only an earlier run chose, and nobody touched, is not a victim
 - events arrive in any order; the ledger order decides
 - one view cannot fold several preemptions
+- a group preemption: its preemptor is its group, it has no one node but every node its
+  decision touches, its members with their nodes and nominations (a refused one with its
+  error, one not written yet as such), each victim with its unit and node, minCount members
+  bound as its scheduling; `history --json` says all of it
+- a group preemption still preempting is `preempting`, its members not nominated yet
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import pytest
 
 from preemptctl.ledger.events import LedgerEvent, decision_events
 from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.payloads import Scheduled, Write
 from preemptctl.ledger.views import Status, fold_preemption
 from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.preemption.decision import Decision
@@ -47,10 +53,12 @@ from tests.ledger.builders import (
     BATCH_7,
     BATCH_8,
     T0,
+    TRAIN_A,
     completed_preemption,
     event,
     failed_attempt,
     four_candidate,
+    group_preemption,
     recorded,
     retried,
     unschedulable,
@@ -373,3 +381,74 @@ def test_parked_is_a_latest_attempt_that_retrying_cannot_cure(
     story: list[LedgerEvent], parked: bool
 ) -> None:
     assert fold_preemption(recorded(story)).parked is parked
+
+
+# -- group preemptions --------------------------------------------------------------------------
+
+G = "group-preemption-ml-train-a-uid-train-a"
+
+
+def test_a_group_preemption_tells_its_group_nodes_members_and_units() -> None:
+    story = group_preemption(G)
+    story[9] = event(  # the first member's nomination refused
+        G,
+        EventKind.MEMBER_NOMINATED,
+        T0 + timedelta(seconds=1),
+        preemptor=TRAIN_A.as_preemptor(),
+        node="node-1",
+        payload=Write(error="forbidden", pod="ml/train-a-0", uid="uid-train-a-0").to_json(),
+        step="uid-train-a-0",
+    )
+    story.insert(
+        -1,
+        event(
+            G,
+            EventKind.PREEMPTOR_SCHEDULED,
+            T0 + timedelta(seconds=9),
+            preemptor=TRAIN_A.as_preemptor(),
+            node=None,
+            payload=Scheduled(9.0, members_bound=4).to_json(),
+        ),
+    )
+    attempt = fold_preemption(recorded(story)).latest
+    assert (attempt.pod_group, attempt.preemptor.key, attempt.node) == (
+        "ml/train-a",
+        "ml/train-a",
+        None,
+    )
+    assert attempt.nodes == ("node-1", "node-2", "node-3")
+    assert [(m.pod, m.node, m.effect, m.error, m.nominated) for m in attempt.members] == [
+        ("ml/train-a-0", "node-1", None, "forbidden", False),
+        ("ml/train-a-1", "node-1", "Done", None, True),
+        ("ml/train-a-2", "node-2", "Done", None, True),
+        ("ml/train-a-3", "node-2", "Done", None, True),
+    ]
+    assert [(v.victim.name, v.node, v.unit, v.fate) for v in attempt.victims] == [
+        ("train-b-0", "node-1", "podGroup ml/train-b", Fate.DELETED),
+        ("train-b-1", "node-2", "podGroup ml/train-b", Fate.DELETED),
+        ("train-b-2", "node-3", "podGroup ml/train-b", Fate.DELETED),
+        ("batch-1", "node-2", "pod default/batch-1", Fate.DELETED),
+    ]
+    assert (attempt.members_bound, attempt.seconds_to_schedule) == (4, 9.0)
+    shown = attempt.to_json(1)
+    assert (shown["podGroup"], shown["node"], shown["nodes"], shown["membersBound"]) == (
+        "ml/train-a",
+        None,
+        ["node-1", "node-2", "node-3"],
+        4,
+    )
+    assert shown["members"][0] == {
+        "pod": "ml/train-a-0",
+        "uid": "uid-train-a-0",
+        "node": "node-1",
+        "nomination": None,
+        "error": "forbidden",
+    }
+    assert shown["victims"][3]["unit"] == "pod default/batch-1"
+
+
+def test_a_group_preemption_still_preempting() -> None:
+    attempt = fold_preemption(recorded(group_preemption(G, end=None)[:9])).latest
+    assert attempt.status is Status.PREEMPTING
+    assert [m.effect for m in attempt.members] == [None] * 4
+    assert fold_preemption(recorded(group_preemption(G, end=None)[:9])).pod_group == "ml/train-a"

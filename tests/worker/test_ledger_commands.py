@@ -31,6 +31,8 @@ Scenarios:
 - an unreachable database is a runtime failure: one line, exit 1
 - the installed `preemptctl` script reports an unreachable database in one line, exit 1
 - durations and ISO times are both accepted by --since
+- a group preemption in history: its group as preemptor, "pod group" in its header, the
+  number of nodes it touches; explain tells it as a preempting pod group, in the group's words
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from tests.ledger.builders import (
     T0,
     completed_preemption,
     failed_attempt,
+    group_preemption,
     retried,
 )
 from tests.support.postgres import fresh_database
@@ -407,7 +410,7 @@ def test_the_installed_script_reports_an_unreachable_database_in_one_line(tmp_pa
     [
         (
             "postgresql://u:hunter2@127.0.0.1:abc/ledger",
-            "preemptctl history: not a database URL: postgresql://***@127.0.0.1:abc/ledger",
+            "preemptctl history: not a database URL: postgresql://u:***@127.0.0.1:abc/ledger",
         ),
         (
             "postgresql://u:hunter2@127.0.0.1:70000/ledger",
@@ -586,3 +589,42 @@ def test_since_refuses_a_negative_or_unit_less_duration() -> None:
     for text in ("-2h", "15", "2 h"):
         with pytest.raises(UsageError):
             parse_since(text, now=datetime(2026, 1, 1, tzinfo=UTC))
+
+
+@pytest.fixture
+def group_url(tmp_path: Path) -> str:
+    """A SQLite ledger with ml/train-a's group preemption, completed."""
+    url = f"sqlite:///{tmp_path / 'groups.sqlite'}"
+    migrations.upgrade(url)
+    engine = create_ledger_engine(url)
+    append_batch(engine, group_preemption("group-preemption-ml-train-a-uid-train-a"))
+    engine.dispose()
+    return url
+
+
+def test_history_shows_a_group_preemption(
+    capsys: pytest.CaptureFixture[str], group_url: str
+) -> None:
+    code, out, _ = _run(capsys, "history", "--database-url", group_url)
+    assert code == 0
+    assert out.splitlines() == [
+        "PREEMPTOR / #  STARTED               NODE     VICTIMS  OUTCOME    DURATION",
+        "ml/train-a     group-preemption-ml-train-a-uid-train-a: pod group, completed after "
+        "1 attempt",
+        "  #1           2026-11-21 12:00:00Z  3 nodes  4        completed  10.0s",
+    ]
+
+
+def test_explain_tells_a_group_preemption(
+    capsys: pytest.CaptureFixture[str], group_url: str
+) -> None:
+    code, out, _ = _run(capsys, "explain", "ml/train-a", "--database-url", group_url)
+    assert code == 0
+    assert out.startswith("ml/train-a as a preempting pod group (1, newest first):\n")
+    assert (
+        "    for ml/train-a, 4 pods, minCount 4, on 3 nodes: 4 victims in 2 units: podGroup "
+        "ml/train-b (3 pods, taken whole, on node-1, node-2, node-3), pod default/batch-1 "
+        "(on node-2)\n" in out
+    )
+    code, out, _ = _run(capsys, "explain", "ml/train-b-2", "--database-url", group_url)
+    assert "deleted by the preemption for the pod group ml/train-a (priority 1000) on node-3" in out
