@@ -10,7 +10,9 @@ pipelines are usually fed by). Each line carries:
 - inside an activity: `workflowId`, `runId`, `activityId`, `activityType`, `attempt`; inside
   a workflow: `workflowId`, `runId`, `workflowType` (the Temporal SDK's own context dict,
   `temporal_activity` / `temporal_workflow`, is folded into those);
-- `error` with the traceback when a record has one.
+- `error` with the traceback when a record has one;
+- `workerProcess` in a workflow process's lines (`workflows-0`, ...), which share the main
+  process's stream.
 
 Every URL in a line, the message, a field or a traceback, has its secrets masked
 (`masked_urls`: a password in its user info or its query string), whoever wrote it: a ledger
@@ -116,10 +118,33 @@ class _TextFormatter(logging.Formatter):
         return masked_urls(super().format(record))
 
 
-def configure_logging(log_format: str, level: int = logging.INFO) -> None:
-    """Send every logger's records to stderr as `log_format` (`json` or `text`)."""
+class _ProcessField(logging.Filter):
+    """Names the replica's process a record comes from (`workerProcess`): a workflow
+    process's lines are told from the main process's in the one stream they share."""
+
+    def __init__(self, process: str) -> None:
+        super().__init__()
+        self._process = process
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.workerProcess = self._process
+        return True
+
+
+def configure_logging(
+    log_format: str, level: int = logging.INFO, *, process: str | None = None
+) -> None:
+    """Send every logger's records to stderr as `log_format` (`json` or `text`); `process`
+    names a workflow process in each line (a `workerProcess` field, or `[name]` in text)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else _TextFormatter(TEXT_FORMAT))
+    text = (
+        TEXT_FORMAT
+        if process is None
+        else TEXT_FORMAT.replace(" %(name)s", f" [{process}] %(name)s")
+    )
+    handler.setFormatter(JsonFormatter() if log_format == "json" else _TextFormatter(text))
+    if process is not None:
+        handler.addFilter(_ProcessField(process))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

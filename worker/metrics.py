@@ -26,6 +26,7 @@ itself on `PREEMPT_SDK_METRICS_PORT` (default 9465).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
@@ -255,6 +256,129 @@ class AttemptsCollector(Collector):
         yield family
 
 
+class WorkflowProcessesCollector(Collector):
+    """The replica's workflow processes, read at scrape time: how many run, how many poll."""
+
+    def __init__(self, counts: Callable[[], tuple[int, int]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        running, ready = self._counts()
+        family = GaugeMetricFamily(
+            "preemptctl_workflow_processes",
+            "The replica's workflow processes (the workflows and their local activities): "
+            "running, and ready (their worker polls).",
+            labels=["state"],
+        )
+        family.add_metric(["running"], float(running))
+        family.add_metric(["ready"], float(ready))
+        yield family
+
+
+# -- one endpoint for a replica of several processes ---------------------------------------------
+
+# A family as a workflow process reports it to the main one (plain tuples, to pickle): name,
+# type, help, and each sample's name, sorted labels and value.
+SampleReport = tuple[str, tuple[tuple[str, str], ...], float]
+_SampleKey = tuple[str, tuple[tuple[str, str], ...]]
+FamilyReport = tuple[str, str, str, tuple[SampleReport, ...]]
+# Facts about one process (its CPU, memory, collector): labelled by process, never summed.
+PER_PROCESS_PREFIXES = ("process_", "python_")
+# Kinds whose samples only grow: what an exited process counted stays in the replica's sum.
+CUMULATIVE = frozenset({"counter", "histogram", "summary"})
+
+
+def report_of(registry: CollectorRegistry) -> list[FamilyReport]:
+    """`registry`'s families as a workflow process sends them (no `_created` samples: a
+    creation time is not summed)."""
+    return [
+        (
+            family.name,
+            family.type,
+            family.documentation,
+            tuple(
+                (sample.name, tuple(sorted(sample.labels.items())), float(sample.value))
+                for sample in family.samples
+                if not sample.name.endswith("_created")
+            ),
+        )
+        for family in registry.collect()
+    ]
+
+
+class ReplicaMetrics(Collector):
+    """The metrics of one replica whose work runs in several processes, as one endpoint:
+    the main process's registry, with the latest report of each workflow process merged in.
+
+    Per-process families (`process_*`, `python_*`: CPU, memory, the collector) keep each
+    process apart under a `process` label (`main`, `workflows-0`, ...), so that
+    `sum(process_resident_memory_bytes)` is the replica's memory. Every other family is
+    summed over the processes, sample by sample (same name, same labels): the ledger's
+    appends and errors, wherever they happened. What an exited process counted (counters,
+    histograms) is kept (`retire`), so the replica's counters never go backwards when a
+    workflow process is restarted. Thread-safe: reports arrive from the watchers' threads,
+    scrapes from the probe server's."""
+
+    def __init__(self, own: CollectorRegistry, own_name: str = "main") -> None:
+        self._own = own
+        self._own_name = own_name
+        self._lock = threading.Lock()
+        self._live: dict[str, list[FamilyReport]] = {}
+        # family name -> (type, help, {(sample name, labels): value}) of exited processes
+        self._retired: dict[str, tuple[str, str, dict[_SampleKey, float]]] = {}
+
+    def update(self, process: str, families: list[FamilyReport]) -> None:
+        """The latest report of `process` (replaces its previous one)."""
+        with self._lock:
+            self._live[process] = families
+
+    def retire(self, process: str) -> None:
+        """`process` has exited: what it counted stays in the sums, its gauges go."""
+        with self._lock:
+            families = self._live.pop(process, [])
+            for name, kind, documentation, samples in families:
+                if kind not in CUMULATIVE or name.startswith(PER_PROCESS_PREFIXES):
+                    continue
+                _, _, kept = self._retired.setdefault(name, (kind, documentation, {}))
+                for sample, labels, value in samples:
+                    kept[(sample, labels)] = kept.get((sample, labels), 0.0) + value
+
+    def processes(self) -> list[str]:
+        """The workflow processes reporting now."""
+        with self._lock:
+            return sorted(self._live)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            reports = sorted(self._live.items())
+            retired = [
+                (name, kind, documentation, tuple((s, lab, v) for (s, lab), v in kept.items()))
+                for name, (kind, documentation, kept) in self._retired.items()
+            ]
+        families: dict[str, Metric] = {}
+        sums: dict[str, dict[_SampleKey, float]] = {}
+
+        def add(process: str, report: list[FamilyReport]) -> None:
+            for name, kind, documentation, samples in report:
+                family = families.setdefault(name, Metric(name, documentation, kind))
+                if name.startswith(PER_PROCESS_PREFIXES):
+                    for sample, labels, value in samples:
+                        family.add_sample(sample, {**dict(labels), "process": process}, value)
+                    continue
+                values = sums.setdefault(name, {})
+                for sample, labels, value in samples:
+                    values[(sample, labels)] = values.get((sample, labels), 0.0) + value
+
+        add(self._own_name, report_of(self._own))
+        for process, report in reports:
+            add(process, report)
+        add("", retired)  # cumulative families only, never per-process ones
+        for name, values in sums.items():
+            for (sample, labels), value in values.items():
+                families[name].add_sample(sample, dict(labels), value)
+        yield from families.values()
+
+
 class Metrics:
     """One registry per worker, so tests (and two workers in one process) never collide."""
 
@@ -350,9 +474,23 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        # The replica's other processes, merged into what /metrics serves (`exposition`).
+        self.replica: ReplicaMetrics | None = None
         self._reflectors: ReflectorCollector | None = None
         self._probe_drops: ProbeDropsCollector | None = None
         self._caps: ViewCapsCollector | None = None
+
+    def exposition(self) -> Collector:
+        """What /metrics serves: this registry, merged with the replica's workflow
+        processes when they run (`merge_processes`)."""
+        return self.replica if self.replica is not None else self.registry
+
+    def merge_processes(self) -> ReplicaMetrics:
+        """From now on /metrics serves the replica: this process and the workflow processes
+        that report to it through the returned `ReplicaMetrics`."""
+        if self.replica is None:
+            self.replica = ReplicaMetrics(self.registry)
+        return self.replica
 
     def watch_view(self, stats: Callable[[], Mapping[str, ReflectorStatsLike]]) -> None:
         """Export the reflectors' counters, read from `stats` (`ClusterView.reflector_stats`)
@@ -373,6 +511,11 @@ class Metrics:
             self.registry.unregister(self._probe_drops)
         self._probe_drops = ProbeDropsCollector(dropped)
         self.registry.register(self._probe_drops)
+
+    def watch_workflow_processes(self, counts: Callable[[], tuple[int, int]]) -> None:
+        """Export the replica's workflow processes (`counts()`: running, ready) as
+        `preemptctl_workflow_processes{state}`; read at scrape time."""
+        self.registry.register(WorkflowProcessesCollector(counts))
 
     def watch_caps(self, read: Callable[[], tuple[Mapping[str, int], Mapping[str, int]]]) -> None:
         """Export the view's pods beyond the caps: `read()` gives (held now, read since the

@@ -362,7 +362,7 @@ class ProbeServer:
     def _at(self, path: str) -> tuple[int, str, bytes]:
         """Evaluate one endpoint (in a thread: a check may block for seconds)."""
         if path == "/metrics":
-            return HTTPStatus.OK, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
+            return HTTPStatus.OK, CONTENT_TYPE_LATEST, generate_latest(self.metrics.exposition())
         if path == "/parked":
             return (
                 HTTPStatus.OK,

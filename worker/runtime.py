@@ -16,7 +16,6 @@ from typing import Any
 from sqlalchemy import Engine
 from temporalio.client import Client
 
-from preemptctl.activities.preemption import PreemptionActivities
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.conditions import DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER
 from preemptctl.kube.reflector import POD
@@ -29,15 +28,20 @@ from preemptctl.kube.upstream_events import (
 )
 from preemptctl.kube.view import ClusterView, PodListener
 from preemptctl.ledger.upstream import append_upstream
-from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.preemption.objects import Pod
 from preemptctl.worker.config import Settings
 from preemptctl.worker.connections import StartupError
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.probes import ProbeServer, loop_answers, open_probe_server
 from preemptctl.worker.supervisor import Supervisor
-from preemptctl.worker.temporal_worker import build_worker, with_cached_hints
+from preemptctl.worker.temporal_worker import (
+    Role,
+    build_worker,
+    preemption_activities,
+    with_cached_hints,
+)
 from preemptctl.worker.trigger import Reporter, TriggerLoop
+from preemptctl.worker.workflow_processes import WorkflowProcesses
 
 log = logging.getLogger("preemptctl")
 
@@ -82,6 +86,8 @@ class Controller:
     metrics: Metrics
     trigger: TriggerLoop | None
     supervisor: Supervisor
+    # The workflow processes beside this one, when the replica runs any.
+    processes: WorkflowProcesses | None = None
     # Shadow mode only: kube-scheduler's Preempted Events, recorded for `preemptctl compare`.
     upstream: UpstreamRecorder | None = None
 
@@ -149,15 +155,6 @@ def upstream_recorder(
     )
 
 
-def planner_args(settings: Settings) -> PreemptionArgs:
-    return PreemptionArgs(
-        protected_namespaces=frozenset(settings.protected_namespaces),
-        max_victims=settings.max_victims,
-        pod_group_label=settings.pod_group_label,
-        pod_group_size_annotation=settings.pod_group_size_annotation,
-    )
-
-
 @asynccontextmanager
 async def running_controller(
     settings: Settings,
@@ -172,6 +169,7 @@ async def running_controller(
     metrics: Metrics | None = None,
     view_timeout: float | None = None,
     recheck_parked_every: float | None = None,
+    workflow_processes: int = 0,
 ) -> AsyncIterator[Controller]:
     """The view synced, the Temporal worker polling and the trigger loop running (unless
     `worker` is False); on exit, the trigger stops, the worker drains, the view stops.
@@ -181,7 +179,13 @@ async def running_controller(
     preemptions (its `Preempted` Events into `upstream_preemptions`, for `compare`).
     `probes` is a server the caller started (and closes); else one is opened here when
     `serve_probes`. `recheck_parked_every`: how often the trigger looks for a run a person
-    started for a parked pod (`TriggerLoop`; its default when None)."""
+    started for a parked pod (`TriggerLoop`; its default when None).
+
+    With `workflow_processes` (docs/scale-out.md), the workflows and their local activities
+    run in that many processes of their own (`WorkflowProcesses`, supervised here as well),
+    and this process's worker polls the regular activities only (the select, beside the
+    view): /readyz then also waits for one of them to poll, /metrics serves them all, and
+    on exit they drain (SIGTERM) after the trigger stops and before this worker does."""
     metrics = metrics or (probes.metrics if probes is not None else Metrics())
     supervisor = Supervisor(metrics)
     loop = asyncio.get_running_loop()
@@ -227,7 +231,11 @@ async def running_controller(
             return False, f"Temporal does not answer: {error or 'timed out'}"
         if not healthy:
             return False, "Temporal is not serving"
-        return True, "ready\n" + describe_sync(view)
+        processes = controller.processes if controller is not None else None
+        if processes is not None and not processes.ready():
+            return False, "no workflow process polls yet\n" + processes.describe()
+        found = "\n" + processes.describe() if processes is not None else ""
+        return True, "ready\n" + describe_sync(view) + found
 
     if probes is not None:
         probes.health, probes.readiness = health, readiness
@@ -251,22 +259,19 @@ async def running_controller(
             )
             metrics.watch_upstream(lambda: recorder.stats)
             supervisor.spawn_thread("upstream-preemptions", recorder.run)
-        activities = PreemptionActivities(
-            kube,
-            view,
-            ledger,
-            identity=settings.identity,
-            planner_args=planner_args(settings),
-            evictions_per_minute=settings.evictions_per_minute,
-            inputs_max_bytes=settings.decision_inputs_max_bytes,
-            inputs_retention_days=settings.decision_inputs_retention_days,
-        )
+        activities = preemption_activities(settings, kube, view, ledger)
         # One client for the worker and the trigger loop, reading payloads with each
         # dataclass's hints resolved once (the SDK's default converter re-resolves them on
         # every read); it shares the connection, so eager starts still reach this worker.
         client = with_cached_hints(client)
+        role = Role.ACTIVITIES if workflow_processes else Role.ALL
         try:
-            async with build_worker(client, activities, task_queue=settings.task_queue):
+            async with build_worker(client, activities, task_queue=settings.task_queue, role=role):
+                processes = None
+                if workflow_processes:
+                    processes = WorkflowProcesses(settings, workflow_processes, metrics)
+                    processes.start(supervisor.spawn)
+                    controller.processes = processes
                 trigger = TriggerLoop(
                     view,
                     client,
@@ -274,20 +279,28 @@ async def running_controller(
                     metrics,
                     report=report,
                     recheck_parked_every=recheck_parked_every,
+                    # An eager start hands the first workflow task to a worker of this
+                    # process: there is none when the workflows run elsewhere.
+                    eager_start=processes is None,
                 )
                 trigger.start(supervisor.spawn)
                 controller.trigger = trigger
                 if probes is not None:
                     probes.parked = lambda: parked_report(trigger)
                 log.info(
-                    "worker ready: task queue %s, %s",
+                    "worker ready: task queue %s, %s, %s",
                     settings.task_queue,
                     "dry run (shadow mode)" if settings.dry_run else "preempting",
+                    f"{workflow_processes} workflow processes"
+                    if workflow_processes
+                    else "workflows in this process",
                 )
                 try:
                     yield controller
                 finally:
                     await trigger.stop(drain=False)
+                    if processes is not None:
+                        await processes.stop()
         finally:
             # No activity runs any more: the inputs recorder records what is queued (for a
             # bounded time) and its thread stops, before the ledger is disposed of.

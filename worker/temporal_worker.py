@@ -6,8 +6,10 @@ import dataclasses
 import typing
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any, ClassVar
 
+from sqlalchemy import Engine
 from temporalio.client import Client
 from temporalio.converter import (
     CompositePayloadConverter,
@@ -20,6 +22,10 @@ from temporalio.worker import PollerBehaviorAutoscaling, UnsandboxedWorkflowRunn
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from preemptctl.activities.preemption import PreemptionActivities
+from preemptctl.kube.client import KubeClient
+from preemptctl.kube.view import ClusterView
+from preemptctl.preemption.default_preemption import PreemptionArgs
+from preemptctl.worker.config import Settings
 from preemptctl.workflows.group_preemption import GroupPreemptionWorkflow
 from preemptctl.workflows.preemption import PreemptionWorkflow
 
@@ -139,11 +145,27 @@ retries a cancelled local activity at once, sdk-rust#709. A hang once blamed on 
 trigger loop's lost cancellation: see `preemptctl.worker.cancellation`.)"""
 
 
+class Role(StrEnum):
+    """What a process's worker polls for (docs/scale-out.md, "More than one interpreter")."""
+
+    # Everything: the workflows, their local activities and the regular activities (the
+    # select among them). One process per replica.
+    ALL = "all"
+    # The regular activities only: the select, which needs the cluster view, and every step
+    # when `local_activities` is off. The process that holds the view, when workflow
+    # processes run beside it.
+    ACTIVITIES = "activities"
+    # The workflows and their local activities (nominate, mark, delete, record the end),
+    # and never a regular activity task: a workflow process, which has no view.
+    WORKFLOWS = "workflows"
+
+
 def build_worker(
     client: Client,
     activities: PreemptionActivities,
     *,
     task_queue: str = DEFAULT_TASK_QUEUE,
+    role: Role = Role.ALL,
     max_concurrent_activities: int = 16,
     max_concurrent_local_activities: int = 48,
     max_pollers: int = 20,
@@ -166,20 +188,55 @@ def build_worker(
     preemptions brings workflow and activity tasks faster than five long polls (the SDK's
     default) take them.
 
-    Payloads are read with each dataclass's field types resolved once (`DataclassHints`)."""
+    Payloads are read with each dataclass's field types resolved once (`DataclassHints`).
+
+    `role` splits the work between processes (`Role`): the select is a regular activity, so
+    only a worker that polls regular activity tasks ever runs it, and that worker is the
+    one beside the cluster view; a workflow process registers the activities only to run
+    them locally (`no_remote_activities`). Nothing in the workflow changes: it schedules
+    the select on its own task queue, as ever."""
+    polls_workflows = role is not Role.ACTIVITIES
+    polls_activities = role is not Role.WORKFLOWS
+    threads = (max_concurrent_activities if polls_activities else 0) + (
+        max_concurrent_local_activities if polls_workflows else 0
+    )
     return Worker(
         with_cached_hints(client),
         task_queue=task_queue,
-        workflows=[PreemptionWorkflow, GroupPreemptionWorkflow],
+        workflows=[PreemptionWorkflow, GroupPreemptionWorkflow] if polls_workflows else [],
         activities=activities.all(),
-        activity_executor=ThreadPoolExecutor(
-            max_workers=max_concurrent_activities + max_concurrent_local_activities,
-            thread_name_prefix="activity",
-        ),
+        activity_executor=ThreadPoolExecutor(max_workers=threads, thread_name_prefix="activity"),
         max_concurrent_activities=max_concurrent_activities,
         max_concurrent_local_activities=max_concurrent_local_activities,
+        no_remote_activities=not polls_activities,
         workflow_runner=workflow_runner() if sandboxed else UnsandboxedWorkflowRunner(),
         workflow_task_poller_behavior=PollerBehaviorAutoscaling(maximum=max_pollers),
         activity_task_poller_behavior=PollerBehaviorAutoscaling(maximum=max_pollers),
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+    )
+
+
+def preemption_activities(
+    settings: Settings, kube: KubeClient, view: ClusterView, ledger: Engine
+) -> PreemptionActivities:
+    """The activities as `settings` configure them: the same in the main process (with the
+    view, for the select) and in a workflow process (an empty view)."""
+    return PreemptionActivities(
+        kube,
+        view,
+        ledger,
+        identity=settings.identity,
+        planner_args=planner_args(settings),
+        evictions_per_minute=settings.evictions_per_minute,
+        inputs_max_bytes=settings.decision_inputs_max_bytes,
+        inputs_retention_days=settings.decision_inputs_retention_days,
+    )
+
+
+def planner_args(settings: Settings) -> PreemptionArgs:
+    return PreemptionArgs(
+        protected_namespaces=frozenset(settings.protected_namespaces),
+        max_victims=settings.max_victims,
+        pod_group_label=settings.pod_group_label,
+        pod_group_size_annotation=settings.pod_group_size_annotation,
     )

@@ -106,10 +106,12 @@ class TriggerLoop:
         resync_every: float = 30.0,
         recheck_parked_every: float | None = None,
         recheck_budget: float = RECHECK_BUDGET,
+        eager_start: bool = True,
     ) -> None:
         """`recheck_parked_every`: how often the parked pods' workflows are described for a
         run a person started (default: every `resync_every`; dev mode looks every second);
-        `recheck_budget`: how long one such pass may take."""
+        `recheck_budget`: how long one such pass may take; `eager_start`: ask for the first
+        workflow task in the start's answer (a worker of this process runs the workflows)."""
         self._view = view
         self._client = client
         self._settings = settings
@@ -120,6 +122,7 @@ class TriggerLoop:
         self._resync_every = resync_every
         self._recheck_every = resync_every if recheck_parked_every is None else recheck_parked_every
         self._recheck_budget = recheck_budget
+        self._eager_start = eager_start
         self._lock = threading.Lock()
         self._pending: dict[str, PendingPod] = {}
         # uid -> the pod as seen bound (and how it was parked, if it was), to signal its run
@@ -483,8 +486,9 @@ class TriggerLoop:
         # Every step but the decision runs as a local activity unless
         # `Settings.local_activities` is false: it cuts the Temporal server's CPU per
         # preemption by more than half (docs/scale-out.md). The start asks for eager
-        # dispatch: the worker polling the task queue runs in this process with this
-        # client, so the first workflow task comes back with the start's answer.
+        # dispatch when the workflows run in this process (`eager_start`): the worker
+        # polling the task queue shares this client, so the first workflow task comes back
+        # with the start's answer.
         pod, settings = pending.pod, self._settings
         request = PreemptionRequest(
             PodRef.of(pod),
@@ -509,7 +513,7 @@ class TriggerLoop:
                     return
             async with asyncio.timeout(RPC_TIMEOUT.total_seconds()):
                 handle = await start_preemption(
-                    self._client, request, task_queue=settings.task_queue, eager=True
+                    self._client, request, task_queue=settings.task_queue, eager=self._eager_start
                 )
         except Exception as error:  # Temporal unavailable or slow: try this pod later
             with self._lock:

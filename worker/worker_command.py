@@ -5,6 +5,10 @@ setting). A ledger database that does not answer yet is waited for, with backoff
 log line per attempt, while /readyz says why the worker is not ready. SIGTERM or SIGINT
 stops starting preemptions and lets the Temporal worker drain what it is running (a
 preemption it does not finish is resumed by another worker).
+
+The workflows run in `workflow_processes` processes beside this one (docs/scale-out.md): by
+default one per core the container may use but this process's, at least one; SIGTERM
+drains them first, then this process's worker.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from preemptctl.worker.logs import configure_logging
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.probes import open_probe_server
 from preemptctl.worker.runtime import running_controller
+from preemptctl.worker.workflow_processes import workflow_process_count
 
 log = logging.getLogger("preemptctl")
 
@@ -122,7 +127,13 @@ async def serve(settings: Settings) -> None:
                 )
 
             async with running_controller(
-                settings, client, kube, ledger, report=report, probes=probes
+                settings,
+                client,
+                kube,
+                ledger,
+                report=report,
+                probes=probes,
+                workflow_processes=workflow_process_count(settings),
             ):
                 await stop.wait()
                 log.info("stopping: draining the preemptions in progress")

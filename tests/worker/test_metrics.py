@@ -10,7 +10,10 @@ Scenarios:
 - in shadow mode, the recorder of kube-scheduler's preemptions is read at scrape time too,
   the Events it left out counted by reason, every reason exported from 0;
 - the pods beyond the view's caps, held now and read since the start, by field;
-- every ledger append is timed, and a statement the database refuses is counted.
+- every ledger append is timed, and a statement the database refuses is counted;
+- a replica of several processes is one endpoint: per-process families (process_*,
+  python_*) each under a `process` label, every other family summed sample by sample;
+  what an exited workflow process counted stays in the sums, its gauges go.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from preemptctl import migrations
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.writer import append
-from preemptctl.worker.metrics import Metrics
+from preemptctl.worker.metrics import FamilyReport, Metrics, report_of
 from tests.ledger.builders import T0, event
 
 PREFIXES = ("scheduler_preemption_", "preemptctl_", "process_", "python_")
@@ -230,3 +233,58 @@ def test_ledger_appends_are_timed_and_refusals_counted(tmp_path: Path) -> None:
     value = metrics.registry.get_sample_value
     assert value("preemptctl_ledger_append_duration_seconds_count") == 2
     assert value("preemptctl_ledger_errors_total", {"kind": "refused"}) == 1
+
+
+def merged_samples(metrics: Metrics, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {
+        tuple(sorted(sample.labels.items())): sample.value
+        for family in metrics.exposition().collect()
+        for sample in family.samples
+        if sample.name == name
+    }
+
+
+def workflow_process_report(appends: int, failures: int, in_flight: float) -> list[FamilyReport]:
+    """What a workflow process reports: its own Metrics, after `appends` ledger appends."""
+    child = Metrics()
+    for _ in range(appends):
+        child.ledger_append.observe(0.002)
+    child.ledger_errors.labels("unavailable").inc(failures)
+    child.in_flight.set(in_flight)
+    return report_of(child.registry)
+
+
+def test_a_replica_serves_its_processes_as_one_endpoint() -> None:
+    metrics = Metrics()
+    metrics.ledger_append.observe(0.002)
+    replica = metrics.merge_processes()
+    replica.update("workflows-0", workflow_process_report(3, 1, 2))
+    replica.update("workflows-1", workflow_process_report(4, 0, 1))
+    appended = merged_samples(metrics, "preemptctl_ledger_append_duration_seconds_count")
+    assert appended == {(): 1 + 3 + 4}
+    errors = merged_samples(metrics, "preemptctl_ledger_errors_total")
+    assert errors == {(("kind", "unavailable"),): 1}
+    assert merged_samples(metrics, "preemptctl_preemptions_in_flight") == {(): 3}
+    memory = merged_samples(metrics, "process_resident_memory_bytes")
+    assert {labels for labels in memory} == {
+        (("process", "main"),),
+        (("process", "workflows-0"),),
+        (("process", "workflows-1"),),
+    }
+    assert (
+        "preemptctl_ledger_append_duration_seconds_count 8.0"
+        in generate_latest(metrics.exposition()).decode()
+    )
+
+
+def test_what_an_exited_process_counted_stays_and_its_gauges_go() -> None:
+    metrics = Metrics()
+    replica = metrics.merge_processes()
+    replica.update("workflows-0", workflow_process_report(3, 0, 2))
+    replica.retire("workflows-0")
+    replica.update("workflows-0", workflow_process_report(1, 0, 1))  # its successor
+    appended = merged_samples(metrics, "preemptctl_ledger_append_duration_seconds_count")
+    assert appended == {(): 3 + 1}
+    assert merged_samples(metrics, "preemptctl_preemptions_in_flight") == {(): 1}
+    memory = merged_samples(metrics, "process_resident_memory_bytes")
+    assert len(memory) == 2  # main and the running workflows-0, not the exited one

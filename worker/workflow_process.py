@@ -1,0 +1,139 @@
+"""A workflow process: one of the interpreters beside a replica's main process, running the
+preemption workflows and their local activities (nominate, mark, delete, unmark, check,
+record the end), and never a regular activity: the select, which needs the cluster view,
+stays in the main process (`worker.workflow_processes`, docs/scale-out.md).
+
+It has its own Temporal client, Kubernetes client and ledger engine, and no cluster view: its
+activities read from an empty view that is never started, so every look-up (the delete's
+check that the preemptor still needs room) goes to the API server. It reports to the main
+process through a pipe every `REPORT_EVERY` seconds: that it is alive, whether its worker
+polls, and its metrics, which the main process serves as the replica's. SIGTERM (or SIGINT)
+drains it: its worker stops polling and lets the steps in flight finish within
+`GRACEFUL_SHUTDOWN`. It dies with the main process (`PR_SET_PDEATHSIG`, SIGKILL), as a
+container's processes do, and stops when the main process stops reading its reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import dataclasses
+import logging
+import multiprocessing
+import os
+import signal
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from preemptctl.kube.view import ClusterView
+from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.worker.config import Settings
+from preemptctl.worker.connections import connect_cluster, connect_temporal
+from preemptctl.worker.logs import configure_logging
+from preemptctl.worker.metrics import FamilyReport, Metrics, report_of
+from preemptctl.worker.temporal_worker import Role, build_worker, preemption_activities
+
+log = logging.getLogger("preemptctl")
+
+REPORT_EVERY = 1.0  # seconds between two reports to the main process
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a workflow process tells the main one, every `REPORT_EVERY` seconds."""
+
+    ready: bool  # its worker polls
+    metrics: list[FamilyReport] = field(default_factory=list)
+
+
+def name_of(index: int) -> str:
+    """`workflows-<index>`: the process in logs, metrics labels and supervised task names."""
+    return f"workflows-{index}"
+
+
+def run_workflow_process(settings: Settings, index: int, channel: Connection) -> None:
+    """The process's entry point (started by `multiprocessing`'s spawn: a fresh interpreter,
+    nothing inherited but `settings`, `index` and the reporting end of a pipe)."""
+    _die_with_parent()
+    configure_logging(settings.log_format, process=name_of(index))
+    try:
+        asyncio.run(serve(settings, index, channel))
+    except KeyboardInterrupt:
+        pass
+    except Exception:
+        log.exception("workflow process %s failed", name_of(index))
+        raise SystemExit(1) from None
+
+
+async def serve(settings: Settings, index: int, channel: Connection) -> None:
+    """Connect, poll the workflows' task queue and report, until SIGTERM, SIGINT, or the main
+    process no longer reads; then drain and return."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    name = name_of(index)
+    metrics = Metrics()
+    kube = connect_cluster(settings)
+    ledger = create_ledger_engine(settings.effective_database_url())
+    metrics.watch_ledger(ledger)
+    ready = False
+
+    async def report() -> None:
+        while not stop.is_set():
+            sent = Report(ready, report_of(metrics.registry))
+            try:
+                await asyncio.to_thread(channel.send, sent)
+            except (OSError, EOFError):  # the main process is gone, or stopped reading
+                log.warning("%s: the main process no longer reads; stopping", name)
+                stop.set()
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(REPORT_EVERY):
+                    await stop.wait()
+
+    reporting = asyncio.create_task(report(), name="report")
+    try:
+        # The SDK's own metrics stay with the main process (one port per replica).
+        client = await connect_temporal(
+            dataclasses.replace(settings, identity=_identity(settings, name))
+        )
+        # A view never started: empty, so every look-up the activities make of the view
+        # misses and asks the API server instead. The view is the main process's alone.
+        activities = preemption_activities(settings, kube, ClusterView(kube, kinds=()), ledger)
+        async with build_worker(
+            client, activities, task_queue=settings.task_queue, role=Role.WORKFLOWS
+        ):
+            ready = True
+            log.info("%s ready: workflows of task queue %s", name, settings.task_queue)
+            await stop.wait()
+            ready = False
+            log.info("%s stopping: draining the steps in flight", name)
+        await asyncio.to_thread(activities.close)
+    finally:
+        stop.set()
+        reporting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reporting
+        ledger.dispose()
+        channel.close()
+
+
+def _identity(settings: Settings, name: str) -> str:
+    """The Temporal client identity of this process: the replica's, and which process."""
+    return f"{settings.identity}/{name}"
+
+
+def _die_with_parent() -> None:
+    """Be SIGKILLed when the main process dies, however it dies (Linux; elsewhere the
+    failed report ends the process instead): a killed replica leaves no process running
+    workflows behind, as a container's end would not."""
+    parent = multiprocessing.parent_process()
+    with contextlib.suppress(OSError, AttributeError):
+        libc: Any = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent is not None and os.getppid() != parent.pid:  # it died before the request took
+        os._exit(1)
