@@ -28,6 +28,10 @@ class SlowLine(TcpProxy):
         super().__init__(target_host, target_port, port)
         self.delay = 0.0
 
+    def __enter__(self) -> SlowLine:
+        self.restore()
+        return self
+
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
