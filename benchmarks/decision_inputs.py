@@ -1,27 +1,35 @@
-"""What recording a decision's inputs costs: bytes per decision, and CPU time to extract them.
+"""What recording a decision's inputs costs: new bytes per decision, and CPU time under the
+decision lock and after it.
 
 Run by hand (not in CI):
-    .venv/bin/python benchmarks/decision_inputs.py [--nodes 5000] [--decisions 8]
+    .venv/bin/python benchmarks/decision_inputs.py [--nodes 5000] [--decisions 40] [--gangs]
 
-Over the synthetic cluster of benchmarks/planner.py (30 pods per node, nearly full; with
-`--constrained`, 20% of the pods carry anti-affinity or spread rules and the preemptors take
-turns with none, anti-affinity, a spread constraint and the guarded label), each decision is
-planned, its inputs captured (the part under the decision lock), encoded to JSON and
-compressed (the part after the commit), then rebuilt and planned again, which must give the
-same decision. Times are CPU time (time.process_time), not wall clock: the machine is shared.
-Pods' and nodes' JSON is reused between decisions through one `EncodedCache`, as the worker's
-recorder does, and the snapshot is frozen out of the cyclic collector's way as the view is.
+Over the synthetic cluster of benchmarks/planner.py (30 pods per node, nearly full), a run
+of decisions as the worker makes them: each decision is planned, its inputs captured (the
+part under the decision lock) and written out for the shared layout by one `InputsPacker`
+(the recorder's part: only what changed since the decision before is encoded), its new
+packs and its root compressed as the ledger stores them. Between two decisions the cluster
+moves as a preemption moves it: the decision's victims are deleted and its preemptor bound
+(new objects, as the watch delivers them). The first decision stores every object; the
+figures after it are what each later decision adds. The first and the last decisions are
+rebuilt from what was stored (the packs read back as the ledger would) and planned again:
+each must give the same decision. Times are CPU time (time.process_time), not wall clock:
+the machine is shared. With --gangs, the cluster where 20% of the pods are in gangs, and
+every fourth decision is a pending gang's.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
-import json
+import itertools
+import os
 import statistics
 import sys
 import time
 import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,101 +37,184 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.synthetic_cluster import cluster, constrained_preemptor, preemptor
-from preemptctl.ledger.inputs import compress
-from preemptctl.preemption.decision import Strategy
+from benchmarks.planner import snapshot_file
+from benchmarks.synthetic_cluster import pending_gang, preemptor
+from preemptctl.ledger.inputs import COMPRESSION_LEVEL
+from preemptctl.preemption.decision import Decision, Strategy
 from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.default_preemption import preempt
+from preemptctl.preemption.group_decision import GroupDecision
 from preemptctl.preemption.inputs_replay import compare, rebuild
-from preemptctl.preemption.recorded_inputs import EncodedCache, capture, decision_summary, dumps
+from preemptctl.preemption.planner import plan_for, plan_group
+from preemptctl.preemption.recorded_inputs import (
+    Captured,
+    capture,
+    capture_group,
+    decision_summary,
+    group_decision_summary,
+)
+from preemptctl.preemption.shared_inputs import InputsPacker, resolve
 from preemptctl.preemption.snapshot import ClusterSnapshot
 
+KiB = 1024
 
-def _snapshot(nodes: int, constrained: float) -> ClusterSnapshot:
-    from benchmarks.planner import DATA
 
-    suffix = f"-constrained-{round(constrained * 100)}" if constrained else ""
-    path = DATA / f"cluster-{nodes}{suffix}.json"
-    document: Any = (
-        orjson.loads(path.read_bytes())
-        if path.exists()
-        else cluster(nodes=nodes, constrained=constrained)
-    )
-    snapshot = ClusterSnapshot.from_list(document)
-    del document
+class Packs:
+    """The ledger's packs in memory, compressed as it stores them."""
+
+    def __init__(self) -> None:
+        self.stored: dict[int, bytes] = {}
+        self.ids = itertools.count(1)
+
+    def new_id(self) -> int:
+        return next(self.ids)
+
+    def load(self, ids: Iterable[int]) -> Iterator[tuple[int, Sequence[Any]]]:
+        for pack_id in ids:
+            yield pack_id, orjson.loads(zlib.decompress(self.stored[pack_id]))
+
+
+def _snapshot(nodes: int, gangs: bool) -> ClusterSnapshot:
+    path = snapshot_file(nodes, gangs=0.2 if gangs else 0.0)
+    snapshot = ClusterSnapshot.from_list(orjson.loads(path.read_bytes()))
+    snapshot.warm()
     gc.collect()
     gc.freeze()  # as the cluster view does once synced
     return snapshot
 
 
-def measure(snapshot: ClusterSnapshot, decisions: int, constrained: bool) -> dict[str, list[float]]:
-    figures: dict[str, list[float]] = {
-        "raw": [],
-        "stored": [],
-        "pods": [],
-        "plan_ms": [],
-        "capture_ms": [],
-        "encode_ms": [],
-        "compress_ms": [],
-    }
-    cache = EncodedCache()
-    for index in range(decisions):
-        made = constrained_preemptor(index) if constrained else preemptor(f"urgent-{index}")
-        pod = decode_pod(made)
-        snapshot.upsert_pod(pod)
-        planning = time.process_time()
-        decision = preempt(snapshot, pod)
-        start = time.process_time()
-        captured = capture(snapshot, pod, Strategy.DEFAULT, None, decision)
-        captured_at = time.process_time()
-        raw = dumps(captured, cache)
-        encoded_at = time.process_time()
-        stored = compress(raw)
-        done = time.process_time()
-        snapshot.remove_pod(pod.uid)
-        figures["raw"].append(len(raw))
-        figures["stored"].append(len(stored))
-        figures["pods"].append(len(captured.pods))
-        figures["plan_ms"].append((start - planning) * 1000)
-        figures["capture_ms"].append((captured_at - start) * 1000)
-        figures["encode_ms"].append((encoded_at - captured_at) * 1000)
-        figures["compress_ms"].append((done - encoded_at) * 1000)
-        again = rebuild(json.loads(zlib.decompress(stored)))
-        replayed = preempt(again.snapshot, again.preemptor, again.args)
-        differences = compare(again.recorded, decision_summary(replayed))
-        assert not differences, (made["metadata"]["name"], differences)
-    return figures
+def _decide(snapshot: ClusterSnapshot, index: int, gangs: bool) -> tuple[Any, Captured, float]:
+    """One decision and its capture, the capture's CPU milliseconds."""
+    if gangs and index % 4 == 3:
+        group, *members = pending_gang(f"pending-{index}", size=8)
+        snapshot.apply("PodGroup", group)
+        for member in members:
+            snapshot.apply("Pod", member)
+        key = f"{group['metadata']['namespace']}/{group['metadata']['name']}"
+        decision: Any = plan_group(snapshot, key)
+        began = time.process_time()
+        captured = capture_group(snapshot, key, None, decision)
+        return decision, captured, (time.process_time() - began) * 1000
+    pod = decode_pod(preemptor(f"urgent-{index}"))
+    snapshot.upsert_pod(pod)
+    decision = preempt(snapshot, pod)
+    began = time.process_time()
+    captured = capture(snapshot, pod, Strategy.DEFAULT, None, decision)
+    return decision, captured, (time.process_time() - began) * 1000
 
 
-def report(title: str, figures: dict[str, list[float]]) -> None:
-    def median(key: str) -> float:
-        return statistics.median(figures[key])
+def _move_on(snapshot: ClusterSnapshot, decision: Decision | GroupDecision) -> None:
+    """What the watch shows once the preemption is done: victims gone, preemptor bound."""
+    for victim in decision.victims:
+        snapshot.remove_pod(victim.uid)
+    if isinstance(decision, GroupDecision):
+        for key, node_name in decision.nominations.items():
+            member = snapshot.pod_by_key(key)
+            if member is not None:
+                snapshot.upsert_pod(dataclasses.replace(member, node_name=node_name))
+        return
+    pod = snapshot.pods.get(decision.preemptor.uid)
+    if pod is not None and decision.nominated_node:
+        snapshot.upsert_pod(dataclasses.replace(pod, node_name=decision.nominated_node))
 
+
+def _same_on_replay(packs: Packs, root: dict[str, Any], decision: Any) -> bool:
+    rebuilt = rebuild(root, resolve(root, packs.load))
+    if rebuilt.preemptor is None:
+        again = group_decision_summary(plan_group(rebuilt.snapshot, rebuilt.pod_group))
+        return compare(group_decision_summary(decision), again) == []
+    replayed = plan_for(rebuilt.snapshot, rebuilt.preemptor, Strategy.DEFAULT, rebuilt.args)
+    return compare(decision_summary(decision), decision_summary(replayed)) == []
+
+
+def run(nodes: int, decisions: int, gangs: bool) -> None:
+    began = time.perf_counter()
+    snapshot = _snapshot(nodes, gangs)
     print(
-        f"{title}: {len(figures['raw'])} decisions, same decision on replay; median "
-        f"{median('raw') / 1024:.0f} KiB raw, {median('stored') / 1024:.0f} KiB stored "
-        f"(max {max(figures['stored']) / 1024:.0f} KiB), {median('pods'):.0f} pods kept whole; "
-        f"CPU: planning {median('plan_ms'):.0f} ms; capture {median('capture_ms'):.1f} ms "
-        "(under the lock), encode "
-        f"{median('encode_ms'):.0f} ms (first decision, nothing cached: "
-        f"{figures['encode_ms'][0]:.0f} ms) + compress {median('compress_ms'):.0f} ms (after it)"
+        f"snapshot: {nodes} nodes, {len(snapshot.pods)} pods{' (20% in gangs)' if gangs else ''}, "
+        f"built in {time.perf_counter() - began:.0f} s; load average {_load()}"
     )
+    packs = Packs()
+    packer = InputsPacker(packs.new_id)
+    rows: list[dict[str, Any]] = []
+    kept: list[tuple[dict[str, Any], Any]] = []
+    for index in range(decisions):
+        decision, captured, capture_ms = _decide(snapshot, index, gangs)
+        began_cpu = time.process_time()
+        shared = packer.shared(captured)
+        packed_at = time.process_time()
+        root = orjson.dumps(shared.document)
+        row = zlib.compress(root, COMPRESSION_LEVEL)
+        pack_bytes = 0
+        for pack in shared.packs:
+            body = zlib.compress(pack.body(), COMPRESSION_LEVEL)
+            packs.stored[pack.id] = body
+            pack_bytes += len(body)
+        done = time.process_time()
+        rows.append(
+            {
+                "capture_ms": capture_ms,
+                "pack_ms": (packed_at - began_cpu) * 1000,
+                "compress_ms": (done - packed_at) * 1000,
+                "row": len(row),
+                "packs": pack_bytes,
+                "blobs": shared.blobs,
+                "pods": captured.pod_count,
+            }
+        )
+        if index in (0, decisions - 1):
+            kept.append((orjson.loads(root), decision))
+        _move_on(snapshot, decision)
+    replays = [_same_on_replay(packs, root, decision) for root, decision in kept]
+    _report(rows, replays)
+
+
+def _report(rows: list[dict[str, Any]], replays: list[bool]) -> None:
+    first, after = rows[0], rows[1:]
+
+    def median(key: str) -> float:
+        return statistics.median(row[key] for row in after)
+
+    def p99(key: str) -> float:
+        ordered = sorted(row[key] for row in after)
+        return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+
+    new = [row["row"] + row["packs"] for row in after]
+    print(
+        f"first decision:      {first['pods']} pods referenced, {first['blobs']} blobs stored, "
+        f"{(first['row'] + first['packs']) / KiB:,.0f} KiB new (row {first['row'] / KiB:.1f} "
+        f"KiB); recorder CPU {first['pack_ms']:.0f} ms + compress {first['compress_ms']:.0f} ms"
+    )
+    print(
+        f"after it:            {len(after)} decisions, new bytes per decision: average "
+        f"{statistics.mean(new) / KiB:.1f} KiB, max {max(new) / KiB:.1f} KiB (row median "
+        f"{median('row') / KiB:.1f} KiB, new blobs median {median('blobs'):.0f})"
+    )
+    print(
+        f"under the lock:      capture median {median('capture_ms'):.2f} ms, "
+        f"p99 {p99('capture_ms'):.2f} ms (CPU)"
+    )
+    print(
+        f"after the commit:    recorder median {median('pack_ms'):.1f} ms, p99 "
+        f"{p99('pack_ms'):.1f} ms + compress median {median('compress_ms'):.1f} ms (CPU)"
+    )
+    print(
+        f"replayed:            {'same decision' if all(replays) else 'DIFFERENT'} for the "
+        f"first and the last decision, from what was stored"
+    )
+
+
+def _load() -> str:
+    return " ".join(f"{value:.1f}" for value in os.getloadavg()) + f" on {os.cpu_count()} cores"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
-    parser.add_argument("--decisions", type=int, default=8)
+    parser.add_argument("--decisions", type=int, default=40)
+    parser.add_argument("--gangs", action="store_true", help="20%% of pods in gangs")
     given = parser.parse_args()
-    plain = _snapshot(given.nodes, 0.0)
-    report(f"{given.nodes} nodes, plain", measure(plain, given.decisions, constrained=False))
-    gc.unfreeze()
-    del plain
-    constrained = _snapshot(given.nodes, 0.2)
-    report(
-        f"{given.nodes} nodes, 20% constrained",
-        measure(constrained, given.decisions, constrained=True),
-    )
+    run(given.nodes, given.decisions, given.gangs)
 
 
 if __name__ == "__main__":

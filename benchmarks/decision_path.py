@@ -13,9 +13,20 @@ A run in flight keeps its claim: at most `--in-flight` runs are open at a time; 
 ends its victims leave the snapshot, its preemptor is bound there (as the watch would show)
 and its `completed` event is appended outside the lock, as the `record_end` activity does.
 
+Each decision's inputs are recorded as the worker records them (unless --no-inputs): captured
+under the lock, written out for the shared layout by the recorder's thread in the same
+process after the commit, appended to the ledger with the packs of objects no decision
+before stored. The first decision (a warm-up, before the burst) stores every object; the
+burst that follows is measured.
+
 Reported: decisions per second through the lock (the ceiling for any number of worker
-replicas), the lock's hold time per decision (median and p99), and the decision latency
-including the wait for the lock. Target (issue 14): ≥ 40 decisions/s.
+replicas), the lock's hold time per decision (median and p99), the decision latency
+including the wait for the lock, and for the inputs: how many of the burst's decisions were
+recorded and how many got a "not recorded" marker, the bytes the first decision stored and
+what each later one added on average (the rows' and packs' compressed bytes, and the growth
+of the two tables on disk), how long the recorder needed after the last decision. The
+machine's load average is printed with them. Targets (issues 14 and 22): ≥ 40 decisions/s
+with inputs recorded, every one recorded, ≤ 100 KiB new per decision after the first.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import os
 import secrets
 import statistics
 import sys
@@ -46,6 +58,7 @@ from preemptctl.deciding.path import Decided, DecisionPath, DecisionRequest
 from preemptctl.kube.pods import PodLookup, Presence
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.ledger.events import LedgerEvent
+from preemptctl.ledger.inputs import Appended
 from preemptctl.ledger.inputs_recorder import INPUTS_MAX_BYTES
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.writer import append
@@ -55,6 +68,8 @@ from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.snapshot import ClusterSnapshot
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+KiB = 1024
+INPUTS_TABLES = ("decision_inputs", "decision_input_packs")
 
 
 class View:
@@ -78,9 +93,31 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
+def load() -> str:
+    return " ".join(f"{value:.1f}" for value in os.getloadavg()) + f" on {os.cpu_count()} cores"
+
+
+def table_bytes(url: str) -> int:
+    """What the inputs' tables take on disk (heap, TOAST and indexes)."""
+    with psycopg.connect(url) as connection:
+        found = connection.execute(
+            "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
+            "WHERE c.relname = ANY(%s) AND c.relkind = 'r'",
+            (list(INPUTS_TABLES),),
+        ).fetchone()
+    return int(found[0] or 0) if found else 0
+
+
 def run(
-    nodes: int, decisions: int, threads: int, in_flight: int, batch: int, record_inputs: bool
+    nodes: int,
+    decisions: int,
+    threads: int,
+    in_flight: int,
+    batch: int,
+    record_inputs: bool,
+    from_start: bool = False,
 ) -> None:
+    print(f"load average at the start: {load()}")
     path = snapshot_file(nodes)
     started = time.perf_counter()
     view = View(ClusterSnapshot.from_list(orjson.loads(path.read_bytes())))
@@ -167,6 +204,15 @@ def run(
                 end(*done)
 
         decide(0)  # warm: the first read of the claims is a full one
+        first: Appended | None = None
+        first_seconds = 0.0
+        if path_.inputs is not None and not from_start:  # the first stores every object
+            waited = time.perf_counter()
+            path_.inputs.wait()
+            first_seconds = time.perf_counter() - waited
+            first = path_.inputs.appended[0] if path_.inputs.appended else None
+            path_.inputs.appended.clear()
+        disk_before = table_bytes(url)
         path_.holds.clear()
         latencies.clear()
         began = time.perf_counter()
@@ -174,10 +220,15 @@ def run(
             list(pool.map(decide, range(1, decisions)))
         wall = time.perf_counter() - began
         behind, skipped = 0.0, 0
+        appended: list[Appended] = []
         if path_.inputs is not None:  # the recorder catches up before the ledger goes
             path_.inputs.wait()
             behind = time.perf_counter() - began - wall
             skipped = path_.inputs.skipped
+            appended = list(path_.inputs.appended)
+            if from_start and appended:  # the first decision's, recorded during the burst
+                first, appended = appended[0], appended[1:]
+        disk_after = table_bytes(url)
         ledger.dispose()
     finally:
         gc.unfreeze()
@@ -193,11 +244,31 @@ def run(
     print(f"verdicts:            {dict(sorted(outcomes.items()))}")
     print(f"through the lock:    {(decisions - 1) / wall:.1f} decisions/s (target ≥ 40)")
     if record_inputs:
+        recorded = [made for made in appended if made.appended]
         print(
-            f"inputs recorder:     {decisions - 1 - skipped} of the {decisions - 1} recorded, "
+            f"inputs recorder:     {len(recorded)} of the {decisions - 1} recorded, "
             f"{skipped} marked not recorded "
             f"(backlog full); {behind:.1f} s more to record the last decisions' inputs"
         )
+        if first is not None:
+            when = (
+                f"the recorder took {first_seconds:.1f} s for it"
+                if first_seconds
+                else "recorded during the burst"
+            )
+            print(
+                f"inputs, first:       {(first.row_bytes + first.pack_bytes) / KiB:,.0f} KiB new "
+                f"(every object; {when})"
+            )
+        if recorded:
+            new = [made.row_bytes + made.pack_bytes for made in recorded]
+            print(
+                f"inputs, after it:    {sum(new) / len(new) / KiB:.1f} KiB new per decision on "
+                f"average (rows {sum(m.row_bytes for m in recorded) / len(new) / KiB:.1f} KiB, "
+                f"packs {sum(m.pack_bytes for m in recorded) / len(new) / KiB:.1f} KiB; max "
+                f"{max(new) / KiB:.1f} KiB); on disk "
+                f"{(disk_after - disk_before) / len(new) / KiB:.1f} KiB per decision"
+            )
     print(
         f"lock hold/decision:  median {statistics.median(holds):.1f} ms, "
         f"p99 {percentile(holds, 0.99):.1f} ms "
@@ -207,6 +278,7 @@ def run(
         f"decision latency:    median {statistics.median(waits):.1f} ms, "
         f"p99 {percentile(waits, 0.99):.1f} ms (with the wait for the lock)"
     )
+    print(f"load average at the end: {load()}")
 
 
 def main() -> None:
@@ -217,6 +289,12 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=100)
     parser.add_argument("--batch", type=int, default=32, help="most decisions per acquisition")
     parser.add_argument(
+        "--burst-from-start",
+        action="store_true",
+        help="start the burst right after the first decision, while the recorder is still "
+        "storing every object (by default it waits for that first recording)",
+    )
+    parser.add_argument(
         "--no-inputs",
         action="store_true",
         help="do not record each decision's inputs (recorded by default, as the worker does, "
@@ -225,7 +303,15 @@ def main() -> None:
     args = parser.parse_args()
     for batch in sorted({1, args.batch}):
         print(f"-- at most {batch} decision(s) per acquisition of the lock")
-        run(args.nodes, args.decisions, args.threads, args.in_flight, batch, not args.no_inputs)
+        run(
+            args.nodes,
+            args.decisions,
+            args.threads,
+            args.in_flight,
+            batch,
+            not args.no_inputs,
+            args.burst_from_start,
+        )
 
 
 if __name__ == "__main__":

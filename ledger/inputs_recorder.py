@@ -2,14 +2,17 @@
 after its commit, so that neither the decision lock nor the activity waits for it.
 
 The decision path takes only references under its lock (`preemption.recorded_inputs.capture`)
-and hands them here with the row to store (`ledger.inputs.InputsRow`); this thread encodes
-them (`recorded_inputs.dumps`, reusing the JSON of pods and nodes already encoded),
-compresses and appends them (`ledger.inputs.record`), and prunes inputs older than the
-retention about once an hour. Its backlog is bounded: past it, a decision's row is a marker
-("not recorded: ..."), so a burst of decisions costs no more than the recorder keeps up with.
-While a decision is queued or under way in its process it yields (`busy`), for a bounded
-time. At shutdown (`close`) it records what is queued for a bounded time, then stops. A
-ledger that refuses is logged: the decision stands without its inputs.
+and hands them here with the row to store (`ledger.inputs.InputsRow`); this thread writes
+them out for the shared layout (`shared_form`: only what changed since the decision before
+is encoded and stored, `preemption.shared_inputs`), appends the decision's row with its new
+packs (`ledger.inputs.record`), and prunes inputs older than the retention about once an
+hour. Its backlog is bounded: past it, a decision's row is a marker ("not recorded: ..."),
+so a burst of decisions can never hold more captures than that. While a decision is queued
+or under way in its process it yields (`busy`), for a bounded time and only while its own
+backlog is short, so that the lock holder has the interpreter. At shutdown (`close`) it
+records what is queued for a bounded time, then stops. A ledger that refuses is logged: the
+decision stands without its inputs, and the next decision stores everything it references
+again (what the packer believed stored may not be).
 """
 
 from __future__ import annotations
@@ -23,24 +26,32 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import replace
 
+import orjson
 from sqlalchemy import Engine
 
 from preemptctl.ledger.errors import LedgerError
-from preemptctl.ledger.inputs import InputsRow, prune, record
-from preemptctl.preemption.recorded_inputs import Captured, EncodedCache, dumps
+from preemptctl.ledger.inputs import Appended, InputsRow, new_pack_id, prune, record
+from preemptctl.preemption.recorded_inputs import Captured
+from preemptctl.preemption.shared_inputs import InputsPacker, Shared
 
 log = logging.getLogger(__name__)
 
 INPUTS_MAX_BYTES = 4 * 1024 * 1024
-"""Compressed inputs above this are recorded as a "too large" marker (0: record none)."""
+"""A decision's own part (its row: preemptor, arguments, claims, decision and references)
+above this, compressed, is recorded as a "too large" marker (0: record none)."""
 INPUTS_RETENTION_DAYS = 30
 PRUNE_EVERY_SECONDS = 3600.0
-INPUTS_BACKLOG = 16
+INPUTS_BACKLOG = 256
 """Decisions whose inputs may wait for the recorder; past that, a marker says they were
-not recorded (recording a 5,000-node decision costs several times the decision itself, and
-a burst of decisions must not wait for it)."""
-YIELD_SECONDS = 5.0
-"""At most this long the recorder waits, per decision, for the decision path to be idle."""
+not recorded. A queued capture holds references only (three lists of the view's nodes:
+about 120 KiB at 5,000 nodes); the first decision after a start stores every object (a few
+seconds at 5,000 nodes), later ones what changed (milliseconds), so a burst that starts
+with the first decision is recorded whole."""
+YIELD_SECONDS = 0.5
+"""At most this long the recorder waits, per decision, for the decision path to be idle;
+it does not wait at all once a quarter of its backlog is queued."""
+RECENT = 10_000
+"""How many recent decisions' appended bytes the recorder keeps (`appended`)."""
 YIELD_POLL_SECONDS = 0.005
 CLOSE_SECONDS = 10.0
 """At shutdown, at most this long the recorder goes on recording what is queued."""
@@ -79,7 +90,9 @@ class InputsRecorder:
         self._closing = threading.Event()  # no more yielding to decisions: shutting down
         self._stop = threading.Event()  # past close's deadline: drop what is left
         self._pruned_at = -PRUNE_EVERY_SECONDS  # monotonic; the first recording prunes
-        self._encoded = EncodedCache()  # pods' and nodes' JSON, reused between decisions
+        self._packer = InputsPacker(new_pack_id)  # what is stored, between decisions
+        self.appended: deque[Appended] = deque(maxlen=RECENT)
+        """What each recorded decision appended (its row's and its new packs' bytes)."""
         self.skipped = 0
         """Decisions whose inputs were not recorded because the backlog was full."""
         self._behind: deque[InputsRow] = deque()
@@ -165,10 +178,14 @@ class InputsRecorder:
                 row, captured = item
                 try:
                     self._yield()
-                    self._append(replace(row, raw=dumps(captured, self._encoded)))
+                    shared = shared_form(self._packer, captured)
+                    raw = orjson.dumps(shared.document)
+                    if not self._append(replace(row, raw=raw), shared):
+                        self._packer.reset()  # what it believes stored may not be
                     self._prune()
                 except Exception:  # a bug here must not stop recording for good
                     log.exception("recording the inputs of run %s failed", row.run_id)
+                    self._packer.reset()
             finally:
                 self._mark_behind()
                 self._queue.task_done()
@@ -188,12 +205,24 @@ class InputsRecorder:
         small machine its cores. Bounded, so that a steady stream of decisions still gets
         its inputs recorded (or, once the backlog is full, marked as not recorded)."""
         deadline = time.monotonic() + YIELD_SECONDS
-        while not self._closing.is_set() and self._busy() and time.monotonic() < deadline:
+        short = max(1, self._backlog // 4)
+        while (
+            not self._closing.is_set()
+            and self._queue.qsize() < short
+            and self._busy()
+            and time.monotonic() < deadline
+        ):
             time.sleep(YIELD_POLL_SECONDS)
 
-    def _append(self, row: InputsRow) -> None:
+    def _append(self, row: InputsRow, shared: Shared | None = None) -> bool:
+        """Append the row (and the shared form's new packs); False when the ledger refused."""
         try:
-            record(self._ledger, row, max_bytes=self._max_bytes)
+            appended = record(
+                self._ledger,
+                row,
+                max_bytes=self._max_bytes,
+                packs=shared.packs if shared is not None else (),
+            )
         except LedgerError as error:
             log.warning(
                 "the inputs of the decision for %s (run %s) were not recorded: %s",
@@ -201,8 +230,14 @@ class InputsRecorder:
                 row.run_id,
                 error,
             )
+            return False
+        if shared is not None:
+            self.appended.append(appended)
+        return True
 
     def _prune(self) -> None:
+        """About hourly: the inputs older than the retention, and the packs no kept
+        decision references."""
         now = time.monotonic()
         if now - self._pruned_at < PRUNE_EVERY_SECONDS:
             return
@@ -214,3 +249,9 @@ class InputsRecorder:
             return
         if pruned:
             log.info("pruned %d decision input(s) older than %d days", pruned, self._retention_days)
+
+
+def shared_form(packer: InputsPacker, captured: Captured) -> Shared:
+    """One decision's inputs written out for the shared layout: its root and the packs of
+    what no decision before it stored (`InputsPacker.shared`)."""
+    return packer.shared(captured)

@@ -43,6 +43,8 @@ NAMING_CONVENTION = {
 EVENTS_TABLE = "preemption_events"
 UPSTREAM_TABLE = "upstream_preemptions"
 INPUTS_TABLE = "decision_inputs"
+PACKS_TABLE = "decision_input_packs"
+RETENTION_TABLE = "decision_inputs_retention"
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -151,14 +153,19 @@ class UpstreamPreemption(Base):
         UniqueConstraint("event_uid"),
         Index("ix_upstream_preemptions_occurred_at", "occurred_at"),
         Index("ix_upstream_preemptions_preemptor_uid", "preemptor_uid"),
+        # The shadow recorder's look-ups at scale: is this victim known, and the rows per
+        # namespace in the last hour (its cap).
+        Index("ix_upstream_preemptions_victim_uid", "victim_uid"),
+        Index("ix_upstream_preemptions_victim", "victim_namespace", "observed_at"),
     )
 
 
 class DecisionInput(Base):
     """What the planner was given for one decision, compressed, so that `preemptctl replay
-    --decision` can plan it again. Never updated; deleted only by retention pruning
-    (`prune_decision_inputs`). A row whose inputs were too large keeps `inputs` NULL and
-    says why in `omitted`."""
+    --decision` can plan it again: whole, or what is the decision's own with references to
+    objects in `decision_input_packs`. Never updated; deleted only by retention pruning
+    (`prune_decision_inputs`). A row whose inputs were not kept keeps `inputs` NULL and says
+    why in `omitted`."""
 
     __tablename__ = INPUTS_TABLE
 
@@ -185,7 +192,44 @@ class DecisionInput(Base):
     )
 
 
+class DecisionInputPack(Base):
+    """Objects decisions read (pods, nodes, ...) and the tree of references over them, each
+    stored once and referenced by the decisions that read it (`preemption.shared_inputs`):
+    a compressed JSON array. `id` is chosen by the recorder that appends it; no decision
+    recorded after `referenced_until` references it. Never updated; deleted only by
+    retention pruning (`prune_decision_inputs`)."""
+
+    __tablename__ = PACKS_TABLE
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    referenced_until: Mapped[datetime] = mapped_column(UTCDateTime())
+    objects: Mapped[int] = mapped_column(Integer)
+    encoding: Mapped[str] = mapped_column(String(32))
+    raw_bytes: Mapped[int] = mapped_column(BigInteger)
+    stored_bytes: Mapped[int] = mapped_column(BigInteger)
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+
+    __table_args__ = (Index("ix_decision_input_packs_referenced_until", "referenced_until"),)
+
+
+class DecisionInputsRetention(Base):
+    """One row: the fewest days decision inputs are kept, whatever a worker asks
+    (`prune_decision_inputs` keeps at least this). Only the ledger's owner may change it."""
+
+    __tablename__ = RETENTION_TABLE
+
+    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True, autoincrement=False)
+    minimum_days: Mapped[int] = mapped_column(Integer)
+
+    __table_args__ = (
+        CheckConstraint("id = 1", name="one_row"),
+        CheckConstraint("minimum_days >= 1", name="at_least_a_day"),
+    )
+
+
 events: Table = Base.metadata.tables[EVENTS_TABLE]
 """The table, for Core statements (inserts, keyset scans) where the ORM adds nothing."""
 upstream_preemptions: Table = Base.metadata.tables[UPSTREAM_TABLE]
 decision_inputs: Table = Base.metadata.tables[INPUTS_TABLE]
+decision_input_packs: Table = Base.metadata.tables[PACKS_TABLE]
+decision_inputs_retention: Table = Base.metadata.tables[RETENTION_TABLE]

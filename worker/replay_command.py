@@ -2,10 +2,13 @@
 
 `preemptctl replay --decision PREEMPTION-ID|RUN-ID` answers "would this version have evicted
 the same pods?": it loads the planner inputs the ledger recorded for that run's decision (or
-the preemption's latest decision), plans again with this version's planner, and prints
-`same decision`, or each difference (verdict, node, victims removed and added, the criterion
-that decided). Exit codes: 0 same decision, 3 a different decision, 2 no such decision
-(or bad usage), 1 the ledger unreachable or the inputs not kept (too large) or unreadable.
+the preemption's latest decision), a pod's or a pod group's, plans again with this version's
+planner, and prints `same decision`, or each difference (verdict, node, victims removed and
+added, for a group where a member is placed, the criterion that decided). The recorded
+inputs are read as untrusted data: sizes and counts are capped before anything is built, and
+what is damaged is one line naming the problem. Exit codes: 0 same decision, 3 a different
+decision, 2 no such decision (or bad usage), 1 the ledger unreachable or the inputs not kept
+(too large) or unreadable.
 
 `preemptctl replay HISTORY.json` checks workflow determinism only (can this version's
 workflow code resume that run?), not the planner's choice. Export a preemption's history
@@ -36,10 +39,11 @@ from preemptctl.ledger.engine import translated_errors
 from preemptctl.ledger.errors import LedgerError, LedgerUnavailableError
 from preemptctl.ledger.inputs import RECORDING_VERSION, RecordedInputs, latest
 from preemptctl.ledger.narrative import format_time
+from preemptctl.preemption.decision import Strategy
 from preemptctl.preemption.errors import PlannerInputError
-from preemptctl.preemption.inputs_replay import RecordedInputsError, compare, rebuild
-from preemptctl.preemption.planner import plan
-from preemptctl.preemption.recorded_inputs import decision_summary
+from preemptctl.preemption.inputs_replay import Rebuilt, RecordedInputsError, compare, rebuild
+from preemptctl.preemption.planner import plan_for, plan_group
+from preemptctl.preemption.recorded_inputs import decision_summary, group_decision_summary
 from preemptctl.worker.errors import Unavailable, UsageError, add_output_flag
 from preemptctl.worker.ledger_commands import open_ledger
 from preemptctl.worker.temporal_worker import workflow_runner
@@ -202,11 +206,10 @@ def replay_decision(args: argparse.Namespace) -> int:
 def replayed(recorded: RecordedInputs) -> dict[str, Any]:
     """The recorded decision planned again: both decisions, and how they differ."""
     try:
-        rebuilt = rebuild(recorded.document())
-        decision = plan(rebuilt.snapshot, rebuilt.preemptor.key, rebuilt.strategy, rebuilt.args)
-    except (ValueError, RecordedInputsError, PlannerInputError) as error:
+        rebuilt = rebuild(*recorded.replayable())
+        now = _planned(rebuilt)
+    except (ValueError, RecordedInputsError, PlannerInputError, LedgerError) as error:
         raise Unavailable(f"cannot replay the decision of run {recorded.run_id}: {error}") from None
-    now = decision_summary(decision)
     differences = compare(rebuilt.recorded, now)
     walked = sorted(set(now["evaluated"]) & rebuilt.summarised)
     return {
@@ -225,11 +228,24 @@ def replayed(recorded: RecordedInputs) -> dict[str, Any]:
     }
 
 
+def _planned(rebuilt: Rebuilt) -> dict[str, Any]:
+    """This version's decision over the rebuilt inputs, summarised as the recorded one."""
+    if rebuilt.preemptor is None:
+        group = plan_group(rebuilt.snapshot, rebuilt.pod_group, rebuilt.args)
+        return group_decision_summary(group)
+    strategy = Strategy(rebuilt.strategy)
+    return decision_summary(plan_for(rebuilt.snapshot, rebuilt.preemptor, strategy, rebuilt.args))
+
+
 def _outcome(summary: dict[str, Any]) -> str:
     verdict = str(summary["verdict"])
+    victims = ", ".join(f"{v['namespace']}/{v['name']}" for v in summary["victims"])
     if summary["node"]:
-        victims = ", ".join(f"{v['namespace']}/{v['name']}" for v in summary["victims"])
         verdict += f" on {summary['node']}: {victims or 'no victims'}"
+    elif summary.get("nominations"):
+        nodes = len(set(summary["nominations"].values()))
+        placed = len(summary["nominations"])
+        verdict += f": {placed} pod(s) placed on {nodes} node(s), victims {victims or 'none'}"
     if summary["criterion"]:
         verdict += f" (chosen by {summary['criterion']})"
     return verdict

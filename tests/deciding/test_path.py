@@ -342,14 +342,14 @@ def test_closing_past_its_deadline_drops_and_counts_what_is_still_queued(
     ledger: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stuck, release = threading.Event(), threading.Event()
-    encode = inputs_recorder.dumps
+    encode = inputs_recorder.shared_form
 
-    def slow_dumps(*args: Any) -> bytes:
+    def slow_dumps(*args: Any) -> Any:
         stuck.set()
         release.wait(10)
         return encode(*args)
 
-    monkeypatch.setattr(inputs_recorder, "dumps", slow_dumps)
+    monkeypatch.setattr(inputs_recorder, "shared_form", slow_dumps)
     view = three_full_nodes()
     path = view.path(ledger)
     assert path.inputs is not None

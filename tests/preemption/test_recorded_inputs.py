@@ -2,26 +2,23 @@
 
 Scenarios:
 - through JSON and back, the rebuilt inputs give the same decision: a plain preemptor whose
-  dry run stops early (most nodes recorded as sums only), anti-affinity, a zone spread,
-  existing pods repelling the preemptor, host ports, nominated pods, PDBs, a
-  ReadWriteOncePod claim, a namespaceSelector, a bound preemptor (critical admission), and
-  verdicts other than Preempt
-- a node recorded as sums keeps its summed requests and pod count, and no pod of it is
-  kept whole unless a rule needs it
-- a selector that matches unlabelled pods keeps every pod whole (stand-ins would match it)
-- on a node recorded as sums, a pod whose anti-affinity selects the preemptor is kept whole,
-  one whose anti-affinity selects other pods is not
-- `dumps` (pods' JSON reused across decisions) serialises exactly what `to_json` gives,
-  and a pod the view replaced is encoded afresh; the reused JSON stays within its limit,
-  the least recently used dropped first
+  dry run stops early, anti-affinity, a zone spread, existing pods repelling the preemptor,
+  host ports, nominated pods, PDBs, a ReadWriteOncePod claim, a namespaceSelector, a bound
+  preemptor (critical admission), verdicts other than Preempt, a whole group among the
+  victims, claims laid over the view
+- every node keeps every pod whole (nothing is summarised): a replay judges any node
+- a group decision's inputs (its PodGroup, its pending members, every other group) rebuild
+  the same group decision, for a PodGroup and for a group a label names
+- what is captured is the view at the capture: the view moving on afterwards changes
+  nothing written
+- inputs recorded in format 1 (most nodes' pods as sums) still replay, their sums standing
+  as pods that are never victims
 - each class's encoder (written out field by field) shows exactly the fields not at their
-  default
-- what the planner never reads (resourceVersion) is left out
+  default; what the planner never reads (resourceVersion) is left out
 - every field of a pod survives the round trip; a field this version does not know is
   ignored, one it knows and the inputs lack reads as its default
-- inputs in a newer format, or damaged, are refused with a `RecordedInputsError`
 - `compare` says nothing for the same decision, and names verdict, node, victims removed
-  and added, and the deciding criterion when they differ
+  and added, a group member placed elsewhere, and the deciding criterion when they differ
 """
 
 from __future__ import annotations
@@ -30,21 +27,22 @@ import dataclasses
 import json
 from typing import Any
 
-import orjson
 import pytest
 
+from preemptctl.preemption.claims import Claim, ClaimBook
 from preemptctl.preemption.dataclass_codec import decode, encode
 from preemptctl.preemption.decision import Decision, Strategy, Verdict
 from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.default_preemption import PreemptionArgs
-from preemptctl.preemption.inputs_replay import RecordedInputsError, compare, rebuild
+from preemptctl.preemption.inputs_replay import compare, rebuild
 from preemptctl.preemption.objects import Pod
-from preemptctl.preemption.planner import plan
+from preemptctl.preemption.planner import plan, plan_group
 from preemptctl.preemption.recorded_inputs import (
-    EncodedCache,
+    FORMAT,
     capture,
+    capture_group,
     decision_summary,
-    dumps,
+    group_decision_summary,
     to_json,
 )
 from preemptctl.preemption.snapshot import ClusterSnapshot
@@ -55,7 +53,7 @@ from tests.preemption.builders import (
     node,
     pdb,
     pod,
-    requirement,
+    pod_group,
     snapshot,
     spread,
     term,
@@ -106,7 +104,24 @@ def recorded(
 
 def replay(document: Json) -> Decision:
     rebuilt = rebuild(document)
-    return plan(rebuilt.snapshot, rebuilt.preemptor.key, rebuilt.strategy, rebuilt.args)
+    assert rebuilt.preemptor is not None
+    strategy = Strategy(rebuilt.strategy)
+    return plan(rebuilt.snapshot, rebuilt.preemptor.key, strategy, rebuilt.args)
+
+
+def whole_group_victims() -> list[Json]:
+    """A gang taken whole (`disruptionMode: all`), its members on two nodes."""
+    return [
+        node("node-1", cpu="2"),
+        node("node-2", cpu="2"),
+        node("node-3", cpu="2"),
+        pod_group("gang", priority=1, disruption="all"),
+        pod("g-1", cpu="2", node="node-1", group="gang", start=0),
+        pod("g-2", cpu="1", node="node-3", group="gang", start=0),
+        pod("plain", cpu="2", node="node-2", priority=5, start=0),
+        pod("keeper", cpu="1", node="node-3", priority=100),
+        pod("p", cpu="2", priority=10),
+    ]
 
 
 SCENARIOS: dict[str, tuple[list[Json], PreemptionArgs | None, Strategy]] = {
@@ -236,6 +251,7 @@ SCENARIOS: dict[str, tuple[list[Json], PreemptionArgs | None, Strategy]] = {
         None,
         Strategy.CRITICAL_ADMISSION,
     ),
+    "a whole group among the victims": (whole_group_victims(), None, Strategy.DEFAULT),
 }
 
 
@@ -248,28 +264,41 @@ def test_the_rebuilt_inputs_give_the_same_decision(scenario: str) -> None:
     assert again.to_json() == decision.to_json()
 
 
-def test_most_nodes_are_recorded_as_sums_when_the_dry_run_stops_early() -> None:
+def test_every_pod_is_kept_whole_on_every_node() -> None:
     items, args, _ = SCENARIOS["plain, dry run stopping early"]
-    decision, document, _ = recorded(items, "p", args)
-    evaluated = {verdict.node for verdict in decision.rationale.evaluated}
-    assert evaluated == {"n0"}
-    assert set(document["podSums"]) == {"n1", "n2", "n3", "n4", "n5"}
-    assert {p["node_name"] for p in document["pods"]} == {"n0"}
-
-
-def test_a_node_recorded_as_sums_keeps_its_requests_and_pod_count() -> None:
-    items, args, _ = SCENARIOS["plain, dry run stopping early"]
-    _, document, view = recorded(items, "p", args)
-    rebuilt = rebuild(document).snapshot
+    decision, document, view = recorded(items, "p", args)
+    assert {verdict.node for verdict in decision.rationale.evaluated} == {"n0"}
+    assert (document["format"], "podSums" in document) == (FORMAT, False)
+    assert sorted(p["name"] for p in document["pods"]) == sorted(
+        p.name for p in view.pods.values() if p.name != "p"
+    )
+    rebuilt = rebuild(document)
+    assert rebuilt.summarised == frozenset()
     for name in ("n0", "n2", "n5"):
-        before, after = view.node(name), rebuilt.node(name)
+        before, after = view.node(name), rebuilt.snapshot.node(name)
         assert before is not None and after is not None
-        assert (after.requested(), len(after.pods)) == (before.requested(), len(before.pods))
+        assert sorted(after.pods) == sorted(before.pods)
 
 
-def test_node_sums_are_those_of_the_capture_not_of_the_view_moving_on_after_it() -> None:
-    """The capture (under the lock) takes the sums; the encoding (after the commit) must
-    not read the view again, which the feed has changed meanwhile."""
+def test_claims_laid_over_the_view_are_what_is_captured() -> None:
+    """A claim hides its victims and places its preemptor: the capture, taken under it,
+    keeps the view as the planner saw it, and the replay decides the same."""
+    view = snapshot(*full_nodes(3), pod("first", priority=50, cpu="2"), pod("p", priority=100))
+    first = view.pod_by_key("default/first")
+    incoming = view.pod_by_key("default/p")
+    assert first is not None and incoming is not None
+    held = Claim(first.uid, "n0", frozenset({"uid-default-low-0-2", "uid-default-low-0-3"}))
+    with ClaimBook([held]).applied(view, ""):
+        decision = plan(view, incoming.key)
+        document = to_json(capture(view, incoming, Strategy.DEFAULT, None, decision))
+    names = {p["name"] for p in document["pods"]}
+    assert ("low-0-2" in names, "first" in names) == (False, True)
+    assert decision.nominated_node != "n0"
+    again = replay(json.loads(json.dumps(document)))
+    assert compare(decision_summary(decision), decision_summary(again)) == []
+
+
+def test_what_is_written_is_the_view_at_the_capture_not_as_it_moved_on() -> None:
     items, args, strategy = SCENARIOS["plain, dry run stopping early"]
     view = snapshot(*items)
     decision = plan(view, "default/p", strategy, args)
@@ -278,60 +307,110 @@ def test_node_sums_are_those_of_the_capture_not_of_the_view_moving_on_after_it()
     captured = capture(view, incoming, strategy, args, decision)
     assert view.remove_pod("uid-default-low-2-0") is not None
     view.upsert_pod(decode_pod(pod("late", node="n5", priority=1, cpu="3")))
-    document = json.loads(json.dumps(to_json(captured)))
-    rebuilt = rebuild(document).snapshot
+    rebuilt = rebuild(json.loads(json.dumps(to_json(captured)))).snapshot
     for name in ("n2", "n5"):
         after = rebuilt.node(name)
         assert after is not None
         assert (after.requested().milli_cpu, len(after.pods)) == (4000, 4)
 
 
-def test_a_selector_matching_unlabelled_pods_keeps_every_pod_whole() -> None:
-    anti = term(expressions=[requirement("app", "NotIn", "app-0")])
-    items = [*full_nodes(), pod("p", priority=100, cpu="1", pod_anti_affinity=[anti])]
-    decision, document, _ = recorded(items, "p", FEW_CANDIDATES)
-    assert document["podSums"] == {}
-    assert len(document["pods"]) == 24
+# -- group decisions ------------------------------------------------------------------------
+
+
+def gang_cluster(*extra: Json) -> list[Json]:
+    return [
+        node("node-1", cpu="1"),
+        node("node-2", cpu="1"),
+        node("node-3", cpu="1"),
+        pod("low-1", cpu="1", node="node-1", priority=1, start=0),
+        pod("low-2", cpu="1", node="node-2", priority=2, start=0),
+        pod("high-3", cpu="1", node="node-3", priority=500, start=0),
+        pod_group("other", priority=3, disruption="all"),
+        pod("o-1", cpu="0", node="node-1", group="other", start=0),
+        *extra,
+    ]
+
+
+def group_recorded(
+    items: list[Json], key: str, args: PreemptionArgs | None = None
+) -> tuple[Any, Json]:
+    view = snapshot(*items)
+    decision = plan_group(view, key, args)
+    document = to_json(capture_group(view, key, args, decision, ["claim-uid"]))
+    return decision, json.loads(json.dumps(document))
+
+
+def group_replay(document: Json) -> Any:
+    rebuilt = rebuild(document)
+    assert rebuilt.preemptor is None
+    return plan_group(rebuilt.snapshot, rebuilt.pod_group, rebuilt.args)
+
+
+def test_a_group_decision_rebuilds_the_same_group_decision() -> None:
+    items = gang_cluster(
+        pod_group("train", priority=100, min_count=2),
+        pod("t-1", cpu="1", group="train"),
+        pod("t-2", cpu="1", group="train"),
+    )
+    decision, document = group_recorded(items, "default/train")
+    assert decision.verdict is Verdict.PREEMPT
+    assert (document["strategy"], document["podGroup"], "preemptor" in document) == (
+        "pod-group",
+        "default/train",
+        False,
+    )
+    again = group_replay(document)
+    assert compare(group_decision_summary(decision), group_decision_summary(again)) == []
+    assert again.to_json() == decision.to_json()
+
+
+def test_a_label_named_group_decision_rebuilds_the_same_group_decision() -> None:
+    label = "kueue.x-k8s.io/pod-group-name"
+    items = gang_cluster(
+        *(pod(f"w-{i}", cpu="1", priority=100, labels={label: "job"}) for i in range(2))
+    )
+    args = PreemptionArgs(pod_group_label=label)
+    decision, document = group_recorded(items, "default/job", args)
+    assert decision.verdict is Verdict.PREEMPT
+    assert {p["name"] for p in document["pods"]} >= {"w-0", "w-1"}
+    again = group_replay(document)
+    assert compare(group_decision_summary(decision), group_decision_summary(again)) == []
+
+
+def test_a_member_placed_elsewhere_is_a_named_difference() -> None:
+    items = gang_cluster(
+        pod_group("train", priority=100, min_count=2),
+        pod("t-1", cpu="1", group="train"),
+        pod("t-2", cpu="1", group="train"),
+    )
+    decision, document = group_recorded(items, "default/train")
+    recorded_summary = group_decision_summary(decision)
+    moved = {**recorded_summary, "nominations": {"default/t-1": "node-3", "default/t-2": "node-2"}}
+    assert compare(moved, group_decision_summary(group_replay(document))) == [
+        "nominations: default/t-1 node-3 -> node-1"
+    ]
+
+
+# -- format 1 ---------------------------------------------------------------------------------
+
+
+def test_inputs_recorded_in_format_1_replay_with_their_sums_standing_as_pods() -> None:
+    """Format 1 kept the dry run's nodes whole and the others' pods as (count, requests,
+    ports); those stand as pods that are never victims."""
+    items, args, _ = SCENARIOS["plain, dry run stopping early"]
+    decision, document, _ = recorded(items, "p", args)
+    document["format"] = 1
+    document["pods"] = [p for p in document["pods"] if p["node_name"] == "n0"]
+    document["podSums"] = {f"n{n}": [4, {"milli_cpu": 4000}, []] for n in range(1, 6)}
+    del document["podGroups"]
+    rebuilt = rebuild(document)
+    assert rebuilt.summarised == frozenset({"n1", "n2", "n3", "n4", "n5"})
+    n2 = rebuilt.snapshot.node("n2")
+    assert n2 is not None and (n2.requested().milli_cpu, len(n2.pods)) == (4000, 4)
     assert compare(decision_summary(decision), decision_summary(replay(document))) == []
 
 
-def test_dumps_reuses_pods_json_and_encodes_a_replaced_pod_afresh() -> None:
-    view = snapshot(*full_nodes(1), pod("p", priority=100, cpu="1"))
-    incoming = view.pod_by_key("default/p")
-    assert incoming is not None
-    decision = plan(view, incoming.key)
-    cache = EncodedCache()
-    first = capture(view, incoming, Strategy.DEFAULT, None, decision)
-    assert dumps(first, cache) == dumps(first) == orjson.dumps(to_json(first))
-    assert json.loads(dumps(first)) == json.loads(json.dumps(to_json(first)))
-    kept = len(cache)
-    assert kept == len(first.nodes) + len(first.pods)
-    victim = view.pod_by_key("default/low-0-0")
-    assert victim is not None
-    view.upsert_pod(dataclasses.replace(victim, priority=5))
-    again = capture(view, incoming, Strategy.DEFAULT, None, decision)
-    [changed] = [p for p in json.loads(dumps(again, cache))["pods"] if p["name"] == "low-0-0"]
-    assert changed["priority"] == 5
-    assert len(cache) == kept + 1  # the replaced pod's entry stays until it is the oldest
-    assert dumps(again, cache) == dumps(again)
-
-
-def test_the_encoded_cache_stays_within_its_limit_dropping_the_least_recently_used() -> None:
-    view = snapshot(*full_nodes(3), pod("p", priority=100, cpu="1"))
-    incoming = view.pod_by_key("default/p")
-    assert incoming is not None
-    captured = capture(view, incoming, Strategy.DEFAULT, None, plan(view, incoming.key))
-    pods = captured.pods
-    whole = EncodedCache()
-    whole.encoded(pods)
-    cache = EncodedCache(max_bytes=whole.bytes // 2)
-    # the same JSON, whatever is kept
-    assert orjson.dumps(cache.encoded(pods)) == orjson.dumps(whole.encoded(pods))
-    assert 0 < cache.bytes <= cache.max_bytes * 3 // 4
-    assert len(cache) < len(pods)
-    newest = len(cache)
-    cache.encoded(pods[-newest:])  # all still kept: nothing dropped, nothing added
-    assert len(cache) == newest
+# -- the codec --------------------------------------------------------------------------------
 
 
 def test_the_fields_of_a_pod_are_encoded_as_the_generic_codec_does() -> None:
@@ -358,24 +437,6 @@ def test_the_fields_of_a_pod_are_encoded_as_the_generic_codec_does() -> None:
         "priority": 0,
         "requests": encode(full.requests),
     }
-
-
-def test_only_anti_affinity_that_selects_the_preemptor_keeps_its_pods_whole() -> None:
-    def guard(name: str, against: str) -> Json:
-        anti = [term(match_labels={"role": against})]
-        return pod(name, node="n4", priority=1000, cpu="0", pod_anti_affinity=anti)
-
-    items = [
-        *full_nodes(),
-        guard("repels-web", "web"),
-        guard("repels-db", "db"),
-        pod("p", priority=100, cpu="2", labels={"role": "web"}),
-    ]
-    decision, document, _ = recorded(items, "p", FEW_CANDIDATES)
-    assert "n4" in document["podSums"]
-    kept = {p["name"] for p in document["pods"] if p["node_name"] == "n4"}
-    assert kept == {"repels-web"}
-    assert compare(decision_summary(decision), decision_summary(replay(document))) == []
 
 
 def test_what_the_planner_never_reads_is_left_out() -> None:
@@ -415,17 +476,7 @@ def test_unknown_fields_are_ignored_and_missing_ones_read_as_defaults() -> None:
     assert (got.key, got.phase, got.labels, got.claims) == ("ns/x", "Pending", {}, ())
 
 
-def test_inputs_in_a_newer_format_are_refused() -> None:
-    _, document, _ = recorded([*full_nodes(1), pod("p", priority=100, cpu="1")], "p")
-    with pytest.raises(RecordedInputsError, match="format 2; this version reads up to 1"):
-        rebuild({**document, "format": 2})
-
-
-def test_damaged_inputs_are_refused() -> None:
-    _, document, _ = recorded([*full_nodes(1), pod("p", priority=100, cpu="1")], "p")
-    del document["nodes"]
-    with pytest.raises(RecordedInputsError, match="unreadable"):
-        rebuild(document)
+# -- compare ----------------------------------------------------------------------------------
 
 
 def test_the_same_decision_has_no_differences() -> None:
