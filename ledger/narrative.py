@@ -272,7 +272,18 @@ def fate_phrase(attempt: AttemptView, victim: VictimView) -> str:
 
 
 def outcome_phrase(attempt: AttemptView) -> str:
-    """How an attempt ended (or where it stands), with its cause and whether retrying helps."""
+    """How an attempt ended (or where it stands), with its cause and whether retrying helps;
+    and, when its preemptor was bound after it ended, that nothing is left to retry."""
+    phrase = _ended_phrase(attempt)
+    if attempt.bound_after_end:
+        phrase += (
+            f"; {attempt.preemptor.key} was bound to {attempt.scheduled_node or '?'} after it "
+            f"ended, at {format_time(attempt.scheduled_at)}: nothing left to retry"
+        )
+    return phrase
+
+
+def _ended_phrase(attempt: AttemptView) -> str:
     if attempt.outcome is None:
         return f"in progress ({attempt.status})"
     if attempt.outcome is Outcome.FAILED:
@@ -290,15 +301,25 @@ def outcome_phrase(attempt: AttemptView) -> str:
 
 
 def preemption_phrase(view: PreemptionView) -> str:
-    """The preemption as a whole: its latest attempt's outcome, and how many there were."""
+    """The preemption as a whole: its latest attempt's outcome, and how many there were
+    (and when its preemptor was bound after that attempt ended, where)."""
     count = len(view.attempts)
     tried = f"{count} attempt" + ("" if count == 1 else "s")
     if view.outcome is None:
         return f"in progress ({view.status}), {tried}"
+    latest = view.latest
+    if latest.bound_after_end:
+        return f"{view.outcome} after {tried}, then bound to {latest.scheduled_node or '?'}"
     return f"{view.outcome} after {tried}"
 
 
 def scheduling_phrase(attempt: AttemptView) -> str:
+    if attempt.bound_after_end:
+        return (
+            f"{attempt.preemptor.key} was bound to {attempt.scheduled_node or '?'} at "
+            f"{format_time(attempt.scheduled_at)}, after this attempt ended (placed by the "
+            "scheduler, not by this preemption)"
+        )
     if attempt.pod_group is not None:
         if attempt.scheduled_at is None:
             return (

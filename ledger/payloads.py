@@ -208,22 +208,31 @@ class Terminal:
 class Scheduled:
     """`preemptor_scheduled`: how long after the decision the preemptor was bound; for a
     group preemption, appended once minCount members are bound, with how many are
-    (`members_bound`)."""
+    (`members_bound`). `after_end`: the preemptor was bound after its run had ended
+    without it (a failed or aborted run, a parked pod the scheduler placed anyway),
+    appended by whoever saw the bind (`ledger.writer.record_bound_after_end`)."""
 
     seconds_since_decision: float | None = None
     members_bound: int | None = None
+    after_end: bool = False
 
     def to_json(self) -> dict[str, Any]:
         shown: dict[str, Any] = {"secondsSinceDecision": self.seconds_since_decision}
         if self.members_bound is not None:
             shown["membersBound"] = self.members_bound
+        if self.after_end:
+            shown["afterEnd"] = True
         return shown
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Scheduled:
         given = data.get("secondsSinceDecision")
         bound = data.get("membersBound")
-        return cls(None if given is None else float(given), None if bound is None else int(bound))
+        return cls(
+            None if given is None else float(given),
+            None if bound is None else int(bound),
+            bool(data.get("afterEnd", False)),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -163,6 +163,9 @@ class AttemptView:
     members: tuple[MemberView, ...] = ()
     nodes: tuple[str, ...] = ()
     members_bound: int | None = None  # as `preemptor_scheduled` said, for a group
+    # The preemptor was bound after this run had ended without it (a `preemptor_scheduled`
+    # after the run's terminal event): what the run left undone no longer needs doing.
+    bound_after_end: bool = False
 
     @property
     def victim_count(self) -> int:
@@ -177,8 +180,9 @@ class AttemptView:
 
     @property
     def parks(self) -> bool:
-        """It ended in a way retrying cannot cure: the worker parks the pod (RetryBook)."""
-        return self.outcome is not None and self.retryable is False
+        """It ended in a way retrying cannot cure: the worker parks the pod (RetryBook);
+        unless its preemptor was bound after it ended (nothing left to retry)."""
+        return self.outcome is not None and self.retryable is False and not self.bound_after_end
 
     @property
     def cause(self) -> str | None:
@@ -222,6 +226,8 @@ class AttemptView:
             shown["nodes"] = list(self.nodes)
             shown["members"] = [member.to_json() for member in self.members]
             shown["membersBound"] = self.members_bound
+        if self.bound_after_end:
+            shown["boundAfterEnd"] = True
         if link is not None:
             shown["uiUrl"] = link(self.preemption_id, self.run_id)
         return shown
@@ -268,7 +274,8 @@ class PreemptionView:
 
     @property
     def parked(self) -> bool:
-        """Parked per the ledger: the latest attempt ended non-retryably, none came after."""
+        """Parked per the ledger: the latest attempt ended non-retryably, none came after,
+        and its preemptor was not bound after it ended."""
         return self.latest.parks
 
     def to_json(self, link: Link | None = None) -> list[dict[str, Any]]:
@@ -478,6 +485,11 @@ def fold_attempt(
         members=members,
         nodes=_group_nodes(decision) if pod_group is not None else (),
         members_bound=members_bound,
+        bound_after_end=(
+            scheduled is not None
+            and terminal is not None
+            and (scheduled.id > terminal.id or Scheduled.from_json(scheduled.payload).after_end)
+        ),
     )
 
 

@@ -18,15 +18,19 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Engine, Insert, Table
+from sqlalchemy import Connection, Engine, Insert, Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from preemptctl.ledger.engine import translated_errors
 from preemptctl.ledger.events import LedgerEvent
+from preemptctl.ledger.kinds import TERMINAL_KINDS, EventKind
 from preemptctl.ledger.models import events
+from preemptctl.ledger.payloads import Scheduled
+from preemptctl.preemption.decision import PodRef
 
 ROWS_PER_STATEMENT = 500
 """Batches up to this size are one multi-row INSERT: atomic on its own, so no BEGIN/COMMIT."""
@@ -125,3 +129,51 @@ async def append_async(engine: Engine, ledger_event: LedgerEvent) -> bool:
 async def append_batch_async(engine: Engine, batch: Sequence[LedgerEvent]) -> int:
     """`append_batch` off the event loop, for async activities."""
     return await asyncio.to_thread(append_batch, engine, list(batch))
+
+
+def record_bound_after_end(
+    engine: Engine,
+    preemption_id: str,
+    preemptor: PodRef,
+    node: str,
+    occurred_at: datetime,
+) -> bool:
+    """Append that `preemptor` was bound to `node` after its preemption's latest run ended
+    without it (failed, aborted, or parked): so `history` and `explain` stop offering a
+    retry that would only refuse ("already bound"). Whoever sees the bind calls it (the
+    trigger loop, for a pod whose preemption ended unscheduled); the ledger holds the fact
+    from then on, for every reader, with no need to ask the cluster. Nothing is appended
+    for a run still going (it records its own scheduling), nor for one whose preemptor was
+    already recorded scheduled; once per run (its key). True when the run now says so."""
+    with translated_errors(engine), engine.begin() as connection:
+        latest = connection.execute(
+            select(events.c.run_id)
+            .where(events.c.preemption_id == preemption_id)
+            .order_by(events.c.id.desc())
+            .limit(1)
+        ).scalar_one_or_none()
+        if latest is None:
+            return False
+        kinds = set(
+            connection.execute(
+                select(events.c.kind).where(
+                    events.c.preemption_id == preemption_id, events.c.run_id == latest
+                )
+            ).scalars()
+        )
+        if not kinds & {kind.value for kind in TERMINAL_KINDS}:
+            return False  # still running: the run records its own scheduling
+        if EventKind.PREEMPTOR_SCHEDULED.value in kinds:
+            return True
+        event = LedgerEvent(
+            preemption_id,
+            str(latest),
+            EventKind.PREEMPTOR_SCHEDULED,
+            preemptor,
+            node=node,
+            payload=Scheduled(after_end=True).to_json(),
+            occurred_at=occurred_at,
+            step="after-end",
+        )
+        append_batch_on(connection, [event])
+    return True

@@ -34,6 +34,8 @@ Scenarios:
   error, one not written yet as such), each victim with its unit and node, minCount members
   bound as its scheduling; `history --json` says all of it
 - a group preemption still preempting is `preempting`, its members not nominated yet
+- a preemption that ended non-retryably is not parked once its preemptor was bound after it
+  ended: the attempt says where and when, the JSON says `boundAfterEnd`
 """
 
 from __future__ import annotations
@@ -452,3 +454,33 @@ def test_a_group_preemption_still_preempting() -> None:
     assert attempt.status is Status.PREEMPTING
     assert [m.effect for m in attempt.members] == [None] * 4
     assert fold_preemption(recorded(group_preemption(G, end=None)[:9])).pod_group == "ml/train-a"
+
+
+def test_a_preemptor_bound_after_its_failed_run_is_not_parked() -> None:
+    story = failed_attempt(P)
+    parked = fold_preemption(recorded(story))
+    assert parked.parked
+    story.append(
+        event(
+            P,
+            EventKind.PREEMPTOR_SCHEDULED,
+            T0 + timedelta(minutes=5),
+            node="node-2",
+            payload=Scheduled(after_end=True).to_json(),
+            step="after-end",
+        )
+    )
+    view = fold_preemption(recorded(story))
+    attempt = view.latest
+    assert not view.parked and not attempt.parks
+    assert (attempt.outcome, attempt.retryable, attempt.status) == (
+        Outcome.FAILED,
+        False,
+        Status.FINISHED,
+    )
+    assert (attempt.bound_after_end, attempt.scheduled_node, attempt.scheduled_at) == (
+        True,
+        "node-2",
+        T0 + timedelta(minutes=5),
+    )
+    assert attempt.to_json(1)["boundAfterEnd"] is True

@@ -15,6 +15,9 @@ Scenarios:
 - the idempotency key depends only on what identifies the event, not on when it ran
 - an event refuses a naive timestamp
 - SQLite appends are idempotent too
+- a preemptor bound after its preemption's latest run ended unscheduled is recorded on that
+  run, once (`after-end`); not for a run still going, not again when the run recorded its
+  scheduling, not for a preemption the ledger does not know
 """
 
 from __future__ import annotations
@@ -33,13 +36,21 @@ from preemptctl.ledger.events import LedgerEvent, decision_events, idempotency_k
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.models import events
 from preemptctl.ledger.queries import events_of
-from preemptctl.ledger.writer import append, append_async, append_batch, append_batch_async
+from preemptctl.ledger.writer import (
+    append,
+    append_async,
+    append_batch,
+    append_batch_async,
+    record_bound_after_end,
+)
 from tests.ledger.builders import (
     API,
     BATCH_7,
     BATCH_8,
     T0,
+    completed_preemption,
     event,
+    failed_attempt,
     four_candidate,
 )
 
@@ -181,3 +192,38 @@ def test_sqlite_appends_are_idempotent(sqlite_engine: Engine) -> None:
     assert [append(sqlite_engine, same), append(sqlite_engine, same)] == [True, False]
     assert append_batch(sqlite_engine, [same, event("p-1", EventKind.COMPLETED, T0)]) == 1
     assert _count(sqlite_engine) == 2
+
+
+def _kinds_of(engine: Engine, preemption_id: str) -> list[tuple[str, str, str | None]]:
+    with engine.connect() as connection:
+        return [(e.run_id, e.kind.value, e.node) for e in events_of(connection, [preemption_id])]
+
+
+def test_a_preemptor_bound_after_its_run_ended_is_recorded_once(sqlite_engine: Engine) -> None:
+    append_batch(sqlite_engine, failed_attempt("p-1"))
+    later = T0 + timedelta(minutes=5)
+    assert record_bound_after_end(sqlite_engine, "p-1", API, "node-2", later) is True
+    assert record_bound_after_end(sqlite_engine, "p-1", API, "node-2", later) is True
+    scheduled = [k for k in _kinds_of(sqlite_engine, "p-1") if k[1] == "preemptor_scheduled"]
+    assert scheduled == [("run-1", "preemptor_scheduled", "node-2")]
+    with sqlite_engine.connect() as connection:
+        [row] = [e for e in events_of(connection, ["p-1"]) if e.kind.value == "preemptor_scheduled"]
+    assert (row.payload, row.idempotency_key) == (
+        {"secondsSinceDecision": None, "afterEnd": True},
+        "p-1/run-1/preemptor_scheduled//after-end",
+    )
+
+
+def test_no_bound_after_end_for_a_running_a_scheduled_or_an_unknown_preemption(
+    sqlite_engine: Engine,
+) -> None:
+    append_batch(sqlite_engine, decision_events("p-running", "run-1", API, four_candidate(), T0))
+    append_batch(sqlite_engine, completed_preemption("p-done"))
+    later = T0 + timedelta(minutes=5)
+    assert record_bound_after_end(sqlite_engine, "p-running", API, "node-2", later) is False
+    assert record_bound_after_end(sqlite_engine, "p-done", API, "node-3", later) is True
+    assert record_bound_after_end(sqlite_engine, "p-unknown", API, "node-2", later) is False
+    assert [k for k in _kinds_of(sqlite_engine, "p-running") if k[1] == "preemptor_scheduled"] == []
+    assert (
+        len([k for k in _kinds_of(sqlite_engine, "p-done") if k[1] == "preemptor_scheduled"]) == 1
+    )

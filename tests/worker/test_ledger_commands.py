@@ -33,6 +33,9 @@ Scenarios:
 - durations and ISO times are both accepted by --since
 - a group preemption in history: its group as preemptor, "pod group" in its header, the
   number of nodes it touches; explain tells it as a preempting pod group, in the group's words
+- a parked pod later bound by the scheduler (recorded in the ledger) is parked no more:
+  `--parked` leaves it out, `--outcome failed` says where it was bound and offers no retry,
+  explain says nothing is left to retry
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from preemptctl import migrations
 from preemptctl.ledger.engine import DATABASE_URL_ENV, create_ledger_engine
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.vocabulary import Outcome
-from preemptctl.ledger.writer import append_batch
+from preemptctl.ledger.writer import append_batch, record_bound_after_end
 from preemptctl.preemption.decision import PodRef
 from preemptctl.worker.cli import main
 from preemptctl.worker.errors import UsageError
@@ -628,3 +631,30 @@ def test_explain_tells_a_group_preemption(
     )
     code, out, _ = _run(capsys, "explain", "ml/train-b-2", "--database-url", group_url)
     assert "deleted by the preemption for the pod group ml/train-a (priority 1000) on node-3" in out
+
+
+def test_a_parked_pod_bound_later_is_parked_no_more(
+    capsys: pytest.CaptureFixture[str], attempts_url: str
+) -> None:
+    engine = create_ledger_engine(attempts_url)
+    bound = record_bound_after_end(
+        engine, "p-parked", WEB, "node-2", T0 + timedelta(hours=1, minutes=5)
+    )
+    engine.dispose()
+    assert bound
+    code, out, _ = _run(capsys, "history", "--parked", "--database-url", attempts_url)
+    assert (code, out) == (0, "no parked preemptions in the ledger\n")
+    code, out, _ = _run(capsys, "history", "--outcome", "failed", "--database-url", attempts_url)
+    assert out.splitlines()[1] == (
+        "prod/web-1     p-parked: failed after 1 attempt, then bound to node-2"
+    )
+    assert "retry" not in out
+    code, out, _ = _run(capsys, "explain", "prod/web-1", "--database-url", attempts_url)
+    assert (
+        "prod/web-1 was bound to node-2 after it ended, at 2026-11-21 13:05:00Z: nothing left "
+        "to retry" in out
+    )
+    assert (
+        "prod/web-1 was bound to node-2 at 2026-11-21 13:05:00Z, after this attempt ended "
+        "(placed by the scheduler, not by this preemption)" in out
+    )
