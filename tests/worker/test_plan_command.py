@@ -16,7 +16,8 @@ Scenarios:
   victims most important first); `--pod` on a member is Ineligible naming its group; an
   unknown or malformed group, or a key that is not NAMESPACE/NAME, is one line and exit 2;
   `--pod` and `--pod-group` exclude each other; `--pod-group-label` takes a label-named
-  group whole; `plan --help` states the contracts itself, pointing to no file;
+  group whole, also a member whose labels exceed the planner's caps (the label is kept);
+  `plan --help` states the contracts itself, pointing to no file;
 - the installed `preemptctl` on the bundled online/offline scenario preempts the two batch
   pods on node-1 by minSumPriorities and clears the lower-priority nomination there.
 """
@@ -495,6 +496,24 @@ def test_label_named_groups_are_taken_whole_with_the_flag(
         node("n2", cpu="1"),
         pod("k-1", cpu="1", node="n1", priority=1, labels={label: "job"}),
         pod("k-2", cpu="1", node="n2", priority=1, labels={label: "job"}),
+        pod("p", cpu="1", priority=10),
+    )
+    code, out, _ = run_plan(capsys, write(tmp_path, items), "default/p", "--pod-group-label", label)
+    assert (code, [v["name"] for v in json.loads(out)["victims"]]) == (0, ["k-1", "k-2"])
+
+
+def test_the_group_label_is_kept_on_a_member_whose_labels_exceed_the_caps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """k-2 carries 100 labels (beyond the cap of 64): the planner keeps only the label the
+    flag names, so k-2 still belongs to the group, which is taken whole."""
+    label = "kueue.x-k8s.io/pod-group-name"
+    crowded = {f"tenant.example.com/k{i}": "v" for i in range(100)}
+    items = listing(
+        node("n1", cpu="1"),
+        node("n2", cpu="1"),
+        pod("k-1", cpu="1", node="n1", priority=1, labels={label: "job"}),
+        pod("k-2", cpu="1", node="n2", priority=1, labels={label: "job", **crowded}),
         pod("p", cpu="1", priority=10),
     )
     code, out, _ = run_plan(capsys, write(tmp_path, items), "default/p", "--pod-group-label", label)
