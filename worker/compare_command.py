@@ -29,9 +29,10 @@ and the command says what compare needs instead of a ratio against nothing. A `P
 decision we carried out (not a dry run) is counted apart too: kube-scheduler had nothing
 left to preempt for it.
 
-What the cluster wrote (names, node names, messages) is shown through `printable`, so an
-Event's text cannot move the operator's cursor, retitle the terminal or hide part of a line;
-`-o json` escapes the same characters (as JSON escapes: the values read back unchanged).
+What the cluster wrote (names, node names, messages) is shown through `worker.terminal`'s
+`printable`, so an Event's text cannot move the operator's cursor, retitle the terminal or
+hide part of a line; `-o json` escapes the same characters (as JSON escapes: the values
+read back unchanged).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from preemptctl.ledger.upstream import (
 )
 from preemptctl.worker.errors import add_output_flag
 from preemptctl.worker.ledger_commands import open_ledger, parse_since
+from preemptctl.worker.terminal import printable, printable_json
 
 PREEMPT = "Preempt"
 NOTICE_WIDTH = 92  # the table's notices, wrapped
@@ -258,43 +260,6 @@ def compare(
 def carried_out(decision: OurDecision | None) -> bool:
     """A `Preempt` decision of a run that acted: not shadow mode's."""
     return decision is not None and decision.verdict == PREEMPT and not decision.dry_run
-
-
-# -- what the cluster wrote, made safe to print ---------------------------------------------------
-
-
-def _escape(character: str) -> str:
-    code = ord(character)
-    if code <= 0xFF:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-
-
-def printable(text: str) -> str:
-    """`text` with every character `str.isprintable` refuses (C0 and C1 controls such as ESC
-    and CSI, bidirectional overrides, line separators, unassigned code points) written as a
-    Python-style escape (`\\x1b`), so what the cluster wrote cannot act on the terminal.
-    Printable text comes back unchanged."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else _escape(c) for c in text)
-
-
-def _json_escape(character: str) -> str:
-    code = ord(character)
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    code -= 0x10000
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-
-
-def printable_json(document: str) -> str:
-    """A JSON text (as orjson writes it) with every character `printable` would escape, other
-    than the layout's newlines, written as a JSON `\\u` escape: the same values once parsed.
-    Outside strings a JSON text is ASCII and printable, so only string contents change."""
-    if document.replace("\n", "").isprintable():
-        return document
-    return "".join(c if c == "\n" or c.isprintable() else _json_escape(c) for c in document)
 
 
 # -- the command ------------------------------------------------------------------------------

@@ -5,6 +5,11 @@ prints one record per attempt; `--parked` lists preemptions parked per the ledge
 Temporal UI address (`--temporal-ui-url`, `PREEMPT_TEMPORAL_UI_URL` or the settings file,
 loaded as the worker loads them), `history` and `explain` print a link per attempt.
 
+Everything printed goes through `worker.terminal` (`printable`; `printable_json` for `-o
+json`): names, admission webhook messages and Event text in the ledger are written by whoever
+may create pods, and must not act on the reader's terminal. The UI address in a link is
+masked (`ledger.engine.masked_url`): a password in it is never printed.
+
 The database is `--database-url`, else `PREEMPT_DATABASE_URL`, else (history and explain)
 the settings file's `database_url`, else the embedded SQLite file
 (`ledger.engine.default_sqlite_path`). Every flag value is validated here rather than
@@ -35,6 +40,7 @@ from preemptctl.ledger.engine import (
     configured_url,
     create_ledger_engine,
     display_url,
+    masked_url,
     normalise_url,
     sqlite_path,
     translated_errors,
@@ -52,6 +58,7 @@ from preemptctl.ledger.queries import HistoryQuery, explain, history
 from preemptctl.ledger.views import AttemptView, Link, PreemptionView
 from preemptctl.ledger.vocabulary import Outcome
 from preemptctl.worker.errors import Unavailable, UsageError, add_output_flag
+from preemptctl.worker.terminal import printable, printable_json, printable_lines
 
 if TYPE_CHECKING:
     from preemptctl.worker.config import Settings
@@ -293,10 +300,11 @@ WIDE_COLUMNS = (*HISTORY_COLUMNS, "STARTED BY", "SCHEDULED", "RUN")
 
 
 def ui_link(settings: Settings) -> Link | None:
-    """Links to a run's page in the Temporal UI, when its address is configured."""
+    """Links to a run's page in the Temporal UI, when its address is configured (its
+    secrets masked: a link is printed, and a password in the address must not be)."""
     if not settings.temporal_ui_url:
         return None
-    base = settings.temporal_ui_url.rstrip("/")
+    base = masked_url(settings.temporal_ui_url).rstrip("/")
     namespace = quote(settings.temporal_namespace, safe="")
 
     def link(workflow_id: str, run_id: str) -> str:
@@ -412,13 +420,17 @@ def parked_record(view: PreemptionView, link: Link | None) -> dict[str, Any]:
 
 
 def _print_records(records: Sequence[dict[str, Any]], output: str) -> None:
+    """One JSON object per line (escaped by `printable_json`), or YAML documents (PyYAML
+    writes a string holding a control character double-quoted, escaped)."""
     if output == "json":
         for record in records:
-            sys.stdout.buffer.write(orjson.dumps(record) + b"\n")
+            line = printable_json(orjson.dumps(record).decode())
+            sys.stdout.buffer.write(line.encode() + b"\n")
         sys.stdout.flush()
         return
     documents = [orjson.loads(orjson.dumps(record)) for record in records]
-    sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False) if documents else "")
+    text = yaml.safe_dump_all(documents, sort_keys=False) if documents else ""
+    sys.stdout.write(printable_lines(text))
 
 
 def run_history(args: argparse.Namespace) -> int:
@@ -443,10 +455,11 @@ def run_history(args: argparse.Namespace) -> int:
         print("no parked preemptions in the ledger" if args.parked else NOTHING_MATCHES)
         return 0
     if args.parked:
-        sys.stdout.write(render_parked(views, link))
+        sys.stdout.write(printable_lines(render_parked(views, link)))
         return 0
     wide = args.output == "wide"
-    sys.stdout.write(render_grouped(views, WIDE_COLUMNS if wide else HISTORY_COLUMNS, wide, link))
+    table = render_grouped(views, WIDE_COLUMNS if wide else HISTORY_COLUMNS, wide, link)
+    sys.stdout.write(printable_lines(table))
     return 0
 
 
@@ -457,7 +470,9 @@ def run_explain(args: argparse.Namespace) -> int:
     with open_ledger(args) as engine:
         story = explain(engine, namespace, name, limit)
     if not story.known:
-        raise UsageError(f"{namespace}/{name} is not in the ledger, as preemptor or as victim")
+        raise UsageError(
+            printable(f"{namespace}/{name} is not in the ledger, as preemptor or as victim")
+        )
     blocks: list[list[str]] = []
     if story.as_victim:
         count = len(story.as_victim)
@@ -472,5 +487,5 @@ def run_explain(args: argparse.Namespace) -> int:
         )
         blocks.append([f"{namespace}/{name} as {role} ({count}, newest first):"])
         blocks.extend(preemptor_story(view, link) for view in story.as_preemptor)
-    sys.stdout.write("\n".join("\n".join(block) + "\n" for block in blocks))
+    sys.stdout.write(printable_lines("\n".join("\n".join(block) + "\n" for block in blocks)))
     return 0

@@ -62,11 +62,11 @@ from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import Decision, PodRef, Rationale, Strategy, Verdict
 from preemptctl.preemption.upstream import UpstreamPreemption
 from preemptctl.worker.cli import main
-from preemptctl.worker.compare_command import printable
 from preemptctl.worker.config import load_settings
 from preemptctl.worker.connections import connect_cluster
 from preemptctl.worker.dev_command import free_port
 from preemptctl.worker.runtime import running_controller
+from preemptctl.worker.terminal import printable
 from tests.support.emulator import as_list, node, pod
 
 NOW = datetime.now(UTC).replace(microsecond=0)

@@ -33,6 +33,11 @@ Scenarios:
 - durations and ISO times are both accepted by --since
 - a group preemption in history: its group as preemptor, "pod group" in its header, the
   number of nodes it touches; explain tells it as a preempting pod group, in the group's words
+- text the ledger keeps as the cluster wrote it (an admission webhook's message with ESC, OSC
+  and CSI sequences, a bidi override) is printed escaped by history (table, --parked, -o
+  json, -o yaml) and explain: nothing reaches the terminal raw, and JSON reads back the
+  same values;
+- a UI address with user info prints its links with the password masked;
 - a parked pod later bound by the scheduler (recorded in the ledger) is parked no more:
   `--parked` leaves it out, `--outcome failed` says where it was bound and offers no retry,
   explain says nothing is left to retry
@@ -658,3 +663,56 @@ def test_a_parked_pod_bound_later_is_parked_no_more(
         "prod/web-1 was bound to node-2 at 2026-11-21 13:05:00Z, after this attempt ended "
         "(placed by the scheduler, not by this preemption)" in out
     )
+
+
+HOSTILE = "denied \x1b]0;owned\x07\x1b[2J\x9b31m \u202egnp.exe"
+SHOWN = "denied \\x1b]0;owned\\x07\\x1b[2J\\x9b31m \\u202egnp.exe"
+
+
+@pytest.fixture
+def hostile_url(tmp_path: Path) -> str:
+    """A SQLite ledger where prod/web-1's preemption failed with a webhook message that
+    carries terminal escapes (OSC retitle, clear screen, 8-bit CSI, a bidi override)."""
+    url = f"sqlite:///{tmp_path / 'hostile.sqlite'}"
+    migrations.upgrade(url)
+    engine = create_ledger_engine(url)
+    append_batch(engine, failed_attempt("p-hostile", preemptor=WEB, victims=[LOW], error=HOSTILE))
+    engine.dispose()
+    return url
+
+
+def _raw(text: str) -> bool:
+    return any(c in text for c in ("\x1b", "\x07", "\x9b", "\u202e"))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["history", "--parked"], ["history", "-o", "yaml"], ["explain", "prod/web-1"]],
+    ids=["parked", "yaml", "explain"],
+)
+def test_ledger_text_with_terminal_escapes_is_printed_escaped(
+    capsys: pytest.CaptureFixture[str], hostile_url: str, argv: list[str]
+) -> None:
+    code, out, _ = _run(capsys, *argv, "--database-url", hostile_url)
+    assert code == 0 and not _raw(out)
+    if argv[-1] != "yaml":
+        assert SHOWN in out
+
+
+def test_ledger_text_with_terminal_escapes_reads_back_from_json(
+    capsysbinary: pytest.CaptureFixture[bytes], hostile_url: str
+) -> None:
+    code = main(["history", "--json", "--database-url", hostile_url])
+    out = capsysbinary.readouterr().out.decode()
+    assert code == 0 and not _raw(out)
+    assert orjson.loads(out)["error"] == HOSTILE
+
+
+def test_a_ui_address_with_a_password_is_printed_masked(
+    capsys: pytest.CaptureFixture[str], hostile_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PREEMPT_TEMPORAL_UI_URL", "http://admin:s3cret@ui.example:8080/")
+    for argv in (["history"], ["explain", "prod/web-1"]):
+        code, out, _ = _run(capsys, *argv, "--database-url", hostile_url)
+        assert code == 0 and "s3cret" not in out
+        assert "http://admin:***@ui.example:8080/namespaces/default/workflows/p-hostile/" in out
