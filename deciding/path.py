@@ -37,8 +37,7 @@ order would, for one lock, one claims read and one commit.
 
 After the commit, outside the lock, what each planner run was given is handed to the
 ledger's inputs recorder (`ledger.inputs_recorder`): under the lock only references are taken
-(`preemption.recorded_inputs.capture`). A group decision's inputs are not captured:
-`preemption.recorded_inputs` has no capture for a group's planner run yet. Nothing here
+(`preemption.recorded_inputs.capture`, `capture_group` for a group). Nothing here
 knows Temporal: the path is also what `benchmarks/decision_path.py` measures, and each lock
 hold's duration is kept in `holds`.
 """
@@ -85,7 +84,7 @@ from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.group_decision import GroupDecision, GroupRef
 from preemptctl.preemption.objects import Pod, PodGroup
 from preemptctl.preemption.planner import plan_for, plan_group
-from preemptctl.preemption.recorded_inputs import Captured, capture
+from preemptctl.preemption.recorded_inputs import Captured, capture, capture_group
 from preemptctl.preemption.snapshot import ClusterSnapshot
 from preemptctl.preemption.standing import (
     GroupStanding,
@@ -197,6 +196,7 @@ class _GroupJob:
 
     request: GroupDecisionRequest
     fresh: PodGroup | None
+    captured: Captured | None = None
 
     @property
     def holder(self) -> str:
@@ -297,6 +297,7 @@ class DecisionPath:
         if isinstance(job, Stopped):
             return DecidedGroup(None, stopped=job.reason, message=job.reason)
         decided = self._submit(job, beat)
+        self._record_inputs(job)
         assert isinstance(decided, DecidedGroup)
         return decided
 
@@ -396,12 +397,18 @@ class DecisionPath:
                 )
         return decision
 
-    def _plan_group(self, snapshot: ClusterSnapshot, job: _GroupJob) -> GroupDecision:
+    def _plan_group(
+        self, snapshot: ClusterSnapshot, job: _GroupJob, respected: list[str]
+    ) -> GroupDecision:
         """4) The planner's decision for the group over the snapshot (claims laid over it),
-        with its PodGroup as step 1 read it."""
+        with its PodGroup as step 1 read it; references to its inputs kept on the job."""
         self._decisions += 1
+        key = job.request.group.key
         with _planning_with_group(snapshot, job.fresh):
-            return plan_group(snapshot, job.request.group.key, self._planner_args)
+            decision = plan_group(snapshot, key, self._planner_args)
+            if self._inputs_max_bytes:
+                job.captured = capture_group(snapshot, key, self._planner_args, decision, respected)
+        return decision
 
     def _budget(
         self,
@@ -537,7 +544,7 @@ class DecisionPath:
     ) -> Claim | None:
         request = job.request
         names = [claim.holder for claim in respected]
-        decision = self._plan_group(snapshot, job)
+        decision = self._plan_group(snapshot, job, [claim.preemptor_uid for claim in respected])
         wait = self._budget(db, request, decision.verdict, len(decision.victims))
         if wait:
             message = _held_back(self._evictions_per_minute, len(decision.victims), wait)
@@ -553,7 +560,7 @@ class DecisionPath:
         waiting.answer = DecidedGroup(decision, "", 0.0, decision.message, names)
         return _group_claim_of(snapshot, request, decision)
 
-    def _record_inputs(self, job: _Job) -> None:
+    def _record_inputs(self, job: _AnyJob) -> None:
         """After the commit: hand the decision's inputs to the recorder (never waits)."""
         captured, job.captured = job.captured, None
         if captured is None or self.inputs is None:
@@ -562,7 +569,9 @@ class DecisionPath:
         row = InputsRow(
             request.preemption_id,
             request.run_id,
-            request.preemptor,
+            request.preemptor
+            if isinstance(request, DecisionRequest)
+            else request.group.as_preemptor(),
             request.occurred_at,
             step=request.throttled,
         )

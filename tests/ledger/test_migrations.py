@@ -13,12 +13,19 @@ Scenarios:
 - `preemptctl history` of a release runs against a ledger one migration ahead of it
 - upstream_preemptions (0003) is append-only on Postgres (UPDATE, DELETE, TRUNCATE refused)
   and SQLite (UPDATE, DELETE refused); a second row for the same Event UID is refused
-- decision_inputs (0003) refuses UPDATE, TRUNCATE and an ad-hoc DELETE on Postgres, even to
-  its owner; `prune_decision_inputs(days)` deletes exactly the rows older than that, refuses
-  fewer than one day, and a DELETE after it in the same transaction is refused again
-- on SQLite decision_inputs refuses UPDATE and allows the pruning DELETE
+- decision_inputs and decision_input_packs (0003) refuse UPDATE, TRUNCATE and an ad-hoc
+  DELETE on Postgres, even to their owner, and even with the session setting the first guard
+  honoured (`preemptctl.pruning_decision_inputs`: any session could set it);
+  `prune_decision_inputs(days)` deletes exactly the rows older than that, refuses fewer
+  than one day, keeps at least the ledger's minimum retention (30 days as migrated), and a
+  DELETE after it in the same transaction is refused again
+- on SQLite decision_inputs and decision_input_packs refuse UPDATE and allow the pruning
+  DELETE
 - 0003 grants what 0002 does: a role that appends to preemption_events appends to and
-  reads both tables and may prune; a role that reads it reads them; nobody else may prune
+  reads the new tables and may prune; a role that reads it reads them; both read the
+  minimum retention and neither may change it; nobody else may prune
+- upstream_preemptions is indexed for the shadow recorder: by victim UID, and by victim
+  namespace and observation time
 - downgrading 0003 removes its tables and functions, and upgrading again works
 - the last release (head 0002) still starts against this release's schema (one migration ahead)
 """
@@ -42,6 +49,7 @@ from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.ledger.models import (
     EVENTS_TABLE,
     Base,
+    decision_input_packs,
     decision_inputs,
     upstream_preemptions,
 )
@@ -259,6 +267,21 @@ def _inputs_row(key: str, recorded_at: datetime = NOW) -> dict[str, object]:
     }
 
 
+DAY = timedelta(days=1)
+
+
+def _pack_row(pack_id: int, referenced_until: datetime = NOW) -> dict[str, object]:
+    return {
+        "id": pack_id,
+        "referenced_until": referenced_until,
+        "objects": 0,
+        "encoding": "json+zlib",
+        "raw_bytes": 2,
+        "stored_bytes": 10,
+        "body": b"x" * 10,
+    }
+
+
 def _count(engine: Engine, table: str) -> int:
     with engine.connect() as connection:
         return int(connection.execute(text(f"SELECT count(*) FROM {table}")).scalar_one())
@@ -308,16 +331,26 @@ def test_an_event_is_recorded_once_whoever_observes_it(pg_engine: Engine) -> Non
         "UPDATE decision_inputs SET omitted = 'changed'",
         "DELETE FROM decision_inputs",
         "TRUNCATE decision_inputs",
+        "UPDATE decision_input_packs SET objects = 0",
+        "DELETE FROM decision_input_packs",
+        "TRUNCATE decision_input_packs",
     ],
 )
+@pytest.mark.parametrize("old_guard", [False, True], ids=["", "with the old guard's setting"])
 def test_postgres_decision_inputs_refuses_changes_even_to_the_owner(
-    pg_engine: Engine, statement: str
+    pg_engine: Engine, statement: str, old_guard: bool
 ) -> None:
     with pg_engine.begin() as connection:
         connection.execute(insert(decision_inputs), _inputs_row("k-1"))
+        connection.execute(insert(decision_input_packs), _pack_row(1))
     with pytest.raises(DBAPIError, match="append-only"), pg_engine.begin() as connection:
+        if old_guard:
+            connection.execute(text("SET LOCAL preemptctl.pruning_decision_inputs = 'on'"))
         connection.execute(text(statement))
-    assert _count(pg_engine, "decision_inputs") == 1
+    assert (_count(pg_engine, "decision_inputs"), _count(pg_engine, "decision_input_packs")) == (
+        1,
+        1,
+    )
 
 
 def test_pruning_deletes_exactly_the_rows_older_than_the_retention(pg_engine: Engine) -> None:
@@ -338,6 +371,38 @@ def test_pruning_deletes_exactly_the_rows_older_than_the_retention(pg_engine: En
     assert kept == {"recent", "new"}
 
 
+def test_pruning_keeps_at_least_the_ledgers_minimum_retention(pg_engine: Engine) -> None:
+    with pg_engine.begin() as connection:
+        connection.execute(
+            insert(decision_inputs),
+            [_inputs_row("old", NOW - timedelta(days=31)), _inputs_row("two-days", NOW - DAY * 2)],
+        )
+    with pg_engine.begin() as connection:
+        pruned = connection.execute(text("SELECT prune_decision_inputs(1)")).scalar_one()
+    assert (pruned, _count(pg_engine, "decision_inputs")) == (1, 1)
+    with pg_engine.begin() as connection:  # the owner lowers the minimum
+        connection.execute(text("UPDATE decision_inputs_retention SET minimum_days = 1"))
+        pruned = connection.execute(text("SELECT prune_decision_inputs(1)")).scalar_one()
+    assert (pruned, _count(pg_engine, "decision_inputs")) == (1, 0)
+
+
+def test_pruning_removes_the_packs_past_their_last_reference(pg_engine: Engine) -> None:
+    with pg_engine.begin() as connection:
+        connection.execute(
+            insert(decision_input_packs),
+            [
+                _pack_row(1, NOW - timedelta(days=31)),
+                _pack_row(2, NOW - timedelta(days=30, minutes=30)),
+                _pack_row(3, NOW - timedelta(days=29)),
+            ],
+        )
+    with pg_engine.begin() as connection:
+        connection.execute(text("SELECT prune_decision_inputs(30)"))
+    with pg_engine.connect() as connection:
+        kept = sorted(connection.execute(select(decision_input_packs.c.id)).scalars())
+    assert kept == [2, 3]  # the one an hour's margin still covers, and the younger
+
+
 def test_pruning_refuses_less_than_a_day(pg_engine: Engine) -> None:
     with (
         pytest.raises(DBAPIError, match="retention_days must be at least 1, not 0"),
@@ -355,14 +420,21 @@ def test_a_delete_after_pruning_in_the_same_transaction_is_refused(pg_engine: En
     assert _count(pg_engine, "decision_inputs") == 1
 
 
-def test_sqlite_decision_inputs_refuses_update_and_allows_pruning(sqlite_engine: Engine) -> None:
+@pytest.mark.parametrize(
+    ("table", "update"),
+    [("decision_inputs", "omitted = 'changed'"), ("decision_input_packs", "objects = 0")],
+)
+def test_sqlite_decision_inputs_refuse_update_and_allow_pruning(
+    sqlite_engine: Engine, table: str, update: str
+) -> None:
     with sqlite_engine.begin() as connection:
         connection.execute(insert(decision_inputs), _inputs_row("k-1"))
+        connection.execute(insert(decision_input_packs), _pack_row(1))
     with pytest.raises(DBAPIError, match="append-only"), sqlite_engine.begin() as connection:
-        connection.execute(text("UPDATE decision_inputs SET omitted = 'changed'"))
+        connection.execute(text(f"UPDATE {table} SET {update}"))
     with sqlite_engine.begin() as connection:
-        connection.execute(text("DELETE FROM decision_inputs"))
-    assert _count(sqlite_engine, "decision_inputs") == 0
+        connection.execute(text(f"DELETE FROM {table}"))
+    assert _count(sqlite_engine, table) == 0
 
 
 @pytest.fixture
@@ -397,7 +469,9 @@ def _may(url: str, check: str) -> bool:
         engine.dispose()
 
 
-@pytest.mark.parametrize("table", ["upstream_preemptions", "decision_inputs"])
+@pytest.mark.parametrize(
+    "table", ["upstream_preemptions", "decision_inputs", "decision_input_packs"]
+)
 def test_the_new_tables_grant_what_preemption_events_grants(
     postgres_url: str, roles: tuple[str, str, str], table: str
 ) -> None:
@@ -409,6 +483,40 @@ def test_the_new_tables_grant_what_preemption_events_grants(
         if _may(postgres_url, f"has_table_privilege('{role}', '{table}', '{privilege}')")
     }
     assert granted == {(writer, "SELECT"), (writer, "INSERT"), (reader, "SELECT")}
+
+
+def test_writers_and_readers_read_the_minimum_retention_and_cannot_change_it(
+    postgres_url: str, roles: tuple[str, str, str]
+) -> None:
+    writer, reader, _ = roles
+    granted = {
+        (role, privilege)
+        for role in roles
+        for privilege in ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE")
+        if _may(
+            postgres_url,
+            f"has_table_privilege('{role}', 'decision_inputs_retention', '{privilege}')",
+        )
+    }
+    assert granted == {(writer, "SELECT"), (reader, "SELECT")}
+
+
+def test_upstream_preemptions_is_indexed_for_the_shadow_recorder(
+    migrated_postgres_url: str,
+) -> None:
+    engine = create_ledger_engine(migrated_postgres_url)
+    try:
+        with engine.connect() as connection:
+            indexes = {
+                index["name"]: index["column_names"]
+                for index in inspect(connection).get_indexes("upstream_preemptions")
+            }
+    finally:
+        engine.dispose()
+    assert (
+        indexes["ix_upstream_preemptions_victim_uid"],
+        indexes["ix_upstream_preemptions_victim"],
+    ) == (["victim_uid"], ["victim_namespace", "observed_at"])
 
 
 def test_only_the_writers_may_prune(postgres_url: str, roles: tuple[str, str, str]) -> None:
@@ -444,6 +552,11 @@ def test_downgrading_the_new_revisions_removes_their_tables_and_functions(
         assert migrations.current_revision(engine) == "0002"
     finally:
         engine.dispose()
-    assert not tables & {"upstream_preemptions", "decision_inputs"}
+    assert not tables & {
+        "upstream_preemptions",
+        "decision_inputs",
+        "decision_input_packs",
+        "decision_inputs_retention",
+    }
     assert functions == set()
     migrations.upgrade(postgres_url)

@@ -10,6 +10,12 @@ Scenarios:
 - a migrator that is not a member of the owner cannot migrate
 - only the worker may take the decision lock: the reader and the migrator are refused, so
   no read-only login can hold decisions up
+- decision inputs (issue 20, finding 11): the worker records a decision's inputs with their
+  packs and reads them back; it is refused UPDATE and DELETE on both tables and any change
+  to the minimum retention; `prune_decision_inputs(1)` from the worker keeps what is younger
+  than the ledger's minimum (30 days), `prune_decision_inputs(30)` removes what is older
+  and the packs no kept decision references; the owner itself, with the session setting
+  the old guard honoured, is refused an ad-hoc DELETE; the reader may not prune
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ import re
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import orjson
 import psycopg
 import pytest
 from sqlalchemy import Engine
@@ -30,9 +38,12 @@ from preemptctl import migrations
 from preemptctl.ledger.claims import decision_lock
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.ledger.errors import LedgerError
+from preemptctl.ledger.inputs import InputsRow, latest, record
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.queries import HistoryQuery, history
 from preemptctl.ledger.writer import append
+from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.shared_inputs import Pack
 from tests.ledger.builders import T0, event
 from tests.support.postgres import admin_url, fresh_database
 
@@ -216,3 +227,103 @@ def test_only_the_worker_can_take_the_decision_lock(migrated: dict[str, Engine])
     for role in ("reader", "migrator"):
         with pytest.raises(LedgerError, match="permission denied"), decision_lock(migrated[role]):
             pass
+
+
+# -- decision inputs ---------------------------------------------------------------------------
+
+NOW = datetime.now(UTC)
+OLD_GUARD_SETTING = "preemptctl.pruning_decision_inputs"
+
+
+def _record(engine: Engine, run: str, age: timedelta, pack_id: int | None = None) -> None:
+    """A decision's inputs recorded `age` ago, with one pack referenced until then."""
+    when = NOW - age
+    objects = {"pdbs": [[pack_id, 0]]} if pack_id is not None else {}
+    packs = [Pack(pack_id, leaf=False, blobs=[b"[]"], referenced_until=when.timestamp())]
+    row = InputsRow(
+        "p-1", run, PodRef("web", "api-1", "uid-api-1"), when, orjson.dumps({"objects": objects})
+    )
+    assert record(engine, row, max_bytes=0, packs=packs if pack_id is not None else [])
+
+
+def _packs(engine: Engine) -> list[int]:
+    with engine.connect() as connection:
+        return sorted(connection.exec_driver_sql("SELECT id FROM decision_input_packs").scalars())
+
+
+def test_the_worker_records_inputs_with_packs_and_reads_them(
+    migrated: dict[str, Engine],
+) -> None:
+    _record(migrated["worker"], "run-1", timedelta(0), 7)
+    found = latest(migrated["reader"], "run-1")
+    assert found is not None and found.root()["objects"] == {"pdbs": [[7, 0]]}
+    assert _packs(migrated["reader"]) == [7]
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE decision_inputs SET omitted = 'x'",
+        "DELETE FROM decision_inputs",
+        "UPDATE decision_input_packs SET objects = 0",
+        "DELETE FROM decision_input_packs",
+        "TRUNCATE decision_input_packs",
+        "UPDATE decision_inputs_retention SET minimum_days = 1",
+        "INSERT INTO decision_inputs_retention (id, minimum_days) VALUES (2, 1)",
+        "DELETE FROM decision_inputs_retention",
+    ],
+)
+def test_the_worker_cannot_change_inputs_packs_or_the_minimum_retention(
+    migrated: dict[str, Engine], statement: str
+) -> None:
+    _record(migrated["worker"], "run-1", timedelta(0), 7)
+    with pytest.raises(DBAPIError, match="permission denied"), migrated["worker"].begin() as db:
+        db.exec_driver_sql(f"SET {OLD_GUARD_SETTING} = 'on'")
+        db.exec_driver_sql(statement)
+
+
+def _runs(engine: Engine) -> list[str]:
+    with engine.connect() as connection:
+        return sorted(connection.exec_driver_sql("SELECT run_id FROM decision_inputs").scalars())
+
+
+def test_the_worker_cannot_prune_below_the_ledgers_minimum_retention(
+    migrated: dict[str, Engine],
+) -> None:
+    worker = migrated["worker"]
+    _record(worker, "two-days", timedelta(days=2))
+    _record(worker, "forty-days", timedelta(days=40))
+    with worker.begin() as connection:
+        pruned = connection.exec_driver_sql("SELECT prune_decision_inputs(1)").scalar()
+    assert (pruned, _runs(worker)) == (1, ["two-days"])
+
+
+def test_pruning_removes_the_packs_no_kept_decision_references(
+    migrated: dict[str, Engine],
+) -> None:
+    worker = migrated["worker"]
+    _record(worker, "two-days", timedelta(days=2), 2)
+    _record(worker, "forty-days", timedelta(days=40), 40)
+    with worker.begin() as connection:
+        connection.exec_driver_sql("SELECT prune_decision_inputs(30)")
+    assert (_runs(worker), _packs(worker)) == (["two-days"], [2])
+
+
+def test_the_owner_is_refused_an_ad_hoc_delete_whatever_its_session_says(
+    setup: Setup, migrated: dict[str, Engine]
+) -> None:
+    _record(migrated["worker"], "forty-days", timedelta(days=40))
+    with pytest.raises(psycopg.errors.IntegrityConstraintViolation, match="append-only"):
+        setup.run(  # the documented role names, renamed by `run`
+            f"BEGIN; SET LOCAL ROLE preemptctl_owner; SET LOCAL {OLD_GUARD_SETTING} = 'on'; "
+            "DELETE FROM ledger.decision_inputs; COMMIT"
+        )
+    assert _runs(migrated["worker"]) == ["forty-days"]
+
+
+def test_the_reader_may_not_prune(migrated: dict[str, Engine]) -> None:
+    with (
+        pytest.raises(DBAPIError, match="permission denied"),
+        migrated["reader"].begin() as connection,
+    ):
+        connection.exec_driver_sql("SELECT prune_decision_inputs(30)")

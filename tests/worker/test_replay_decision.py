@@ -6,6 +6,11 @@ Scenarios:
 - inputs edited as a changed planner argument (max_victims) or a lower preemptor priority
   give a different decision (exit 3), each difference on its own line
 - inputs not kept (too large) cannot be replayed: one line saying why, exit 1
+- a group decision recorded by the decision path replays as the same decision, its members'
+  nominations compared; a changed group priority is a different decision
+- recorded inputs are untrusted (issue 20, finding 10): a row without its decision, with a
+  decision missing its verdict, declaring 20,000,000 pods on a node, inflating past its cap,
+  or referencing a pack that is gone: one line naming the problem, exit 1, no traceback
 - an unknown ID, an unprintable ID, neither or both of --decision and HISTORY.json: one
   line on stderr, exit 2
 - the history replay says it checks workflow determinism only
@@ -21,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, delete, insert, select
 
 from preemptctl import migrations
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.ledger.inputs import compress, latest, serialise
-from preemptctl.ledger.models import decision_inputs
+from preemptctl.ledger.models import decision_input_packs, decision_inputs
 from preemptctl.worker.cli import main
+from tests.deciding.test_group_path import two_full_nodes
 from tests.deciding.test_path import three_full_nodes
 
 PREEMPTCTL = str(Path(sys.executable).parent / "preemptctl")
@@ -57,12 +63,22 @@ def decided(ledger: Engine, max_bytes: int = 1 << 20) -> None:
     path.inputs.wait()
 
 
-def edited(ledger: Engine, run: str, change: Any) -> None:
+def group_decided(ledger: Engine) -> None:
+    """One group decision, run-1 of group preemption g-train: the gang's two members placed,
+    each node's pods taken."""
+    view = two_full_nodes()
+    path = view.path(ledger)
+    path.decide_group(view.group_request("train"))
+    assert path.inputs is not None
+    path.inputs.wait()
+
+
+def edited(ledger: Engine, run: str, change: Any, *, whole: bool = True) -> None:
     """Append run-1's inputs again as `run`, changed by `change(document)` (append-only:
-    an edit is a new row)."""
+    an edit is a new row): written whole, or the row as recorded (its references kept)."""
     stored = latest(ledger, "run-1")
     assert stored is not None
-    document = stored.document()
+    document = stored.document() if whole else stored.root()
     change(document)
     with ledger.connect() as connection:
         original = connection.execute(
@@ -140,6 +156,91 @@ def test_inputs_not_kept_cannot_be_replayed(
     err = capsys.readouterr().err
     assert err.startswith("preemptctl replay: cannot replay the decision of run run-1: too large: ")
     assert err.count("\n") == 1
+
+
+def test_a_recorded_group_decision_replays_as_the_same_decision(
+    url: str, ledger: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    group_decided(ledger)
+    assert replay(url, "--decision", "g-train", "-o", "json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["same"], report["preemptor"], report["replayed"]["nominations"]) == (
+        True,
+        "default/train",
+        {"default/train-0": "node-a", "default/train-1": "node-b"},
+    )
+    assert replay(url, "--decision", "g-train") == 0
+    assert capsys.readouterr().out.startswith(
+        "same decision: Preempt: 2 pod(s) placed on 2 node(s), victims default/"
+    )
+
+
+def test_a_changed_group_priority_is_a_different_group_decision(
+    url: str, ledger: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    group_decided(ledger)
+
+    def lower(document: dict[str, Any]) -> None:
+        for group in document["podGroups"]:
+            if group["name"] == "train":
+                group["priority"] = 50
+
+    edited(ledger, "run-low", lower)
+    assert replay(url, "--decision", "run-low") == 3
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == ["different decision:", "  verdict: Preempt -> Unschedulable"]
+    moved = "default/train-0 node-a -> (none), default/train-1 node-b -> (none)"
+    assert f"  nominations: {moved}" in out
+
+
+def _without_verdict(document: dict[str, Any]) -> None:
+    del document["decision"]["verdict"]
+
+
+HOSTILE_ROWS: dict[str, tuple[Any, str]] = {
+    "no decision": (lambda document: document.pop("decision"), "recorded inputs hold no decision"),
+    "no verdict": (_without_verdict, "the recorded decision's 'verdict' is missing or malformed"),
+    "twenty million pods": (
+        lambda document: document.update(podSums={"node-0": [20_000_000, {}, []]}),
+        "recorded inputs declare 20000000 unrecorded pods on node 'node-0'",
+    ),
+}
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_ROWS)
+def test_a_hostile_row_is_one_line_naming_the_problem(
+    url: str, ledger: Engine, hostile: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    change, message = HOSTILE_ROWS[hostile]
+    decided(ledger)
+    edited(ledger, "run-hostile", change, whole=False)
+    assert replay(url, "--decision", "run-hostile") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("preemptctl replay: cannot replay the decision of run run-hostile: ")
+    assert (message in err, err.count("\n")) == (True, 1), err
+
+
+def test_a_row_inflating_past_its_cap_is_one_line(
+    url: str, ledger: Engine, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("preemptctl.ledger.inputs.MAX_DOCUMENT_BYTES", 1 << 20)
+    decided(ledger)
+    edited(ledger, "run-bomb", lambda document: document.update(padding=" " * (2 << 20)))
+    assert replay(url, "--decision", "run-bomb") == 1
+    err = capsys.readouterr().err
+    assert "inputs inflate to more than 1 MiB; refused as damaged" in err
+    assert err.count("\n") == 1
+
+
+def test_a_row_whose_objects_were_pruned_is_one_line(
+    url: str, ledger: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    decided(ledger)
+    with ledger.begin() as connection:  # SQLite: a pruning DELETE is allowed
+        connection.execute(delete(decision_input_packs))
+    assert replay(url, "--decision", "run-1") == 1
+    err = capsys.readouterr().err
+    assert "recorded inputs incomplete: pack(s) " in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize(
