@@ -205,9 +205,47 @@ def decode_pod(
     try:
         return _decode_pod(obj, namespace, name, meta, kept_annotations, kept_labels)
     except PlannerInputError as error:
-        raise PlannerInputError(f"pod {namespace}/{name}: {error}") from None
+        problem = str(error)
     except _SHAPE_ERRORS as error:
-        raise PlannerInputError(f"pod {namespace}/{name}: {_wrong_shape(error)}") from None
+        problem = _wrong_shape(error)
+    refused = _refused_admission_pod(obj, namespace, name, meta, problem)
+    if refused is None:
+        raise PlannerInputError(f"pod {namespace}/{name}: {problem}")
+    return refused
+
+
+def _refused_admission(phase: str, reason: str) -> bool:
+    """The kubelet refused the pod for lack of room (`OutOfcpu`, `OutOfmemory`, ...): the one
+    terminal pod that may be a preemptor (critical-admission preemption reads its requests);
+    every other Succeeded or Failed pod is read as `_terminal_pod`."""
+    return phase == "Failed" and reason.startswith("OutOf")
+
+
+def _refused_admission_pod(
+    obj: Mapping[str, Any], namespace: str, name: str, meta: Mapping[str, Any], problem: str
+) -> Pod | None:
+    """A pod the kubelet refused whose spec cannot be read: like any terminal pod it holds
+    nothing on its node, so it fails no decision; as a preemptor the planner refuses it,
+    naming the problem. None for any other pod (its problem is an input error)."""
+    status = obj.get("status")
+    if not isinstance(status, Mapping):
+        return None
+    phase, reason = status.get("phase"), status.get("reason")
+    if not (isinstance(phase, str) and isinstance(reason, str)):
+        return None
+    if not _refused_admission(phase, reason):
+        return None
+    uid = meta.get("uid")
+    if not isinstance(uid, str) or not uid:
+        uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{namespace}/{name}"))
+    spec = obj.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    pod = _terminal_pod(
+        namespace, name, uid, 0, node if isinstance(node, str) else "", {}, phase, meta
+    )
+    pod.status_reason = reason
+    pod.unsupported = f"its spec cannot be read: {problem}"
+    return pod
 
 
 # The string fields of a pod the planner reads, checked once: a list or dict there (hostile
@@ -292,7 +330,7 @@ def _decode_pod(
     labels = _labels(meta.get("labels"), "metadata.labels")
     kept_label_map, labels_over = _capped_labels(labels, kept_labels)
     over: list[str] = ["labels"] if labels_over else []
-    if phase in _TERMINAL_PHASES:
+    if phase in _TERMINAL_PHASES and not _refused_admission(phase, reason):
         return _terminal_pod(
             namespace, name, uid, priority, node_name, kept_label_map, phase, meta, tuple(over)
         )

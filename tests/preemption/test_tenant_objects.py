@@ -8,7 +8,11 @@ Scenarios:
   upstream's quantity arithmetic caps), not refused: its node stays a candidate for a
   preemptor that does not ask for that resource;
 - a terminal pod (Succeeded or Failed) holds nothing, so even a malformed quantity in it is
-  never read: it decodes with no request and its node is judged as if it were gone.
+  never read: it decodes with no request and its node is judged as if it were gone;
+- except what the trigger and the critical-admission strategy read: a pod the kubelet
+  refused for lack of room (Failed, `OutOf...`) keeps its requests, reason, scheduler and
+  policy, and still holds nothing on its node; if its spec cannot be read, it is a
+  preemptor the planner refuses, never a failed decision.
 """
 
 from __future__ import annotations
@@ -110,3 +114,29 @@ def test_a_terminal_pod_holds_nothing_even_with_a_malformed_quantity(phase: str)
     info = snapshot.node("node-1")
     assert info is not None
     assert (sorted(p.name for p in info.pods.values()), info.milli_cpu) == (["low-1"], 2000)
+
+
+def refused(cpu: str) -> Json:
+    """A critical pod the kubelet refused on node-1 (phase Failed, reason OutOfcpu)."""
+    obj = pod("critical", cpu=cpu, node="node-1", phase="Failed", priority=2_000_001_000)
+    obj["status"]["reason"] = "OutOfcpu"
+    return obj
+
+
+def test_a_pod_refused_admission_keeps_what_critical_admission_reads() -> None:
+    decoded = decode_pod(refused("1"))
+    assert (decoded.requests.milli_cpu, decoded.status_reason, decoded.is_critical()) == (
+        1000,
+        "OutOfcpu",
+        True,
+    )
+    snapshot = ClusterSnapshot.from_list(listing(*two_nodes(), refused("1")))
+    info = snapshot.node("node-1")
+    assert info is not None
+    assert (sorted(p.name for p in info.pods.values()), info.milli_cpu) == (["low-1"], 2000)
+
+
+def test_a_pod_refused_admission_with_an_unreadable_spec_is_refused_as_a_preemptor() -> None:
+    decoded = decode_pod(refused("5x"))
+    assert (decoded.requests, decoded.status_reason) == (Resources(), "OutOfcpu")
+    assert decoded.unsupported.startswith("its spec cannot be read: ")
