@@ -487,6 +487,7 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
                 loaded = cluster.load(with_fresh_uids(read_document(source)))
             except Exception as error:
                 raise UsageError(f"cannot load scenario {args.scenario}: {error}") from None
+            cluster.scheduler.preemption_delay = 1e9  # held until the worker watches (below)
             cluster.start()
             choice = dataclasses.replace(choice, kubeconfig=str(cluster.kubeconfig_path))
             say(f"cluster       simulated, {loaded} objects from {source.name}")
@@ -539,6 +540,8 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
                 ) as controller,
                 _watching(faults),
             ):
+                if cluster is not None:  # kube-scheduler preempts once the worker watches
+                    cluster.scheduler.preemption_delay = 0.0
                 if args.once and controller.trigger is not None:
                     return await _until_settled(controller.trigger, cluster, args.timeout, url)
                 stop = _stop_on_signals()
