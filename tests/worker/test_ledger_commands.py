@@ -38,6 +38,8 @@ Scenarios:
   json, -o yaml) and explain: nothing reaches the terminal raw, and JSON reads back the
   same values;
 - a UI address with user info prints its links with the password masked;
+- a parked group preemption offers no `preemptctl retry` (it takes a pod), and says the
+  trigger runs it again once the group changes;
 - a parked pod later bound by the scheduler (recorded in the ledger) is parked no more:
   `--parked` leaves it out, `--outcome failed` says where it was bound and offers no retry,
   explain says nothing is left to retry
@@ -60,6 +62,7 @@ import yaml
 from preemptctl import migrations
 from preemptctl.ledger.engine import DATABASE_URL_ENV, create_ledger_engine
 from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.payloads import Terminal
 from preemptctl.ledger.vocabulary import Outcome
 from preemptctl.ledger.writer import append_batch, record_bound_after_end
 from preemptctl.preemption.decision import PodRef
@@ -69,7 +72,9 @@ from preemptctl.worker.ledger_commands import parse_since
 from tests.ledger.builders import (
     BATCH_8,
     T0,
+    TRAIN_A,
     completed_preemption,
+    event,
     failed_attempt,
     group_preemption,
     retried,
@@ -716,3 +721,29 @@ def test_a_ui_address_with_a_password_is_printed_masked(
         code, out, _ = _run(capsys, *argv, "--database-url", hostile_url)
         assert code == 0 and "s3cret" not in out
         assert "http://admin:***@ui.example:8080/namespaces/default/workflows/p-hostile/" in out
+
+
+def test_a_parked_group_preemption_offers_no_pod_retry(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'parked-group.sqlite'}"
+    migrations.upgrade(url)
+    engine = create_ledger_engine(url)
+    gid = "group-preemption-ml-train-a-uid-train-a"
+    failed = Terminal(error=DENIED, retryable=False).to_json()
+    append_batch(
+        engine,
+        [
+            *group_preemption(gid, end=None)[:9],
+            event(gid, EventKind.FAILED, T0, preemptor=TRAIN_A.as_preemptor(), payload=failed),
+        ],
+    )
+    engine.dispose()
+    code, out, _ = _run(capsys, "history", "--parked", "--database-url", url)
+    assert (code, out.splitlines()[2]) == (
+        0,
+        "  retry:  the trigger runs it again once the group or one of its pods changes, "
+        "once the cause is fixed",
+    )
+    code, out, _ = _run(capsys, "history", "--parked", "--json", "--database-url", url)
+    assert orjson.loads(out)["retryCommand"] is None
