@@ -95,16 +95,20 @@ class MembersNominated:
 @dataclass
 class GroupVictimInput:
     """A victim's delete for a group: the victim step, and what the group still needing the
-    room means (`nominations`: "ns/name" of each placed member -> its node)."""
+    room means (`placements`: each placed member and the node it was placed on)."""
 
     step: VictimInput
     group: GroupRef
-    nominations: dict[str, str] = field(default_factory=dict)
+    placements: list[Nomination] = field(default_factory=list)
 
 
 @dataclass
 class GroupCheck:
+    """Where the group stands: its object, and its `members` (the placed ones), which are
+    read one by one from the API server when the worker has no cluster view."""
+
     group: GroupRef
+    members: list[PodRef] = field(default_factory=list)
 
 
 @dataclass

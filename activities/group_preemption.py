@@ -43,7 +43,7 @@ from preemptctl.activities.victim_steps import VictimSteps
 from preemptctl.deciding.path import DecidedGroup, DecisionPath, GroupDecisionRequest
 from preemptctl.kube import events, nomination
 from preemptctl.kube.events import ObjectRef
-from preemptctl.kube.pods import get_pod_group
+from preemptctl.kube.pods import Presence, get_pod, get_pod_group
 from preemptctl.kube.results import KubeCallError
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.events import LedgerEvent
@@ -51,7 +51,9 @@ from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import Scheduled, Terminal, VictimStep, Write
 from preemptctl.ledger.vocabulary import KIND_OF_OUTCOME, Outcome
 from preemptctl.preemption.decision import PodRef, Verdict
+from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.group_decision import GroupDecision, GroupRef
+from preemptctl.preemption.objects import Pod
 from preemptctl.preemption.standing import (
     GroupStanding,
     Standing,
@@ -266,11 +268,11 @@ class GroupPreemptionActivities:
         `Preempted` event on it. A victim left alone is reported (`stopped`): the workflow
         stops and records the abort."""
         group = request.group
+        members = [placed.pod for placed in request.placements]
+        nominations = {placed.pod.key: placed.node for placed in request.placements}
         return self._victims.delete(
             request.step,
-            lambda: reason_to_stop_group(
-                self._standing(group, confirm_absence=True), group.key, request.nominations
-            ),
+            lambda: reason_to_stop_group(self._standing(group, members), group.key, nominations),
             lambda step: self._announce_preempted(step, group),
         )
 
@@ -284,22 +286,24 @@ class GroupPreemptionActivities:
 
     @activity.defn(name="check_group")
     def check_group(self, request: GroupCheck) -> GroupStanding:
-        """Where the group stands now: its object as the API server has it, its members as
-        the cluster view shows them (which are bound, and where)."""
-        return self._standing(request.group, confirm_absence=True)
+        """Where the group stands now: which of its members are bound, and where."""
+        return self._standing(request.group, request.members)
 
-    def _standing(self, group: GroupRef, *, confirm_absence: bool) -> GroupStanding:
-        """The group's standing from the view; a PodGroup the view does not show (or shows
-        with another UID) is asked of the API server before it counts as gone (the view
-        may trail it)."""
+    def _standing(self, group: GroupRef, members: list[PodRef]) -> GroupStanding:
+        """The group's standing from the cluster view: a PodGroup the view does not show (or
+        shows with another UID) is asked of the API server before it counts as gone (the
+        view may trail it). A worker without a view (a workflow process, running this as a
+        local activity) asks the API server: the PodGroup, then each of `members`."""
+        if not self._view.ready.is_set():
+            return self._standing_from_the_api_server(group, members)
         with self._view.read() as snapshot:
             if group.label_named:
                 label = self._group_label
-                members = snapshot.label_group_members(label, group.key) if label else []
-                exists = Standing.PENDING if members else Standing.GONE
+                shown_members = snapshot.label_group_members(label, group.key) if label else []
+                exists = Standing.PENDING if shown_members else Standing.GONE
             else:
                 shown = snapshot.pod_group(group.key)
-                members = snapshot.group_members(group.key)
+                shown_members = snapshot.group_members(group.key)
                 exists = (
                     Standing.GONE
                     if shown is None
@@ -307,11 +311,30 @@ class GroupPreemptionActivities:
                     if shown.uid == group.uid
                     else Standing.REPLACED
                 )
-            members = list(members)
-        if exists is not Standing.PENDING and confirm_absence and not group.label_named:
+            found = list(shown_members)
+        if exists is not Standing.PENDING and not group.label_named:
             with kube_errors():
                 exists = get_pod_group(self._kube, group).standing
-        return group_standing_of(exists, members)
+        return group_standing_of(exists, found)
+
+    def _standing_from_the_api_server(
+        self, group: GroupRef, members: list[PodRef]
+    ) -> GroupStanding:
+        found: list[Pod] = []
+        with kube_errors():
+            exists = Standing.PENDING
+            if not group.label_named:
+                exists = get_pod_group(self._kube, group).standing
+            for member in members:
+                lookup = get_pod(self._kube, member)
+                if lookup.presence is Presence.FOUND:
+                    try:
+                        found.append(lookup.decoded())
+                    except PlannerInputError:  # a member the planner cannot read: not bound
+                        continue
+        if group.label_named and not found:
+            exists = Standing.GONE
+        return group_standing_of(exists, found)
 
     # -- the ledger -------------------------------------------------------------------------
 

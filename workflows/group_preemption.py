@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         GroupSelection,
         GroupVictimInput,
         MembersNomination,
+        Nomination,
         SelectGroupInput,
     )
     from preemptctl.activities.group_preemption import GroupPreemptionActivities
@@ -211,8 +212,8 @@ class GroupPreemptionWorkflow:
         )
 
     def _delete_input(self, victim: VictimProgress) -> GroupVictimInput:
-        nominations = {member.pod.key: member.node for member in self._state.members}
-        return GroupVictimInput(self._victim_input(victim), self._group, nominations)
+        placed = [Nomination(member.pod, member.node) for member in self._state.members]
+        return GroupVictimInput(self._victim_input(victim), self._group, placed)
 
     async def _wait_for_min_count(self) -> GroupPreemptionResult:
         """Until minCount members are bound (the trigger's signals, or a poll), the group is
@@ -234,7 +235,7 @@ class GroupPreemptionWorkflow:
                     pass
             standing = await self._steps.call(
                 GroupPreemptionActivities.check_group,
-                GroupCheck(self._group),
+                GroupCheck(self._group, [member.pod for member in self._state.members]),
                 f"are {self._state.min_count} member(s) of {self._group.key} bound yet",
                 KUBE_DEADLINE,
             )
