@@ -205,6 +205,13 @@ async def running_controller(
     metrics.watch_caps(lambda: over_cap(view))
     metrics.watch_ledger(ledger)
     view.start(supervisor.spawn_thread)
+    # The workflow processes need no view: they start now, while it syncs (their fork
+    # server's imports take seconds on a busy machine).
+    processes: WorkflowProcesses | None = None
+    if workflow_processes and worker:
+        processes = WorkflowProcesses(settings, workflow_processes, metrics)
+        processes.prepare()
+        processes.start(supervisor.spawn)
     owned: ProbeServer | None = None
     if probes is None and serve_probes:
         probes = owned = open_probe_server(settings, metrics)
@@ -231,7 +238,6 @@ async def running_controller(
             return False, f"Temporal does not answer: {error or 'timed out'}"
         if not healthy:
             return False, "Temporal is not serving"
-        processes = controller.processes if controller is not None else None
         if processes is not None and not processes.ready():
             return False, "no workflow process polls yet\n" + processes.describe()
         found = "\n" + processes.describe() if processes is not None else ""
@@ -249,7 +255,9 @@ async def running_controller(
                 f"(sync_timeout_seconds): " + "; ".join(describe_sync(view).splitlines())
             )
         log.info("cluster view synced: %s", "; ".join(describe_sync(view).splitlines()))
-        controller = Controller(settings, client, kube, view, ledger, metrics, None, supervisor)
+        controller = Controller(
+            settings, client, kube, view, ledger, metrics, None, supervisor, processes
+        )
         if not worker:
             yield controller
             return
@@ -264,14 +272,9 @@ async def running_controller(
         # dataclass's hints resolved once (the SDK's default converter re-resolves them on
         # every read); it shares the connection, so eager starts still reach this worker.
         client = with_cached_hints(client)
-        role = Role.ACTIVITIES if workflow_processes else Role.ALL
+        role = Role.ACTIVITIES if processes is not None else Role.ALL
         try:
             async with build_worker(client, activities, task_queue=settings.task_queue, role=role):
-                processes = None
-                if workflow_processes:
-                    processes = WorkflowProcesses(settings, workflow_processes, metrics)
-                    processes.start(supervisor.spawn)
-                    controller.processes = processes
                 trigger = TriggerLoop(
                     view,
                     client,
@@ -300,13 +303,15 @@ async def running_controller(
                 finally:
                     await trigger.stop(drain=False)
                     if processes is not None:
-                        await processes.stop()
+                        await processes.stop()  # before this worker: they may still decide
         finally:
             # No activity runs any more: the inputs recorder records what is queued (for a
             # bounded time) and its thread stops, before the ledger is disposed of.
             await asyncio.to_thread(activities.close)
     finally:
         supervisor.stopping()
+        if processes is not None:
+            await processes.stop()  # a no-op when stopped above
         if owned is not None:
             owned.close()
         if controller is not None and controller.upstream is not None:

@@ -1,4 +1,5 @@
-"""The trigger loop: starts the preemption of each pod that needs room, and follows it.
+"""The trigger loop: starts the preemption of each pod (and each pod group) that needs room,
+and follows it.
 
 The rules (`worker.trigger_rules`) say which pods need a preemption (`trigger_reason`) and
 when each is tried again (`RetryBook`: backoff after a failed start or an end, parking
@@ -10,6 +11,14 @@ person asks (`TriggerLoop.retry` in-process, or a new run of its workflow starte
 `preemptctl retry`, seen at the next re-check of the parked pods or when the pod is bound):
 such a run is reported `retried` (who started it and why, from its request) and followed
 to its end like the loop's own.
+
+A pod that belongs to a group (a PodGroup it names, or the gang label's group) never gets a
+preemption of its own: its group gets one group preemption (`GroupPreemption`, its ID from
+the group's UID, `pending_group`), started once however many members are pending and
+joined by every trigger for any member (USE_EXISTING), backed off and parked as a pod's is
+(under the group's UID), and told `member_bound` the moment the watch shows one of its
+members bound. `running_preemption` answers upstream's `IsPodRunningPreemption` for a pod,
+a group's member included, from its workflow's state query.
 
 Housekeeping never holds up a start (issue 20, finding 7): re-checking the parked pods
 (one describe each) and signalling bound preemptors run in a task of their own
@@ -36,6 +45,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -45,25 +55,41 @@ from temporalio.service import RPCError, RPCStatusCode
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.preemption.decision import PodRef, Strategy
+from preemptctl.preemption.group_decision import GroupRef
 from preemptctl.preemption.objects import Pod
 from preemptctl.worker.cancellation import cancel_and_wait
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
-from preemptctl.worker.retry_command import started_with
-from preemptctl.worker.starter import start_preemption
+from preemptctl.worker.starter import (
+    group_preemption_request,
+    start_group_preemption,
+    start_preemption,
+)
 from preemptctl.worker.trigger_rules import (
+    GroupKey,
     Parked,
+    PendingGroup,
     PendingPod,
     RetryBook,
+    group_of,
+    pending_group,
+    pending_groups,
     pod_signature,
     trigger_reason,
 )
 from preemptctl.workflows.contract import (
+    GroupPreemptionProgress,
+    GroupPreemptionRequest,
+    GroupPreemptionResult,
+    PreemptionProgress,
     PreemptionRequest,
     PreemptionResult,
+    group_result_of_failure,
+    group_workflow_id_for,
     result_of_failure,
     workflow_id_for,
 )
+from preemptctl.workflows.group_preemption import GroupPreemptionWorkflow
 from preemptctl.workflows.preemption import PreemptionWorkflow
 
 log = logging.getLogger(__name__)
@@ -81,6 +107,30 @@ RECHECK_BUDGET = 5.0
 Reporter = Callable[[str, dict[str, Any]], None]
 # How the loop runs its task: `spawn(name, factory)`, e.g. a supervisor that restarts it.
 Spawner = Callable[[str, Callable[[], Awaitable[None]]], "asyncio.Task[None]"]
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What a preemption is for: a pod (`pod`), or a pod group (`group`), by its UID."""
+
+    uid: str
+    key: str  # namespace/name
+    pod: Pod | None = None
+    group: GroupRef | None = None
+
+    @property
+    def workflow_id(self) -> str:
+        namespace, _, name = self.key.partition("/")
+        if self.group is not None:
+            return group_workflow_id_for(namespace, name, self.uid)
+        return workflow_id_for(namespace, name, self.uid)
+
+
+def group_signature(pending: PendingGroup) -> str:
+    """What a pending group asks of the cluster: its priority and what each waiting member
+    asks (`pod_signature`); a parked group is tried again when this changes (a member added,
+    or changed)."""
+    return repr((pending.group.priority, tuple(pod_signature(m) for m in pending.members)))
 
 
 def _create_task(name: str, factory: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
@@ -125,11 +175,19 @@ class TriggerLoop:
         self._eager_start = eager_start
         self._lock = threading.Lock()
         self._pending: dict[str, PendingPod] = {}
+        # Groups that need a group preemption, by group UID; the groups the loop has seen,
+        # by UID (a parked or followed one's workflow ID is its group's); members' events
+        # since the last look, by group key.
+        self._groups: dict[str, PendingGroup] = {}
+        self._group_refs: dict[str, GroupRef] = {}
+        self._dirty_groups: dict[str, GroupKey] = {}
+        # member uid -> (the member as seen bound, its group's UID), to signal the group's run
+        self._members_bound: dict[str, tuple[Pod, str]] = {}
         # uid -> the pod as seen bound (and how it was parked, if it was), to signal its run
         self._bound: dict[str, tuple[Pod, Parked | None]] = {}
         self._rechecked: dict[str, float] = {}  # parked uid -> when last re-checked
-        self._in_flight: dict[str, asyncio.Task[None]] = {}
-        self._handles: dict[str, WorkflowHandle[PreemptionWorkflow, PreemptionResult]] = {}
+        self._in_flight: dict[str, asyncio.Task[None]] = {}  # by pod or group UID
+        self._handles: dict[str, WorkflowHandle[Any, Any]] = {}
         self._book = RetryBook(settings.retry_backoff_max_seconds)
         self._admissions_served: dict[str, str] = {}  # uid -> the admission failure served
         self._wake = asyncio.Event()
@@ -168,9 +226,9 @@ class TriggerLoop:
 
     @property
     def idle(self) -> bool:
-        """Nothing in flight and no pending pod that could be started now or soon."""
+        """Nothing in flight and no pending pod or group that could be started now or soon."""
         with self._lock:
-            return not self._in_flight and not self._pending
+            return not self._in_flight and not self._pending and not self._groups
 
     @property
     def in_flight(self) -> int:
@@ -185,7 +243,9 @@ class TriggerLoop:
         """Nothing in flight, and every pod that still needs room has had its preemption:
         what is left is waiting for a backoff re-check, not for this loop."""
         with self._lock:
-            return not self._in_flight and all(self._book.tried(uid) for uid in self._pending)
+            return not self._in_flight and all(
+                self._book.tried(uid) for uid in (*self._pending, *self._groups)
+            )
 
     def tracked(self) -> int:
         """Pods the loop keeps any state for (bounded by the pods that exist)."""
@@ -200,14 +260,12 @@ class TriggerLoop:
             return sorted(self._book.all_parked(), key=lambda p: (p.since, p.pod))
 
     def retry(self, pod: str) -> bool:
-        """A person asks to try `pod` (namespace/name or uid) again now; False if it is not
-        parked or backing off here."""
+        """A person asks to try `pod` (namespace/name or uid, of a pod or a group) again now;
+        False if it is not parked or backing off here."""
         with self._lock:
-            uids = [
-                uid
-                for uid, c in self._pending.items()
-                if pod in (uid, c.pod.key) and uid in self._book
-            ]
+            keys = [(uid, c.pod.key) for uid, c in self._pending.items()]
+            keys += [(uid, g.group.key) for uid, g in self._groups.items()]
+            uids = [uid for uid, key in keys if pod in (uid, key) and uid in self._book]
             for uid in uids:
                 self._book.unpark(uid)
         if uids:
@@ -221,14 +279,22 @@ class TriggerLoop:
         missed), and forget what the loop kept about pods that no longer exist."""
         with self._view.read() as snapshot:
             pods = list(snapshot.pods.values())
+            groups = pending_groups(snapshot, self._settings)
         with self._lock:
             self._pending = {}
             for pod in pods:
                 self._consider(pod)
-            present = {pod.uid for pod in pods}
+            self._groups = {}
+            for group in groups:
+                self._consider_group(group)
+            present = {pod.uid for pod in pods} | set(self._groups)
             for uid in self._book.uids():
                 if uid not in present and uid not in self._in_flight:
                     self._book.forget(uid)
+            kept = set(self._groups) | set(self._in_flight) | set(self._book.uids())
+            for uid in list(self._group_refs):
+                if uid not in kept:
+                    del self._group_refs[uid]
             for uid in list(self._admissions_served):
                 if uid not in present:
                     del self._admissions_served[uid]
@@ -254,6 +320,35 @@ class TriggerLoop:
             log.info("%s changed; no longer parked (%s)", pod.key, parked.reason)
             self._book.unpark(pod.uid)
         self._pending[pod.uid] = PendingPod(pod, *found)
+
+    def _consider_group(self, group: PendingGroup) -> None:
+        """`group` needs a group preemption: keep it pending (under its UID), unparked if
+        what it asks changed since it was parked."""
+        uid = group.group.uid
+        self._group_refs[uid] = group.group
+        parked = self._book.parked(uid)
+        if parked is not None and parked.signature != group_signature(group):
+            log.info("%s changed; no longer parked (%s)", group.group.key, parked.reason)
+            self._book.unpark(uid)
+        self._groups[uid] = group
+
+    def _refresh_groups(self) -> None:
+        """Look again at each group one of whose members changed since the last look."""
+        with self._lock:
+            dirty, self._dirty_groups = self._dirty_groups, {}
+        if not dirty:
+            return
+        with self._view.read() as snapshot:
+            found = {
+                key: pending_group(snapshot, group, self._settings) for key, group in dirty.items()
+            }
+        with self._lock:
+            for key, group in found.items():
+                for uid in [u for u, g in self._groups.items() if g.group.key == key]:
+                    if group is None or group.group.uid != uid:
+                        del self._groups[uid]  # no longer pending, or another group now
+                if group is not None:
+                    self._consider_group(group)
 
     def _forget(self, uid: str) -> None:
         self._pending.pop(uid, None)
@@ -281,7 +376,22 @@ class TriggerLoop:
                 if pod.node_name and (pod.uid in self._handles or parked is not None):
                     self._bound[pod.uid] = (pod, parked)
                     self._wake_soon(self._chores_due)
+                group = group_of(pod, self._settings)
+                if group is not None:
+                    self._dirty_groups[group.key] = group
+                    running = self._running_group(group.key)
+                    if pod.node_name and running is not None:
+                        self._members_bound[pod.uid] = (pod, running)
+                        self._wake_soon(self._chores_due)
         self._wake_soon()
+
+    def _running_group(self, key: str) -> str | None:
+        """The UID of the group `key` whose group preemption this loop follows, if any."""
+        for uid in self._in_flight:
+            ref = self._group_refs.get(uid)
+            if ref is not None and ref.key == key:
+                return uid
+        return None
 
     def _wake_soon(self, event: asyncio.Event | None = None) -> None:
         """Set `event` (the loop's wake-up by default) from any thread."""
@@ -291,7 +401,7 @@ class TriggerLoop:
 
     def _count_pending(self) -> int:
         with self._lock:
-            return len(self._pending)
+            return len(self._pending) + len(self._groups)
 
     def _count_parked(self) -> int:
         with self._lock:
@@ -302,7 +412,7 @@ class TriggerLoop:
             now = self._clock()
             return sum(
                 1
-                for uid in self._pending
+                for uid in (*self._pending, *self._groups)
                 if uid not in self._in_flight
                 and self._book.parked(uid) is None
                 and not self._book.due(uid, now)
@@ -322,6 +432,8 @@ class TriggerLoop:
             if self._clock() - last_resync > self._resync_every:
                 await asyncio.to_thread(self.resync)
                 last_resync = self._clock()
+            else:
+                self._refresh_groups()
             await self._start_due()
 
     # -- housekeeping: off the start path -------------------------------------------------------
@@ -342,8 +454,11 @@ class TriggerLoop:
                 self._chores_due.clear()
                 with self._lock:
                     bound, self._bound = self._bound, {}
+                    members, self._members_bound = self._members_bound, {}
                 for uid, (pod, parked) in bound.items():
                     chores.create_task(self._signal_bound(signals, uid, pod, parked))
+                for uid, (pod, group_uid) in members.items():
+                    chores.create_task(self._signal_member_bound(signals, uid, pod, group_uid))
                 if self._clock() - last_recheck > self._recheck_every and (
                     recheck is None or recheck.done()
                 ):
@@ -366,8 +481,7 @@ class TriggerLoop:
         async def recheck(one: Parked) -> None:
             async with slots:
                 self._rechecked[one.uid] = self._clock()
-                namespace, _, name = one.pod.partition("/")
-                workflow_id = workflow_id_for(namespace, name, one.uid)
+                workflow_id = self._target_of(one).workflow_id
                 try:
                     description = await self._client.get_workflow_handle(workflow_id).describe(
                         rpc_timeout=RPC_TIMEOUT
@@ -410,39 +524,64 @@ class TriggerLoop:
             except Exception as error:  # finished meanwhile, or Temporal unavailable
                 log.debug("could not signal %s: %s", handle.id, error)
 
+    async def _signal_member_bound(
+        self, slots: asyncio.Semaphore, uid: str, pod: Pod, group_uid: str
+    ) -> None:
+        """Tell the group preemption of `pod`'s group that this member is bound (`uid`,
+        its node), so its bind wait counts it now instead of at its next poll."""
+        handle = self._handles.get(group_uid)
+        if handle is None:  # the run ended meanwhile
+            return
+        async with slots:
+            try:
+                await handle.signal(
+                    GroupPreemptionWorkflow.member_bound,
+                    args=[uid, pod.node_name],
+                    rpc_timeout=RPC_TIMEOUT,
+                )
+            except Exception as error:  # finished meanwhile, or Temporal unavailable
+                log.debug("could not signal %s: %s", handle.id, error)
+
+    def _target_of(self, parked: Parked) -> _Target:
+        """The pod or group a parked entry stands for."""
+        group = self._group_refs.get(parked.uid)
+        if group is not None:
+            return _Target(parked.uid, parked.pod, group=group)
+        return _Target(parked.uid, parked.pod)
+
     async def _adopt(
         self, parked: Parked, workflow_id: str, run_id: str, pod: Pod | None
     ) -> WorkflowHandle[Any, Any]:
-        """A run of a parked pod's workflow started after it was parked (a person's
-        `preemptctl retry`): unpark the pod, report the run `retried` (who started it and
-        why, read from its request), and follow it to its end as the loop's own runs
+        """A run of a parked pod's (or group's) workflow started after it was parked (a
+        person's `preemptctl retry`): unpark it, report the run `retried` (who started it
+        and why, read from its request), and follow it to its end as the loop's own runs
         (backoff or parking after it). `pod`: the pod as seen bound, when the bind is what
         led here. The handle to that run."""
-        handle: WorkflowHandle[PreemptionWorkflow, PreemptionResult] = (
-            self._client.get_workflow_handle(
-                workflow_id, run_id=run_id, result_type=PreemptionResult
-            )
+        target = self._target_of(parked)
+        handle: WorkflowHandle[Any, Any] = self._client.get_workflow_handle(
+            workflow_id,
+            run_id=run_id,
+            result_type=PreemptionResult if target.group is None else GroupPreemptionResult,
         )
         with self._lock:
             if not self._adoptable(parked, pod is not None):
                 return self._handles.get(parked.uid, handle)
-        started_by, reason = "person", ""
-        try:
-            request = await started_with(self._client, workflow_id, run_id)
-            started_by, reason = request.started_by, request.retry_reason
-        except Exception as error:  # Temporal busy: the report goes without who and why
-            log.debug("could not read the request of %s run %s: %s", workflow_id, run_id, error)
+        started_by, reason = await self._started_by(workflow_id, run_id, target)
         # From here to the report nothing awaits: the report comes before the run's end.
         with self._lock:
-            current = self._pending.get(parked.uid)
-            followed = current.pod if current is not None else pod
-            if not self._adoptable(parked, pod is not None) or followed is None:
-                return self._handles.get(parked.uid, handle)  # adopted meanwhile, or gone
+            if target.group is None:
+                current = self._pending.get(parked.uid)
+                followed = current.pod if current is not None else pod
+                if followed is None:
+                    return handle  # gone from the view: nothing to follow it for
+                target = _Target(parked.uid, parked.pod, pod=followed)
+            if not self._adoptable(parked, pod is not None):
+                return self._handles.get(parked.uid, handle)  # adopted meanwhile
             self._book.unpark(parked.uid)
             self._book.started(parked.uid)
             self._handles[parked.uid] = handle
             self._in_flight[parked.uid] = asyncio.create_task(
-                self._follow(followed, handle, self._clock())
+                self._follow(target, handle, self._clock())
             )
         self._metrics.in_flight.set(len(self._in_flight))
         log.info("%s: its preemption was run again (run %s); no longer parked", parked.pod, run_id)
@@ -458,6 +597,23 @@ class TriggerLoop:
         )
         return handle
 
+    async def _started_by(self, workflow_id: str, run_id: str, target: _Target) -> tuple[str, str]:
+        """Who started a run and why, from the request in its first history event (a
+        person, and no reason, when Temporal does not answer)."""
+        kind = PreemptionRequest if target.group is None else GroupPreemptionRequest
+        try:
+            handle = self._client.get_workflow_handle(workflow_id, run_id=run_id)
+            history = await handle.fetch_history()
+            for event in history.events[:1]:
+                attributes = event.workflow_execution_started_event_attributes
+                (request,) = await self._client.data_converter.decode(
+                    attributes.input.payloads, [kind]
+                )
+                return str(request.started_by), str(request.retry_reason)
+        except Exception as error:  # Temporal busy: the report goes without who and why
+            log.debug("could not read the request of %s run %s: %s", workflow_id, run_id, error)
+        return "person", ""
+
     def _adoptable(self, parked: Parked, bound: bool) -> bool:
         """Followed by no one, and still parked as it was when its newer run was found (or,
         for a pod seen `bound`, forgotten since: a bound pod needs no room) (asked under
@@ -467,20 +623,76 @@ class TriggerLoop:
         return self._book.parked(parked.uid) == parked or (bound and parked.uid not in self._book)
 
     async def _start_due(self) -> None:
+        """Start what is due, pods and groups together, the highest priority first."""
         now = self._clock()
         with self._lock:
-            due = sorted(
-                (
-                    c
-                    for uid, c in self._pending.items()
-                    if uid not in self._in_flight and self._book.due(uid, now)
-                ),
-                key=lambda c: (-c.pod.priority, c.pod.namespace, c.pod.name),
-            )
-        for pending in due:
+            due: list[tuple[int, str, PendingPod | PendingGroup]] = [
+                (c.pod.priority, c.pod.key, c)
+                for uid, c in self._pending.items()
+                if uid not in self._in_flight and self._book.due(uid, now)
+            ]
+            due += [
+                (g.group.priority, g.group.key, g)
+                for uid, g in self._groups.items()
+                if uid not in self._in_flight and self._book.due(uid, now)
+            ]
+        due.sort(key=lambda item: (-item[0], item[1]))
+        for _, _, pending in due:
             if len(self._in_flight) >= self._settings.max_in_flight:
                 return
-            await self._start(pending, now)
+            if isinstance(pending, PendingGroup):
+                await self._start_group(pending, now)
+            else:
+                await self._start(pending, now)
+
+    async def _start_group(self, pending: PendingGroup, now: float) -> None:
+        """Start the group preemption of `pending` (or join the one running for it), as
+        `_start` starts a pod's."""
+        group, settings = pending.group, self._settings
+        target = _Target(group.uid, group.key, group=group)
+        request = group_preemption_request(group, settings, reason=pending.reason)
+        try:
+            if await self._ended_too_recently(target, now):
+                return
+            async with asyncio.timeout(RPC_TIMEOUT.total_seconds()):
+                handle = await start_group_preemption(
+                    self._client, request, task_queue=settings.task_queue, eager=self._eager_start
+                )
+        except Exception as error:  # Temporal unavailable or slow: try this group later
+            with self._lock:
+                delay = self._book.start_failed(group.uid, now)
+            log.warning(
+                "could not start the group preemption of %s: %s; retrying in %gs",
+                group.key,
+                error or type(error).__name__,
+                delay,
+            )
+            return
+        with self._lock:
+            self._book.started(group.uid)
+            self._handles[group.uid] = handle
+            self._in_flight[group.uid] = asyncio.create_task(
+                self._follow(target, handle, self._clock())
+            )
+        members = [m.key for m in pending.members]
+        self._report(
+            "started", {"workflowId": handle.id, "preemptor": group.key, "members": members}
+        )
+        self._metrics.in_flight.set(len(self._in_flight))
+
+    async def _ended_too_recently(self, target: _Target, now: float) -> bool:
+        """Whether another worker just finished this target's preemption, within its retry
+        backoff: our view may not show its effect yet, and the backoff counts for it too
+        (then held until the backoff has passed)."""
+        ended_ago = await self._seconds_since_last_run_ended(target.workflow_id)
+        if ended_ago is None:
+            return False
+        wait = self._book.current_delay(target.uid)
+        if ended_ago >= wait:
+            return False
+        with self._lock:
+            self._book.hold(target.uid, now + wait - ended_ago)
+        return True
 
     async def _start(self, pending: PendingPod, now: float) -> None:
         # Every step but the decision runs as a local activity unless
@@ -502,15 +714,8 @@ class TriggerLoop:
             search_attributes=settings.search_attributes,
         )
         try:
-            ended_ago = await self._seconds_since_last_preemption_ended(pod)
-            if ended_ago is not None:
-                wait = self._book.current_delay(pod.uid)
-                if ended_ago < wait:
-                    # Another worker just finished this pod's preemption; our view may not
-                    # show its effect yet, and the pod's retry backoff counts for it too.
-                    with self._lock:
-                        self._book.hold(pod.uid, now + wait - ended_ago)
-                    return
+            if await self._ended_too_recently(_Target(pod.uid, pod.key, pod=pod), now):
+                return
             async with asyncio.timeout(RPC_TIMEOUT.total_seconds()):
                 handle = await start_preemption(
                     self._client, request, task_queue=settings.task_queue, eager=self._eager_start
@@ -532,12 +737,14 @@ class TriggerLoop:
                 self._pending.pop(pod.uid, None)
         self._handles[pod.uid] = handle
         self._report("started", {"workflowId": handle.id, "preemptor": pod.key})
-        self._in_flight[pod.uid] = asyncio.create_task(self._follow(pod, handle, self._clock()))
+        target = _Target(pod.uid, pod.key, pod=pod)
+        self._in_flight[pod.uid] = asyncio.create_task(self._follow(target, handle, self._clock()))
         self._metrics.in_flight.set(len(self._in_flight))
 
-    async def _seconds_since_last_preemption_ended(self, pod: Pod) -> float | None:
-        """How long ago this pod's latest preemption closed; None if it runs or never ran."""
-        handle = self._client.get_workflow_handle(workflow_id_for(pod.namespace, pod.name, pod.uid))
+    async def _seconds_since_last_run_ended(self, workflow_id: str) -> float | None:
+        """How long ago the latest run of `workflow_id` closed; None if it runs or never
+        ran."""
+        handle = self._client.get_workflow_handle(workflow_id)
         try:
             description = await handle.describe(rpc_timeout=RPC_TIMEOUT)
         except RPCError as error:
@@ -549,20 +756,23 @@ class TriggerLoop:
         return (datetime.now(UTC) - description.close_time).total_seconds()
 
     async def _follow(
-        self, pod: Pod, handle: WorkflowHandle[PreemptionWorkflow, PreemptionResult], began: float
+        self, target: _Target, handle: WorkflowHandle[Any, Any], began: float
     ) -> None:
+        """Wait for the preemption's end, report it, and book it (`_ended`)."""
         fields: dict[str, Any] = {}
         outcome: str = Outcome.FAILED  # a failure that carries no result
         retryable, lost = True, False
         try:
-            outcome, retryable, fields = self._read(await handle.result())
+            outcome, retryable, fields = self._read_any(await handle.result())
         except WorkflowFailureError as error:
             # A failed preemption (an RBAC denial among them) carries its result in the
             # failure's details: read `retryable` there too, or a denial would back off and
             # come round again instead of parking its pod.
-            carried = result_of_failure(error)
+            carried = (
+                result_of_failure(error) if target.group is None else group_result_of_failure(error)
+            )
             if carried is not None:
-                outcome, retryable, fields = self._read(carried)
+                outcome, retryable, fields = self._read_any(carried)
             else:
                 fields = {"message": str(error.cause or error)}
         except asyncio.CancelledError:
@@ -571,14 +781,14 @@ class TriggerLoop:
             outcome, lost = "unknown", True  # not an outcome: no metric counts it
             fields = {"message": f"lost track of the preemption: {error}"}
         finally:
-            self._ended(pod, outcome, retryable, fields, lost=lost)
+            self._ended(target, outcome, retryable, fields, lost=lost)
         seconds = self._clock() - began
         if not lost:
             self._metrics.attempts.labels(outcome).inc()
             self._metrics.duration.labels(outcome).observe(seconds)
         record = {
             "workflowId": handle.id,
-            "preemptor": pod.key,
+            "preemptor": target.key,
             "outcome": outcome,
             "seconds": round(seconds, 3),
             **fields,
@@ -588,56 +798,124 @@ class TriggerLoop:
         if self._loop is not None:
             self._wake.set()
 
+    def _read_any(
+        self, result: PreemptionResult | GroupPreemptionResult
+    ) -> tuple[str, bool, dict[str, Any]]:
+        if isinstance(result, GroupPreemptionResult):
+            return self._read_group(result)
+        return self._read(result)
+
+    def _read_group(self, result: GroupPreemptionResult) -> tuple[str, bool, dict[str, Any]]:
+        """Outcome, retryability and report fields of a finished group preemption: its
+        victims on every node, where it placed each member, how many are bound."""
+        self._observe(result.victims, result.throttled, result.outcome, result)
+        fields = {
+            "node": None,
+            "victims": [v.pod.key for v in result.victims if v.fate is not Fate.SPARED],
+            "members": {m.pod.key: m.node for m in result.members},
+            "bound": result.bound,
+            "minCount": result.min_count,
+            "message": result.message,
+        }
+        return result.outcome, result.retryable is not False, fields
+
     def _read(self, result: PreemptionResult) -> tuple[str, bool, dict[str, Any]]:
         """Outcome, retryability and report fields of a finished preemption's result."""
         victims = [v.pod.key for v in result.victims if v.fate is not Fate.SPARED]
-        if result.victims:
-            self._metrics.victims.observe(len(result.victims))
-        if result.throttled:
-            self._metrics.throttled.inc(result.throttled)
-        # Labelled as upstream labels them: the preemption plugin, and how it went.
-        plugin = "DefaultPreemption"
-        if result.evaluation_seconds is not None:
-            self._metrics.evaluation_duration.labels(plugin, result.outcome).observe(
-                result.evaluation_seconds
-            )
-        if result.execution_seconds is not None:
-            self._metrics.execution_duration.labels(plugin, result.outcome).observe(
-                result.execution_seconds
-            )
+        self._observe(result.victims, result.throttled, result.outcome, result)
         fields = {"node": result.node, "victims": victims, "message": result.message}
         return result.outcome, result.retryable, fields
 
-    def _ended(
-        self, pod: Pod, outcome: str, retryable: bool, fields: dict[str, Any], *, lost: bool
+    def _observe(
+        self,
+        victims: list[Any],
+        throttled: int,
+        outcome: str,
+        timed: PreemptionResult | GroupPreemptionResult,
     ) -> None:
-        """Book the end of a preemption: back off, or park the pod when retrying cannot help.
-        The view may trail the API by a moment, so even a completed preemption waits before
-        its pod can look like it needs one again. A preemption the loop lost track of (its
-        result unreadable while Temporal is unavailable) is looked at again after the start
-        backoff: starting it again joins the run still going, if any."""
+        """Upstream's metrics of a finished preemption: its victims, its two step timings
+        (labelled as upstream labels them: the preemption plugin, and how it went)."""
+        if victims:
+            self._metrics.victims.observe(len(victims))
+        if throttled:
+            self._metrics.throttled.inc(throttled)
+        plugin = "DefaultPreemption"
+        if timed.evaluation_seconds is not None:
+            self._metrics.evaluation_duration.labels(plugin, outcome).observe(
+                timed.evaluation_seconds
+            )
+        if timed.execution_seconds is not None:
+            self._metrics.execution_duration.labels(plugin, outcome).observe(
+                timed.execution_seconds
+            )
+
+    def _ended(
+        self, target: _Target, outcome: str, retryable: bool, fields: dict[str, Any], *, lost: bool
+    ) -> None:
+        """Book the end of a preemption: back off, or park its pod (or group) when retrying
+        cannot help. The view may trail the API by a moment, so even a completed preemption
+        waits before its pod can look like it needs one again. A preemption the loop lost
+        track of (its result unreadable while Temporal is unavailable) is looked at again
+        after the start backoff: starting it again joins the run still going, if any."""
+        uid = target.uid
         with self._lock:
-            self._in_flight.pop(pod.uid, None)
-            self._handles.pop(pod.uid, None)
+            self._in_flight.pop(uid, None)
+            self._handles.pop(uid, None)
             if lost:
-                self._book.start_failed(pod.uid, self._clock())
+                self._book.start_failed(uid, self._clock())
             elif retryable:
-                self._book.ended(pod.uid, self._clock())
+                self._book.ended(uid, self._clock())
             else:
-                current = self._pending.get(pod.uid)
                 reason = str(fields.get("message") or outcome)
                 self._book.park(
-                    Parked(
-                        pod.uid,
-                        pod.key,
-                        reason,
-                        datetime.now(UTC),
-                        pod_signature(current.pod if current is not None else pod),
-                    )
+                    Parked(uid, target.key, reason, datetime.now(UTC), self._signature(target))
                 )
                 log.warning(
                     "%s parked: %s; it is tried again when it changes or on preemptctl retry",
-                    pod.key,
+                    target.key,
                     reason,
                 )
             self._metrics.in_flight.set(len(self._in_flight))
+
+    def _signature(self, target: _Target) -> str:
+        """What `target` asks of the cluster now (under the lock): a parked pod or group is
+        tried again when this changes."""
+        if target.group is not None:
+            group = self._groups.get(target.uid)
+            return group_signature(group) if group is not None else ""
+        current = self._pending.get(target.uid)
+        pod = current.pod if current is not None else target.pod
+        return pod_signature(pod) if pod is not None else ""
+
+    # -- upstream's IsPodRunningPreemption --------------------------------------------------------
+
+    async def running_preemption(self, pod: Pod) -> bool:
+        """Upstream's `IsPodRunningPreemption` for `pod`: whether a preemption for it is
+        under way (deciding, or preempting its victims), read from its workflow's `state`
+        query, whichever worker runs it. For a member of a group: whether its group's
+        preemption is, and placed this member (or has not decided yet). False when there is
+        no such run, or Temporal does not answer."""
+        group = group_of(pod, self._settings)
+        try:
+            if group is None:
+                handle = self._client.get_workflow_handle(
+                    workflow_id_for(pod.namespace, pod.name, pod.uid)
+                )
+                state: PreemptionProgress = await handle.query(
+                    PreemptionWorkflow.state, rpc_timeout=RPC_TIMEOUT
+                )
+                return state.preempting
+            ref = next((r for r in self._group_refs.values() if r.key == group.key), None)
+            if ref is None:
+                return False
+            handle = self._client.get_workflow_handle(
+                group_workflow_id_for(ref.namespace, ref.name, ref.uid)
+            )
+            progress: GroupPreemptionProgress = await handle.query(
+                GroupPreemptionWorkflow.state, rpc_timeout=RPC_TIMEOUT
+            )
+        except Exception as error:  # no such run, or Temporal unavailable
+            log.debug("could not ask the preemption of %s: %s", pod.key, error)
+            return False
+        placed = {member.pod.uid for member in progress.members}
+        return progress.preempting and (not placed or pod.uid in placed)

@@ -9,8 +9,9 @@ check that the preemptor still needs room) goes to the API server. It reports to
 process through a pipe every `REPORT_EVERY` seconds: that it is alive, whether its worker
 polls, and its metrics, which the main process serves as the replica's. SIGTERM (or SIGINT)
 drains it: its worker stops polling and lets the steps in flight finish within
-`GRACEFUL_SHUTDOWN`. It dies with the main process (`PR_SET_PDEATHSIG`, SIGKILL), as a
-container's processes do, and stops when the main process stops reading its reports.
+`GRACEFUL_SHUTDOWN`. It dies with the main process (SIGKILL: `PR_SET_PDEATHSIG` towards
+the fork server, which exits when the main process does), as a container's processes do,
+and stops when the main process stops reading its reports.
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ def name_of(index: int) -> str:
 
 
 def run_workflow_process(settings: Settings, index: int, channel: Connection) -> None:
-    """The process's entry point (started by `multiprocessing`'s spawn: a fresh interpreter,
-    nothing inherited but `settings`, `index` and the reporting end of a pipe)."""
+    """The process's entry point (forked from the fork server, which imported this module
+    and nothing else of the main process's: it gets `settings`, `index` and the reporting
+    end of a pipe)."""
     _die_with_parent()
     configure_logging(settings.log_format, process=name_of(index))
     try:
@@ -131,9 +133,9 @@ def _die_with_parent() -> None:
     """Be SIGKILLed when the main process dies, however it dies (Linux; elsewhere the
     failed report ends the process instead): a killed replica leaves no process running
     workflows behind, as a container's end would not."""
-    parent = multiprocessing.parent_process()
     with contextlib.suppress(OSError, AttributeError):
         libc: Any = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if parent is not None and os.getppid() != parent.pid:  # it died before the request took
+    parent = multiprocessing.parent_process()
+    if parent is not None and not parent.is_alive():  # it died before the request took
         os._exit(1)

@@ -30,6 +30,17 @@ Scenarios:
 - a parked pod bound after a person's retry: the loop signals that run `preemptor_bound`
   at once, as it signals its own runs, so the retried run does not wait for its poll (and
   reports and follows it, if no re-check found it first);
+- a pending pod group gets one group preemption however many of its members pend (its ID
+  from the group's UID, the request naming the group), and no member a preemption of its
+  own; the start is reported with the members;
+- a member seen bound is signalled to its group's preemption (`member_bound`, its UID and
+  node);
+- a group preemption that ends non-retryable parks the group (listed by parked() under its
+  key) until what it asks changes (another member pending); one that ends retryable backs
+  off 10 s;
+- `running_preemption` answers upstream's IsPodRunningPreemption from the workflow's state
+  query: a pod's own preemption, a member its group's preemption placed (or has not decided
+  for yet), not a member it left out, and no run at all is False;
 - a cancellation that lands as the loop is woken (a watch event as the controller stops)
   ends the loop: Python 3.11's wait_for lost it, and the controller's exit hung (CI did).
 """
@@ -55,12 +66,22 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from preemptctl.ledger.vocabulary import Outcome
 from preemptctl.preemption.decision import PodRef
-from preemptctl.preemption.decode import decode_pod
+from preemptctl.preemption.group_decision import GroupRef
 from preemptctl.preemption.objects import Pod
+from preemptctl.preemption.snapshot import ClusterSnapshot
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.trigger import TriggerLoop
-from preemptctl.workflows.contract import PreemptionRequest, PreemptionResult
+from preemptctl.workflows.contract import (
+    GroupPreemptionProgress,
+    GroupPreemptionRequest,
+    GroupPreemptionResult,
+    MemberProgress,
+    PreemptionProgress,
+    PreemptionRequest,
+    PreemptionResult,
+)
+from tests.preemption.builders import pod_group
 
 SETTINGS = Settings(min_priority=0, retry_backoff_max_seconds=300)
 
@@ -94,47 +115,49 @@ def refused_critical_pod(uid: str = "uid-crit") -> dict[str, Any]:
 
 
 class FakeView:
-    """The view's read()/subscribe() over a dict of pods a test edits; it hands listeners
-    each pod decoded, as the view does."""
+    """The view's read()/subscribe() over a snapshot a test feeds watch events; it hands
+    listeners each pod as the snapshot keeps it (decoded, a member at its group's
+    priority), as the view does."""
 
     def __init__(self) -> None:
-        self.pods: dict[str, Any] = {}
+        self.snapshot = ClusterSnapshot()
         self.listeners: list[Callable[[str, str, Pod | None], None]] = []
 
     @contextmanager
-    def read(self) -> Iterator[Any]:
-        @dataclass
-        class Snapshot:
-            pods: dict[str, Any]
-
-        yield Snapshot({uid: decode_pod(obj) for uid, obj in self.pods.items()})
+    def read(self) -> Iterator[ClusterSnapshot]:
+        yield self.snapshot
 
     def subscribe(self, listener: Callable[[str, str, Pod | None], None]) -> None:
         self.listeners.append(listener)
 
     def event(self, event_type: str, obj: dict[str, Any]) -> None:
         uid = obj["metadata"]["uid"]
-        decoded = None
         if event_type == "DELETED":
-            self.pods.pop(uid, None)
+            self.snapshot.remove("Pod", uid)
         else:
-            self.pods[uid] = obj
-            decoded = decode_pod(obj)
+            self.snapshot.apply("Pod", obj)
         for listener in self.listeners:
-            listener(event_type, uid, decoded)
+            listener(event_type, uid, self.snapshot.pods.get(uid))
+
+    def group(self, obj: dict[str, Any]) -> None:
+        """A PodGroup added (the view tells the trigger of pods only)."""
+        self.snapshot.apply("PodGroup", obj)
 
 
 @dataclass
 class FakeHandle:
     id: str
-    outcome: asyncio.Future[PreemptionResult]
+    outcome: asyncio.Future[Any]
     closed_at: datetime | None = None
+    signals: list[tuple[str, Any]] = field(default_factory=list)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def result(self) -> PreemptionResult:
+    async def result(self) -> Any:
         return await self.outcome
 
-    async def signal(self, *args: Any, **kwargs: Any) -> None:
-        return None
+    async def signal(self, signal: Any, arg: Any = None, *, args: Any = (), **kwargs: Any) -> None:
+        self.signals.append((self.id, list(args) if args else arg))
+        self.wake.set()
 
 
 @dataclass
@@ -167,6 +190,7 @@ class FakeClient:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     runs: dict[str, PersonRun] = field(default_factory=dict)  # a person's runs, by ID
     signals: list[tuple[str, Any]] = field(default_factory=list)  # (workflow ID, argument)
+    states: dict[str, Any] = field(default_factory=dict)  # the state query's answer, by ID
     # A Temporal as slow as a test wants: describes of these workflow IDs, and signals,
     # wait until `answer` is set. `describing` lists the describes asked, in order.
     slow: set[str] = field(default_factory=set)
@@ -202,6 +226,11 @@ class FakeClient:
             async def result(self) -> PreemptionResult:
                 return await client.runs[workflow_id].outcome
 
+            async def query(self, query: Any, **kwargs: Any) -> Any:
+                if workflow_id not in client.states:
+                    raise RPCError("not found", RPCStatusCode.NOT_FOUND, b"")
+                return client.states[workflow_id]
+
             async def fetch_history(self) -> WorkflowHistory:
                 """The run's start event, carrying its request as the client encodes it."""
                 started = HistoryEvent(
@@ -216,7 +245,8 @@ class FakeClient:
     async def start_workflow(self, *args: Any, id: str, **kwargs: Any) -> FakeHandle:
         if self.start_errors:
             raise self.start_errors.pop(0)
-        handle = FakeHandle(id, asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        handle = FakeHandle(id, loop.create_future(), signals=self.signals, wake=self.wake)
         self.started.append(handle)
         self.options.append({"args": args, **kwargs})
         self.wake.set()
@@ -591,3 +621,107 @@ async def test_a_cancellation_landing_as_the_loop_wakes_ends_it() -> None:
         task.cancel()
         await asyncio.wait([task], timeout=1.0)
         assert task.cancelled()
+
+
+# -- groups --------------------------------------------------------------------------------------
+
+
+def member(name: str, group: str = "train", **changes: Any) -> dict[str, Any]:
+    """A pending unschedulable pod naming PodGroup `group`."""
+    pod = pending_pod(name, f"uid-{name}", **changes)
+    pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return pod
+
+
+def train_group(harness: Harness) -> GroupRef:
+    harness.view.group(pod_group("train", priority=1000, min_count=2))
+    return GroupRef("default", "train", "pg-train", 1000)
+
+
+async def test_a_pending_group_gets_one_group_preemption(harness: Harness) -> None:
+    group = train_group(harness)
+    for name in ("train-0", "train-1", "train-2"):
+        harness.view.event("ADDED", member(name))
+    harness.trigger.start()
+    handle = await harness.client.next_start(1)
+    await asyncio.sleep(0.05)  # ticks enough for a second start, if any would come
+    assert [h.id for h in harness.client.started] == ["group-preemption-default-train-pg-train"]
+    _, request = harness.client.options[0]["args"]
+    assert isinstance(request, GroupPreemptionRequest)
+    assert request.group == group
+    assert request.reason == "Unschedulable: 3 of 3 member(s) pending"
+    assert harness.reports[0] == (
+        "started",
+        {
+            "workflowId": handle.id,
+            "preemptor": "default/train",
+            "members": ["default/train-0", "default/train-1", "default/train-2"],
+        },
+    )
+
+
+async def test_a_member_seen_bound_is_signalled_to_its_group_preemption(harness: Harness) -> None:
+    train_group(harness)
+    harness.view.event("ADDED", member("train-0"))
+    harness.view.event("ADDED", member("train-1"))
+    harness.trigger.start()
+    handle = await harness.client.next_start(1)
+    bound = member("train-1")
+    bound["spec"]["nodeName"] = "node-2"
+    harness.view.event("MODIFIED", bound)
+    await harness.client.until(lambda: bool(harness.client.signals))
+    assert harness.client.signals == [(handle.id, ["uid-train-1", "node-2"])]
+
+
+async def test_a_group_preemption_ended_non_retryable_parks_the_group(harness: Harness) -> None:
+    train_group(harness)
+    harness.view.event("ADDED", member("train-0"))
+    harness.trigger.start()
+    first = await harness.client.next_start(1)
+    refused = GroupPreemptionResult(Outcome.FAILED, "Unsupported: topology", retryable=False)
+    await harness.ended(first, refused)  # type: ignore[arg-type]
+    [parked] = harness.trigger.parked()
+    assert (parked.uid, parked.pod, parked.reason) == (
+        "pg-train",
+        "default/train",
+        "Unsupported: topology",
+    )
+    harness.advance(10**6)
+    harness.view.event("MODIFIED", member("train-0"))  # status churn: still parked
+    await asyncio.sleep(0.05)
+    assert len(harness.client.started) == 1
+    harness.view.event("ADDED", member("train-1"))  # the group asks for more
+    await harness.client.next_start(2)
+    assert harness.trigger.parked() == []
+
+
+async def test_a_group_preemption_ended_retryable_backs_off(harness: Harness) -> None:
+    train_group(harness)
+    harness.view.event("ADDED", member("train-0"))
+    harness.trigger.start()
+    first = await harness.client.next_start(1)
+    await harness.ended(first, GroupPreemptionResult(Outcome.NO_CANDIDATE, "no room"))  # type: ignore[arg-type]
+    book, now = harness.trigger._book, harness.clock.now
+    assert not book.due("pg-train", now + 9.9) and book.due("pg-train", now + 10)
+    assert harness.trigger.finished[-1]["preemptor"] == "default/train"
+
+
+async def test_running_preemption_answers_from_the_workflows_state(harness: Harness) -> None:
+    train_group(harness)
+    harness.view.event("ADDED", member("train-0"))
+    harness.view.event("ADDED", member("train-1"))
+    harness.view.event("ADDED", pending_pod("web", "uid-web"))
+    harness.trigger.start()
+    await harness.client.next_start(2)
+    snapshot = harness.view.snapshot
+    web, train_0, train_1 = (snapshot.pods[u] for u in ("uid-web", "uid-train-0", "uid-train-1"))
+    assert not await harness.trigger.running_preemption(web)  # no state answered yet
+    harness.client.states["preemption-default-web-uid-web"] = PreemptionProgress(preempting=True)
+    assert await harness.trigger.running_preemption(web)
+    group_id = "group-preemption-default-train-pg-train"
+    harness.client.states[group_id] = GroupPreemptionProgress(preempting=True)
+    assert await harness.trigger.running_preemption(train_1)  # not decided yet: all of it
+    placed = [MemberProgress(PodRef("default", "train-0", "uid-train-0"), "node-1")]
+    harness.client.states[group_id] = GroupPreemptionProgress(preempting=True, members=placed)
+    assert await harness.trigger.running_preemption(train_0)
+    assert not await harness.trigger.running_preemption(train_1)
