@@ -23,15 +23,16 @@ import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
 
 from kubernetes.client.exceptions import ApiException
 
 from preemptctl.kube.classify import Call, api_status, classify_status
 from preemptctl.kube.client import KubeClient
+from preemptctl.kube.pods import path_segment
 from preemptctl.kube.results import WriteEffect, WriteResult
 from preemptctl.preemption.decision import PodRef
 from preemptctl.preemption.group_decision import GroupRef
+from preemptctl.preemption.names import NameKind, shown
 
 REPORTING_CONTROLLER = "preemptctl"
 ACTION = "Preempting"
@@ -138,7 +139,9 @@ def record_event(
     if related is not None:
         body["related"] = related.to_json()
     call = Call("create", "events", regarding.key, group="events.k8s.io")
-    path = f"/apis/events.k8s.io/v1/namespaces/{quote(regarding.namespace, safe='')}/events"
+    on = f"an event on {shown(regarding.key)}"
+    namespace = path_segment(NameKind.NAMESPACE, regarding.namespace, on)
+    path = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
     try:
         kube.request("POST", path, call, body=body)
     except ApiException as error:

@@ -17,17 +17,36 @@ from kubernetes.client.exceptions import ApiException
 
 from preemptctl.kube.classify import Call, api_status, classify_status
 from preemptctl.kube.client import KubeClient
-from preemptctl.kube.results import WriteEffect, WriteResult
+from preemptctl.kube.results import ErrorKind, NotRetryable, WriteEffect, WriteResult
 from preemptctl.preemption.decision import PodRef
 from preemptctl.preemption.decode import decode_pod, decode_pod_group
 from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.group_decision import GroupRef
+from preemptctl.preemption.names import NameKind, name_problem, shown
 from preemptctl.preemption.objects import Pod, PodGroup
 from preemptctl.preemption.standing import PreemptorStanding, Standing
 
 
+def path_segment(kind: NameKind, value: str, what: str) -> str:
+    """`value` quoted as one segment of an API path, once it is a name the API server would
+    accept as a `kind`; else `NotRetryable`, naming `what` the request was for. `quote`
+    leaves `.` and `..` as they are and the HTTP client then removes them as dot segments: a
+    pod named `..` would turn a DELETE of it into one of its namespace
+    (`preemption.names`)."""
+    problem = name_problem(kind, value)
+    if problem is not None:
+        raise NotRetryable(ErrorKind.INVALID, f"refused to build a request for {what}: {problem}")
+    return quote(value, safe="")
+
+
 def pod_path(namespace: str, name: str, subresource: str = "") -> str:
-    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+    """The API path of the pod `namespace/name` (and of its `subresource`), both names
+    checked (`path_segment`)."""
+    what = f"pod {shown(f'{namespace}/{name}')}"
+    path = (
+        f"/api/v1/namespaces/{path_segment(NameKind.NAMESPACE, namespace, what)}"
+        f"/pods/{path_segment(NameKind.POD, name, what)}"
+    )
     return f"{path}/{subresource}" if subresource else path
 
 
@@ -158,8 +177,11 @@ POD_GROUP_API = "/apis/scheduling.k8s.io/v1beta1"
 
 
 def pod_group_path(namespace: str, name: str) -> str:
+    """The API path of the PodGroup `namespace/name`, both names checked (`path_segment`)."""
+    what = f"pod group {shown(f'{namespace}/{name}')}"
     return (
-        f"{POD_GROUP_API}/namespaces/{quote(namespace, safe='')}/podgroups/{quote(name, safe='')}"
+        f"{POD_GROUP_API}/namespaces/{path_segment(NameKind.NAMESPACE, namespace, what)}"
+        f"/podgroups/{path_segment(NameKind.POD_GROUP, name, what)}"
     )
 
 
