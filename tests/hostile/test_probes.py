@@ -36,8 +36,8 @@ KUBELET_TIMEOUT = 3.0  # deploy/base/deployment.yaml: every probe's timeoutSecon
 ROUNDS = 4
 # ROUNDS x ROUND_SECONDS outlasts the server's deadline for a whole request (2 s), so the
 # attackers it drops come back while the probes still run.
-ROUND_SECONDS = 0.8
-SETTLE_SECONDS = 1.0  # the attackers hold their connections before the first probe
+ROUND_SECONDS = 0.6
+SETTLE_SECONDS = 0.5  # the attackers hold their connections before the first probe
 
 
 @dataclass(frozen=True)
