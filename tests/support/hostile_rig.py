@@ -60,8 +60,8 @@ class HostileWorker(WorkerProcess):
     def __init__(self, name: str, env: dict[str, str], log_dir: Path) -> None:
         super().__init__(name, env, log_dir)
         self.metrics_port = self.probe_port  # the fault rig's name for PREEMPT_METRICS_PORT
-        self.kubelet_port = free_port()
-        self.env["PREEMPT_PROBE_PORT"] = str(self.kubelet_port)
+        # The fault rig now gives each worker a probe port of its own; this one reads it.
+        self.kubelet_port = int(self.env.setdefault("PREEMPT_PROBE_PORT", str(free_port())))
 
     def memory(self) -> dict[str, int]:
         """VmRSS (resident now) and VmHWM (the highest resident so far), in bytes, as the
