@@ -57,6 +57,7 @@ from preemptctl.ledger.narrative import (
 from preemptctl.ledger.queries import HistoryQuery, explain, history
 from preemptctl.ledger.views import AttemptView, Link, PreemptionView
 from preemptctl.ledger.vocabulary import Outcome
+from preemptctl.preemption.names import pod_key_problem
 from preemptctl.worker.errors import Unavailable, UsageError, add_output_flag
 from preemptctl.worker.terminal import printable, printable_json, printable_lines
 
@@ -189,6 +190,8 @@ def parse_pod(text: str, flag: str) -> tuple[str, str]:
     namespace, _, name = text.partition("/")
     if not namespace or not name or "/" in name:
         raise UsageError(f"{flag} must be NAMESPACE/NAME, not {text!r}")
+    if (problem := pod_key_problem(namespace, name)) is not None:
+        raise UsageError(f"{flag}: {problem}")
     return namespace, name
 
 

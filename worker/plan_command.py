@@ -15,6 +15,7 @@ from preemptctl.preemption.decision import Strategy
 from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.explain import render_explanation
+from preemptctl.preemption.names import pod_key_problem
 from preemptctl.preemption.planner import plan
 from preemptctl.preemption.pod_group_preemption import plan_pod_group
 from preemptctl.preemption.snapshot import ClusterSnapshot
@@ -127,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--explain applies to --pod only; a group's rationale is in its JSON")
     else:
         _check_key("--pod", args.pod)
+        if (problem := pod_key_problem(*args.pod.split("/"))) is not None:
+            raise UsageError(f"--pod: {problem}")
     # One short-lived process that allocates a whole cluster's JSON and frees nothing until
     # it exits: the cyclic collector would only rescan it, again and again.
     collecting = gc.isenabled()

@@ -45,6 +45,7 @@ from preemptctl.kube.client import KubeClient, connect
 from preemptctl.kube.pods import Presence, get_pod
 from preemptctl.kube.results import KubeCallError
 from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.names import pod_key_problem
 from preemptctl.worker.config import ConfigError, Settings, load_settings
 from preemptctl.worker.connections import StartupError, TemporalUnreachableError, connect_temporal
 from preemptctl.worker.errors import Unavailable, UsageError
@@ -186,6 +187,8 @@ def _workflow_id_of(kube: KubeClient, target: str) -> str:
     namespace, _, name = target.partition("/")
     if not namespace or not name or "/" in name:
         raise UsageError(f"expected NAMESPACE/NAME or a preemption ID, not {target!r}")
+    if (problem := pod_key_problem(namespace, name)) is not None:
+        raise UsageError(problem)
     uid = get_pod(kube, PodRef(namespace, name, uid="")).uid  # whatever pod has the name now
     if uid is None:
         raise UsageError(f"{target} is gone: nothing to retry")
