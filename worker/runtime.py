@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +41,7 @@ from preemptctl.worker.temporal_worker import (
     with_cached_hints,
 )
 from preemptctl.worker.trigger import Reporter, TriggerLoop
-from preemptctl.worker.workflow_processes import WorkflowProcesses
+from preemptctl.worker.workflow_processes import Forked, WorkflowProcesses
 
 log = logging.getLogger("preemptctl")
 
@@ -170,6 +170,7 @@ async def running_controller(
     view_timeout: float | None = None,
     recheck_parked_every: float | None = None,
     workflow_processes: int = 0,
+    forked: Sequence[Forked] = (),
 ) -> AsyncIterator[Controller]:
     """The view synced, the Temporal worker polling and the trigger loop running (unless
     `worker` is False); on exit, the trigger stops, the worker drains, the view stops.
@@ -185,7 +186,8 @@ async def running_controller(
     run in that many processes of their own (`WorkflowProcesses`, supervised here as well),
     and this process's worker polls the regular activities only (the select, beside the
     view): /readyz then also waits for one of them to poll, /metrics serves them all, and
-    on exit they drain (SIGTERM) after the trigger stops and before this worker does."""
+    on exit they drain (SIGTERM) after the trigger stops and before this worker does.
+    `forked`: those `preemptctl worker` forked at start-up (`fork_workflow_processes`)."""
     metrics = metrics or (probes.metrics if probes is not None else Metrics())
     supervisor = Supervisor(metrics)
     loop = asyncio.get_running_loop()
@@ -209,7 +211,7 @@ async def running_controller(
     # server's imports take seconds on a busy machine).
     processes: WorkflowProcesses | None = None
     if workflow_processes and worker:
-        processes = WorkflowProcesses(settings, workflow_processes, metrics)
+        processes = WorkflowProcesses(settings, workflow_processes, metrics, forked=forked)
         processes.prepare()
         processes.start(supervisor.spawn)
     owned: ProbeServer | None = None

@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import logging
 import signal
+from collections.abc import Sequence
 from typing import Any
 
 from preemptctl.worker.config import ConfigError, Settings, load_settings
@@ -34,7 +35,11 @@ from preemptctl.worker.logs import configure_logging
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.probes import open_probe_server
 from preemptctl.worker.runtime import running_controller
-from preemptctl.worker.workflow_processes import workflow_process_count
+from preemptctl.worker.workflow_processes import (
+    Forked,
+    fork_workflow_processes,
+    workflow_process_count,
+)
 
 log = logging.getLogger("preemptctl")
 
@@ -86,9 +91,10 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-async def serve(settings: Settings) -> None:
+async def serve(settings: Settings, forked: Sequence[Forked] = ()) -> None:
     """Start in order: cluster config, probes (not ready), ledger (waited for while its
-    database does not answer), Temporal, then the controller, until SIGTERM."""
+    database does not answer), Temporal, then the controller, until SIGTERM. `forked`: the
+    workflow processes `run` forked before the event loop began."""
     kube = connect_cluster(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -134,6 +140,7 @@ async def serve(settings: Settings) -> None:
                 report=report,
                 probes=probes,
                 workflow_processes=workflow_process_count(settings),
+                forked=forked,
             ):
                 await stop.wait()
                 log.info("stopping: draining the preemptions in progress")
@@ -146,10 +153,17 @@ async def serve(settings: Settings) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     configure_logging(settings.log_format)
+    # Forked now, while this process has no thread and no event loop: they share its
+    # imported code and poll within a second (`workflow_processes`).
+    forked = fork_workflow_processes(settings, workflow_process_count(settings))
     try:
-        asyncio.run(serve(settings))
+        asyncio.run(serve(settings, forked))
     except (LedgerUnreachableError, TemporalUnreachableError) as error:
         raise Unavailable(str(error)) from None
     except StartupError as error:
         raise UsageError(str(error)) from None
+    finally:
+        for one in forked:  # drained already, unless start-up failed before the controller
+            if one.process.is_alive():
+                one.process.kill()
     return 0

@@ -31,7 +31,7 @@ from typing import Any
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.worker.config import Settings
-from preemptctl.worker.connections import connect_cluster, connect_temporal
+from preemptctl.worker.connections import StartupError, connect_cluster, connect_temporal
 from preemptctl.worker.logs import configure_logging
 from preemptctl.worker.metrics import FamilyReport, Metrics, report_of
 from preemptctl.worker.temporal_worker import Role, build_worker, preemption_activities
@@ -39,6 +39,7 @@ from preemptctl.worker.temporal_worker import Role, build_worker, preemption_act
 log = logging.getLogger("preemptctl")
 
 REPORT_EVERY = 1.0  # seconds between two reports to the main process
+GO = "go"  # the main process's word to start
 PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
@@ -56,17 +57,28 @@ def name_of(index: int) -> str:
 
 
 def run_workflow_process(settings: Settings, index: int, channel: Connection) -> None:
-    """The process's entry point (forked from the fork server, which imported this module
-    and nothing else of the main process's: it gets `settings`, `index` and the reporting
-    end of a pipe)."""
+    """The process's entry point: forked from the main process at start-up, or from the fork
+    server later (`worker.workflow_processes`); it gets `settings`, `index` and its end of a
+    pipe. It waits for the main process's word (`GO`) before it connects to anything: a
+    process forked at start-up idles until the main process has checked every connection,
+    and a start-up that fails ends it without a word."""
     _die_with_parent()
     configure_logging(settings.log_format, process=name_of(index))
+    name = name_of(index)
+    try:
+        if channel.recv() != GO:
+            return
+    except (EOFError, OSError, KeyboardInterrupt):  # the main process stopped first
+        return
     try:
         asyncio.run(serve(settings, index, channel))
     except KeyboardInterrupt:
         pass
+    except StartupError as error:  # a connection the main process had just made
+        log.error("%s cannot start: %s", name, error)
+        raise SystemExit(2) from None
     except Exception:
-        log.exception("workflow process %s failed", name_of(index))
+        log.exception("%s failed", name)
         raise SystemExit(1) from None
 
 

@@ -5,12 +5,17 @@ One Python interpreter tops out near one core: the planner, the workflow code, t
 activities and the SDK's Python side take turns on its GIL. A replica therefore runs the
 cluster view, the trigger loop, the select (its decision path) and the HTTP endpoints in its
 main process, and the workflows with their local activities in `count` workflow processes
-(`worker.workflow_process`). Each is forked from a fork server that imported their code
-once (`multiprocessing`'s forkserver, started with `prepare`): a process started or
-restarted runs in a fraction of a second instead of importing the SDK, the Kubernetes
-client and SQLAlchemy again (seconds on a busy machine). Nothing is forked from the main
-process itself, whose threads (and the Temporal core's) would not survive a fork; the fork
-server imports modules and starts no thread.
+(`worker.workflow_process`).
+
+How they start: `preemptctl worker` forks them at start-up (`fork_workflow_processes`),
+before its event loop and its first thread exist, from a process that has imported
+everything already: they poll within a second and share the imported code's pages with
+it. Later (a restart, or a controller started inside a running event loop, as in the
+tests) a process is forked from a fork server that imported their code once
+(`multiprocessing`'s forkserver): the first such start imports the SDK, the Kubernetes
+client and SQLAlchemy (seconds on a busy machine), the next ones take a fraction of a
+second. Nothing is forked from the main process once it has threads (the Temporal core's
+would not survive a fork); the fork server imports modules and starts no thread.
 
 Each one runs under the main process's `Supervisor`, as a task named after it
 (`workflows-0`, ...): a process that exits, or that stops reporting for `STALE_AFTER`
@@ -32,11 +37,11 @@ import math
 import multiprocessing
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing import forkserver
 from multiprocessing.connection import Connection
-from multiprocessing.context import ForkServerProcess
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from preemptctl.worker.cancellation import cancel_and_wait
@@ -44,7 +49,7 @@ from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics, ReplicaMetrics
 from preemptctl.worker.supervisor import run_in_thread
 from preemptctl.worker.temporal_worker import GRACEFUL_SHUTDOWN
-from preemptctl.worker.workflow_process import Report, name_of, run_workflow_process
+from preemptctl.worker.workflow_process import GO, Report, name_of, run_workflow_process
 
 log = logging.getLogger("preemptctl")
 
@@ -59,6 +64,34 @@ STOP_GRACE = GRACEFUL_SHUTDOWN.total_seconds() + 5.0
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" or "max ..."
 
 Spawner = Callable[[str, Callable[[], Awaitable[None]]], "asyncio.Task[None]"]
+
+
+@dataclass
+class Forked:
+    """A workflow process forked at start-up, waiting for the word to start, and our end of
+    its pipe (its reports come through it)."""
+
+    process: BaseProcess
+    reports: Connection
+
+
+def fork_workflow_processes(settings: Settings, count: int) -> list[Forked]:
+    """Fork `count` workflow processes now, from this process as it is: call it before any
+    thread or event loop exists (`preemptctl worker` does, in `run`), never after."""
+    context = multiprocessing.get_context("fork")
+    forked = []
+    for index in range(count):
+        ours, theirs = context.Pipe()
+        process = context.Process(
+            target=run_workflow_process,
+            args=(settings, index, theirs),
+            name=name_of(index),
+            daemon=True,
+        )
+        process.start()
+        theirs.close()  # the child holds the only other end: its exit is our EOF
+        forked.append(Forked(process, ours))
+    return forked
 
 
 class WorkflowProcessExited(Exception):
@@ -89,7 +122,7 @@ def workflow_process_count(settings: Settings, cores: int | None = None) -> int:
 class _Running:
     """One workflow process as the main process knows it."""
 
-    process: ForkServerProcess
+    process: BaseProcess
     heard: float  # when its latest report arrived, or it started (monotonic)
     reported: bool = False  # at least once
     ready: bool = False
@@ -107,7 +140,10 @@ class WorkflowProcesses:
         *,
         stale_after: float = STALE_AFTER,
         clock: Callable[[], float] = time.monotonic,
+        forked: Sequence[Forked] = (),
     ) -> None:
+        """`forked`: processes forked at start-up (`fork_workflow_processes`), taken as the
+        first of each index; the others, and every restart, come from the fork server."""
         self._settings = settings
         self._count = count
         self._context = multiprocessing.get_context("forkserver")
@@ -116,6 +152,7 @@ class WorkflowProcesses:
         self._stale_after = stale_after
         self._clock = clock
         self._running: dict[str, _Running] = {}
+        self._forked = dict(enumerate(forked))
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         metrics.watch_workflow_processes(lambda: (self.running(), self.ready()))
@@ -125,9 +162,10 @@ class WorkflowProcesses:
         return self._count
 
     def prepare(self) -> None:
-        """Start the fork server now (it imports the workflow processes' code in the
-        background), so that `start` later forks at once."""
-        forkserver.ensure_running()
+        """Start the fork server now, when `start` will need it (it imports the workflow
+        processes' code in the background, so that `start` later forks at once)."""
+        if len(self._forked) < self._count:
+            forkserver.ensure_running()
 
     def start(self, spawn: Spawner) -> None:
         """Start each workflow process as a task made by `spawn` (the supervisor)."""
@@ -164,6 +202,8 @@ class WorkflowProcesses:
         self._stopping = True
         await cancel_and_wait(self._tasks, what="the workflow processes' watchers")
         running = list(self._running.items())
+        running += [(name_of(i), _Running(f.process, 0.0)) for i, f in self._forked.items()]
+        self._forked.clear()
         for _, one in running:
             if one.process.is_alive():
                 one.process.terminate()
@@ -186,15 +226,21 @@ class WorkflowProcesses:
         """Run workflow process `index` until it exits (or is killed for its silence), and
         raise: the supervisor restarts it. Cancelled by `stop`, which drains it."""
         name = name_of(index)
-        reports, sender = self._context.Pipe(duplex=False)
-        process = self._context.Process(
-            target=run_workflow_process,
-            args=(self._settings, index, sender),
-            name=name,
-            daemon=True,
-        )
-        await asyncio.to_thread(process.start)
-        sender.close()  # the child holds the only writing end: its exit is our EOF
+        forked = self._forked.pop(index, None)
+        if forked is not None:
+            process, reports = forked.process, forked.reports
+        else:
+            reports, theirs = self._context.Pipe()
+            process = self._context.Process(
+                target=run_workflow_process,
+                args=(self._settings, index, theirs),
+                name=name,
+                daemon=True,
+            )
+            await asyncio.to_thread(process.start)
+            theirs.close()  # the child holds the only other end: its exit is our EOF
+        with contextlib.suppress(OSError):  # gone already: the watch below says how
+            reports.send(GO)
         one = self._running[name] = _Running(process, self._clock())
         log.info("%s started (pid %s)", name, process.pid)
         try:

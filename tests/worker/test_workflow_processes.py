@@ -15,6 +15,10 @@ ledger):
   503 while none polls and 200 again once its successor does;
 - a workflow process that stops reporting (SIGSTOP: its loop stuck) is killed and restarted;
 - on exit every workflow process has drained and exited (SIGTERM), none is left running.
+
+Scenario, `preemptctl worker` itself: it forks its workflow processes at start-up (before
+any thread); they wait for its word, poll, and /readyz names them; SIGTERM drains them all
+and the worker exits 0, none left behind.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -85,11 +91,14 @@ def cluster() -> Iterator[SimulatedCluster]:
 
 
 def get(port: int, path: str) -> tuple[int, str]:
+    """The answer's status and body; (0, "") while nothing listens yet."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
+    except urllib.error.URLError:
+        return 0, ""
 
 
 async def fetch(port: int, path: str) -> tuple[int, str]:
@@ -227,3 +236,55 @@ async def test_a_workflow_process_that_stops_reporting_is_killed_and_restarted(
         _, metrics = await fetch(port, "/metrics")
         await wait_until_closed(temporal.client, 'TaskQueue = "stuck-process"')
     assert sample(metrics, 'preemptctl_task_restarts_total{task="workflows-0"}') == 1
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+async def test_the_worker_command_forks_its_workflow_processes_and_drains_them(
+    temporal, cluster: SimulatedCluster, migrated_postgres_url: str
+) -> None:
+    port = free_port()
+    worker = subprocess.Popen(
+        [str(Path(sys.executable).parent / "preemptctl"), "worker"],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PREEMPT_DATABASE_URL": migrated_postgres_url,
+            "PREEMPT_TEMPORAL_ADDRESS": temporal.client.service_client.config.target_host,
+            "PREEMPT_KUBECONFIG": str(cluster.kubeconfig_path),
+            "PREEMPT_TASK_QUEUE": "forked",
+            "PREEMPT_LOG_FORMAT": "text",
+            "PREEMPT_METRICS_PORT": str(port),
+            "PREEMPT_PROBE_PORT": str(free_port()),
+            "PREEMPT_SDK_METRICS_PORT": "0",
+            "PREEMPT_WORKFLOW_PROCESSES": "2",
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        async with asyncio.timeout(60):
+            while "workflow processes: 2 of 2 ready" not in (await fetch(port, "/readyz"))[1]:
+                await asyncio.sleep(0.2)
+        forked = children_of(worker.pid)
+        await until(lambda: bound(cluster, "default/nginx-a"), "nginx-a bound")
+        await wait_until_closed(temporal.client, 'TaskQueue = "forked"')
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(worker.wait, 60)
+    assert code == 0, worker.stderr.read() if worker.stderr else ""
+    assert len(forked) >= 2  # the two workflow processes (and no fork server: none needed)
+    assert all(not os.path.exists(f"/proc/{pid}") for pid in forked)
+    assert len(deleted(cluster)) == len(set(deleted(cluster)))
