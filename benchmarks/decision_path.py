@@ -213,8 +213,10 @@ def run(
             first = path_.inputs.appended[0] if path_.inputs.appended else None
             path_.inputs.appended.clear()
         disk_before = table_bytes(url)
+        recorder_cpu = path_.inputs.cpu_seconds if path_.inputs is not None else 0.0
         path_.holds.clear()
         latencies.clear()
+        cpu_began = time.process_time()
         began = time.perf_counter()
         with ThreadPoolExecutor(max_workers=threads) as pool:
             list(pool.map(decide, range(1, decisions)))
@@ -223,11 +225,13 @@ def run(
         appended: list[Appended] = []
         if path_.inputs is not None:  # the recorder catches up before the ledger goes
             path_.inputs.wait()
+            recorder_cpu = path_.inputs.cpu_seconds - recorder_cpu
             behind = time.perf_counter() - began - wall
             skipped = path_.inputs.skipped
             appended = list(path_.inputs.appended)
             if from_start and appended:  # the first decision's, recorded during the burst
                 first, appended = appended[0], appended[1:]
+        cpu = time.process_time() - cpu_began
         disk_after = table_bytes(url)
         ledger.dispose()
     finally:
@@ -243,6 +247,15 @@ def run(
     )
     print(f"verdicts:            {dict(sorted(outcomes.items()))}")
     print(f"through the lock:    {(decisions - 1) / wall:.1f} decisions/s (target ≥ 40)")
+    per_decision = cpu * 1000 / (decisions - 1)
+    recorder = recorder_cpu * 1000 / (decisions - 1)
+    print(
+        f"CPU per decision:    {per_decision:.1f} ms in this process (every thread: deciding, "
+        f"ending runs, recording"
+        + (f"; the recorder's {recorder:.1f} ms of it" if record_inputs else "")
+        + f"): one interpreter with a core to itself makes at most "
+        f"{1000 / per_decision:.0f} decisions/s"
+    )
     if record_inputs:
         recorded = [made for made in appended if made.appended]
         print(

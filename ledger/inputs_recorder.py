@@ -93,6 +93,8 @@ class InputsRecorder:
         self._packer = InputsPacker(new_pack_id)  # what is stored, between decisions
         self.appended: deque[Appended] = deque(maxlen=RECENT)
         """What each recorded decision appended (its row's and its new packs' bytes)."""
+        self.cpu_seconds = 0.0
+        """CPU time the recorder's thread spent writing decisions out and appending them."""
         self.skipped = 0
         """Decisions whose inputs were not recorded because the backlog was full."""
         self._behind: deque[InputsRow] = deque()
@@ -178,10 +180,12 @@ class InputsRecorder:
                 row, captured = item
                 try:
                     self._yield()
+                    began = time.thread_time()
                     shared = shared_form(self._packer, captured)
                     raw = orjson.dumps(shared.document)
                     if not self._append(replace(row, raw=raw), shared):
                         self._packer.reset()  # what it believes stored may not be
+                    self.cpu_seconds += time.thread_time() - began
                     self._prune()
                 except Exception:  # a bug here must not stop recording for good
                     log.exception("recording the inputs of run %s failed", row.run_id)
