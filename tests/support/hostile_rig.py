@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import create_engine, select
 
 from preemptctl.emulator import SimulatedCluster
 from preemptctl.emulator.kubeconfig import write_kubeconfig
@@ -136,15 +136,6 @@ class HostileRig(Rig):
             with engine.connect() as connection:
                 statement = select(upstream_preemptions).order_by(upstream_preemptions.c.id)
                 return [dict(row._mapping) for row in connection.execute(statement)]
-        finally:
-            engine.dispose()
-
-    def execute(self, sql: str, parameters: dict[str, Any] | None = None) -> None:
-        """One statement on the ledger as its administrator (the test's own login)."""
-        engine = create_engine(self.database_url)
-        try:
-            with engine.begin() as connection:
-                connection.execute(text(sql), parameters or {})
         finally:
             engine.dispose()
 
@@ -266,26 +257,11 @@ def hostile_rig(
                 worker.kill()
 
 
-def wait_until(
-    condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.05
-) -> float:
-    """Poll `condition()` until it is true; the seconds it took. Fails naming `what`."""
-    began = time.monotonic()
-    while not condition():
-        if time.monotonic() - began > timeout:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
-    return time.monotonic() - began
-
-
 __all__ = [
-    "PREEMPTCTL",
-    "PREEMPTOR_PRIORITY",
     "HostileRig",
     "HostileWorker",
     "base_env",
     "hostile_rig",
     "run_preemptctl",
-    "wait_until",
     "with_query",
 ]
