@@ -30,6 +30,42 @@ class RunRef:
 
 
 @dataclass
+class DecisionStory:
+    """A decision in words, for people reading a preemption in the Temporal UI: what it does
+    (`headline`), to whom (`victims`, each named with its UID), why (`why`: the planner's
+    own words, the criterion that decided included) and where to read more (`explain`, a
+    command). The select activity tells it; the workflow shows it (its details, its
+    result)."""
+
+    headline: str
+    victims: list[str] = field(default_factory=list)
+    why: str = ""
+    explain: str = ""
+
+    def markdown(self) -> str:
+        """For the workflow's details (the UI renders Markdown)."""
+        parts = [f"**{self.headline}**"]
+        if self.victims:
+            parts.append("\n".join(f"- {victim}" for victim in self.victims))
+        if self.why:
+            parts.append(f"Why: {self.why}")
+        if self.explain:
+            parts.append(f"More: `{self.explain}`")
+        return "\n\n".join(parts)
+
+    def line(self) -> str:
+        """In one line, for the workflow's result."""
+        told = self.headline
+        if self.victims:
+            told += ": " + ", ".join(self.victims)
+        if self.why:
+            told += f". Why: {self.why}"
+        if self.explain:
+            told += f". More: {self.explain}"
+        return told
+
+
+@dataclass
 class SelectInput:
     run: RunRef
     preemptor: PodRef
@@ -49,7 +85,8 @@ class Selection:
     `preemption_aborted` event). `retry_after_seconds` > 0: the eviction budget held the
     decision back (recorded as `throttled`); decide again after that long. `dry_run`: the
     decision was made and recorded as a dry run, because the request asked for one or
-    because the worker runs dry whatever the request says (then nothing is touched)."""
+    because the worker runs dry whatever the request says (then nothing is touched).
+    `story`: the decision in words (`DecisionStory`)."""
 
     preemptor: PodRef
     message: str
@@ -61,6 +98,7 @@ class Selection:
     scheduler_name: str = "default-scheduler"
     retry_after_seconds: float = 0.0
     dry_run: bool = False
+    story: DecisionStory | None = None  # the decision in words (none before it was told)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from preemptctl.activities.contracts import RunRef, VictimInput
+from preemptctl.activities.contracts import DecisionStory, RunRef, VictimInput
 from preemptctl.ledger.vocabulary import WORKFLOW_OUTCOMES, Outcome
 from preemptctl.preemption.decision import PodRef, Verdict
 from preemptctl.preemption.group_decision import GroupRef
@@ -55,7 +55,7 @@ class GroupSelection:
     replaced, or has no pending member: `message` says which); `retry_after_seconds` > 0
     when the eviction budget held the decision back; `dry_run` when it was decided and
     recorded as a dry run (asked for, or the worker runs dry). `story` is the decision in
-    words, for the workflow's details in the UI."""
+    words, for the workflow's details and result in the UI."""
 
     group: GroupRef
     message: str
@@ -69,7 +69,7 @@ class GroupSelection:
     scheduler_name: str = "default-scheduler"
     retry_after_seconds: float = 0.0
     dry_run: bool = False
-    story: str = ""
+    story: DecisionStory | None = None
 
 
 @dataclass

@@ -39,6 +39,7 @@ from preemptctl.activities.group_contracts import (
     VictimPlacement,
 )
 from preemptctl.activities.recording import Recorder, event, failure_note, when
+from preemptctl.activities.story import group_story
 from preemptctl.activities.victim_steps import VictimSteps
 from preemptctl.deciding.path import DecidedGroup, DecisionPath, GroupDecisionRequest
 from preemptctl.kube import events, nomination
@@ -145,6 +146,7 @@ class GroupPreemptionActivities:
                 if pod is not None and pod.group:
                     groups.add(f"{pod.namespace}/{pod.group}")
         summary = decision.rationale.get("group") or {}
+        min_count = int(summary.get("minCount") or 1)
         return GroupSelection(
             group,
             decided.message,
@@ -152,11 +154,11 @@ class GroupPreemptionActivities:
             placements=placements,
             victims=victims,
             victim_groups=sorted(groups),
-            min_count=int(summary.get("minCount") or 1),
+            min_count=min_count,
             num_pdb_violations=decision.num_pdb_violations,
             retry_after_seconds=decided.retry_after_seconds,
             dry_run=dry_run,
-            story=group_story(decision, len(victims)),
+            story=group_story(group, decision, placements, victims, min_count, dry_run=dry_run),
         )
 
     def _tell_the_group_the_decision(self, run: RunRef, selection: GroupSelection) -> None:
@@ -169,7 +171,8 @@ class GroupPreemptionActivities:
         if selection.verdict is not Verdict.PREEMPT or selection.dry_run:
             return
         nodes = sorted({v.node for v in selection.victims if v.node})
-        self._tell_the_group(group, "Preempting", selection.story, run=run, normal=True)
+        told = selection.story.line() if selection.story else selection.message
+        self._tell_the_group(group, "Preempting", told, run=run, normal=True)
         for placed in selection.placements:
             self._recorder.tell(
                 ObjectRef.pod(placed.pod),
@@ -383,19 +386,3 @@ class GroupPreemptionActivities:
         kind = KIND_OF_OUTCOME[request.outcome]
         batch.append(event(run, kind, preemptor, None, ended.to_json()))
         return self._recorder.append(batch)
-
-
-def group_story(decision: GroupDecision, victims: int) -> str:
-    """The decision in words, for people reading the workflow in the UI."""
-    placed = decision.nominations
-    nodes = sorted(set(placed.values()))
-    if decision.verdict is not Verdict.PREEMPT:
-        return f"{decision.verdict} for pod group {decision.pod_group}: {decision.message}"
-    units = "; ".join(
-        f"{unit.unit} ({len(unit.pods)} pod(s) on {', '.join(unit.nodes)}: {unit.reason})"
-        for unit in decision.units
-    )
-    return (
-        f"Preempt for pod group {decision.pod_group}: {len(placed)} pod(s) placed on "
-        f"{', '.join(nodes)}; {victims} victim(s) in {len(decision.units)} unit(s): {units}"
-    )

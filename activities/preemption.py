@@ -54,6 +54,7 @@ from preemptctl.activities.contracts import (
 from preemptctl.activities.errors import decision_errors, kube_errors
 from preemptctl.activities.group_preemption import GroupPreemptionActivities
 from preemptctl.activities.recording import Recorder, event, failure_note, when
+from preemptctl.activities.story import pod_story
 from preemptctl.activities.victim_steps import VictimSteps
 from preemptctl.deciding.path import Decided, DecisionPath, DecisionRequest
 from preemptctl.kube import events, nomination
@@ -381,4 +382,5 @@ def _selection(decided: Decided, *, dry_run: bool) -> Selection:
         scheduler_name=decided.scheduler_name,
         retry_after_seconds=decided.retry_after_seconds,
         dry_run=dry_run,
+        story=pod_story(decision, dry_run=dry_run),
     )

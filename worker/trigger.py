@@ -824,7 +824,7 @@ class TriggerLoop:
         victims = [v.pod.key for v in result.victims if v.fate is not Fate.SPARED]
         self._observe(result.victims, result.throttled, result.outcome, result)
         fields = {"node": result.node, "victims": victims, "message": result.message}
-        return result.outcome, result.retryable, fields
+        return result.outcome, result.retryable is not False, fields
 
     def _observe(
         self,

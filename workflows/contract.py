@@ -114,13 +114,18 @@ class PreemptionResult:
     preemptor_node: str | None = None
     seconds_to_schedule: float | None = None
     throttled: int = 0  # times the eviction budget held this preemption back
-    # False when retrying cannot help until something changes (an RBAC denial, a preemptor
-    # the planner refuses as Unsupported): the trigger parks the pod instead of backing off.
-    retryable: bool = True
+    # For a run that failed or was refused as Unsupported: whether starting it again can
+    # help (False: not until something changes, such as an RBAC denial; the trigger parks
+    # the pod instead of backing off). None for every other end: nothing to retry. (Runs
+    # recorded before said True for those.)
+    retryable: bool | None = None
     # From the start to the decision (upstream's preemption evaluation), and from the
     # decision to the last victim handled (its execution); None for a step not reached.
     evaluation_seconds: float | None = None
     execution_seconds: float | None = None
+    # The decision in words, one line (`DecisionStory.line`: what, to whom, why, and the
+    # command that tells the rest); "" when the run ended before deciding.
+    decision: str = ""
 
 
 PREEMPTION_FAILED = "PreemptionFailed"
@@ -218,6 +223,7 @@ class GroupPreemptionResult:
     retryable: bool | None = None
     evaluation_seconds: float | None = None
     execution_seconds: float | None = None
+    decision: str = ""  # the decision in words, as in `PreemptionResult.decision`
 
 
 def group_result_of_failure(error: WorkflowFailureError) -> GroupPreemptionResult | None:

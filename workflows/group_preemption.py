@@ -39,7 +39,7 @@ from temporalio.common import SearchAttributeUpdate
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from preemptctl.activities.contracts import RunRef, VictimInput
+    from preemptctl.activities.contracts import DecisionStory, RunRef, VictimInput
     from preemptctl.activities.group_contracts import (
         GroupCheck,
         GroupEndInput,
@@ -71,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         Steps,
         Stop,
         cause,
+        ended_in_words,
     )
     from preemptctl.workflows.victims import VictimRunbook
 
@@ -84,6 +85,7 @@ class GroupPreemptionWorkflow:
         self._state = GroupPreemptionProgress()
         self._throttled = 0
         self._scheduler_name = "default-scheduler"
+        self._story: DecisionStory | None = None  # the decision in words, for the UI
         self._bound: dict[str, str] = {}  # member UID -> node, as signalled or polled
         self._steps = Steps(
             request.call_timeout_seconds,
@@ -177,8 +179,9 @@ class GroupPreemptionWorkflow:
             self._updates.append(sa.VICTIM_PODS.value_set([v.pod.key for v in selection.victims]))
         if selection.victim_groups:
             self._updates.append(sa.VICTIM_GROUPS.value_set(selection.victim_groups))
-        if selection.story:
-            workflow.set_current_details(selection.story)
+        self._story = selection.story
+        if self._story is not None:
+            workflow.set_current_details(self._story.markdown())
         return selection
 
     async def _nominate(self, selection: GroupSelection) -> None:
@@ -290,10 +293,7 @@ class GroupPreemptionWorkflow:
                 failed_victim=stop.failed_victim,
                 retryable=stop.retryable,
             )
-        failed = stop.outcome is Outcome.FAILED or stop.outcome is Outcome.UNSUPPORTED
-        result = self._result(
-            stop.outcome, stop.message, retryable=stop.retryable if failed else None
-        )
+        result = self._result(stop.outcome, stop.message, retryable=stop.result_retryable)
         if stop.outcome is Outcome.FAILED:
             raise ApplicationError(
                 stop.message, result, type=PREEMPTION_FAILED, non_retryable=True
@@ -312,6 +312,7 @@ class GroupPreemptionWorkflow:
                 sa.PREEMPTION_OUTCOME.value_set(outcome.value),
             ]
         )
+        workflow.set_current_details(ended_in_words(self._story, outcome, message))
         return GroupPreemptionResult(
             outcome,
             message,
@@ -323,6 +324,7 @@ class GroupPreemptionWorkflow:
             retryable=retryable,
             evaluation_seconds=self._evaluation_seconds,
             execution_seconds=self._execution_seconds,
+            decision=self._story.line() if self._story is not None else "",
         )
 
     async def _record_end(

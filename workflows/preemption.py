@@ -37,10 +37,12 @@ that preempts (decided and preempting; waiting; finished), once in one that ends
 decision. A worker killed at any point resumes from the last
 completed step: no victim is deleted twice, none is forgotten.
 
-The result says how the preemption ended (its `Outcome`), and whether starting it again can help
-(`retryable`: False for an Unsupported verdict and for a write refused for good, such as an
-RBAC denial). A failed preemption fails the workflow (so the UI shows it failed); the
-failure's details carry the same `PreemptionResult` (see `result_of_failure`).
+The result says how the preemption ended (its `Outcome`), and, for a run that failed or was
+refused as unsupported, whether starting it again can help (`retryable`: False for an
+Unsupported verdict and for a write refused for good, such as an RBAC denial; None for any
+other end, where there is nothing to retry). A failed preemption fails the workflow (so the
+UI shows it failed); the failure's details carry the same `PreemptionResult` (see
+`result_of_failure`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from preemptctl.activities.contracts import (
+        DecisionStory,
         EndInput,
         NominationInput,
         PreemptorCheck,
@@ -83,6 +86,7 @@ with workflow.unsafe.imports_passed_through():
         Steps,
         Stop,
         cause,
+        ended_in_words,
     )
     from preemptctl.workflows.victims import VictimRunbook
 
@@ -103,6 +107,7 @@ class PreemptionWorkflow:
         self._bound_to: str | None = None
         self._throttled = 0
         self._scheduler_name = "default-scheduler"  # the preemptor's, as the decision read it
+        self._story: DecisionStory | None = None  # the decision in words, for the UI
         self._steps = Steps(
             request.call_timeout_seconds,
             request.local_activities,
@@ -195,12 +200,9 @@ class PreemptionWorkflow:
             self._updates.append(sa.TARGET_NODE.value_set(selection.node))
         if selection.victims:
             self._updates.append(sa.VICTIM_PODS.value_set([v.key for v in selection.victims]))
-        if selection.verdict is Verdict.PREEMPT:
-            workflow.set_current_details(
-                f"Preempt {len(selection.victims)} pod(s) on {selection.node} for "
-                f"{selection.preemptor.key} (priority {selection.preemptor.priority}): "
-                + ", ".join(v.key for v in selection.victims)
-            )
+        self._story = selection.story
+        if self._story is not None:
+            workflow.set_current_details(self._story.markdown())
         return selection
 
     async def _nominate(self, selection: Selection, node: str) -> None:
@@ -292,9 +294,11 @@ class PreemptionWorkflow:
                 failed_victim=stop.failed_victim,
                 retryable=stop.retryable,
             )
-        result = self._result(stop.outcome, stop.message, retryable=stop.retryable)
+        result = self._result(stop.outcome, stop.message, retryable=stop.result_retryable)
         if stop.outcome is Outcome.FAILED:
-            raise ApplicationError(stop.message, result, type=PREEMPTION_FAILED, non_retryable=True)
+            raise ApplicationError(
+                stop.message, result, type=PREEMPTION_FAILED, non_retryable=True
+            ) from None
         return result
 
     @staticmethod
@@ -305,7 +309,7 @@ class PreemptionWorkflow:
         return outcome is not Outcome.ABORTED or workflow.patched(ABORT_RECORDED_BY_THE_WORKFLOW)
 
     def _result(
-        self, outcome: Outcome, message: str, *, retryable: bool = True
+        self, outcome: Outcome, message: str, *, retryable: bool | None = None
     ) -> PreemptionResult:
         state = self._state
         state.phase, state.outcome, state.message = Phase.FINISHED, outcome, message
@@ -316,6 +320,7 @@ class PreemptionWorkflow:
                 sa.PREEMPTION_OUTCOME.value_set(outcome.value),
             ]
         )
+        workflow.set_current_details(ended_in_words(self._story, outcome, message))
         return PreemptionResult(
             outcome,
             message,
@@ -325,6 +330,7 @@ class PreemptionWorkflow:
             retryable=retryable,
             evaluation_seconds=self._evaluation_seconds,
             execution_seconds=self._execution_seconds,
+            decision=self._story.line() if self._story is not None else "",
         )
 
     async def _record_end(

@@ -23,6 +23,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as StepTimeout
 
 with workflow.unsafe.imports_passed_through():
+    from preemptctl.activities.contracts import DecisionStory
     from preemptctl.ledger.vocabulary import Outcome
     from preemptctl.preemption.decision import PodRef
 
@@ -76,6 +77,15 @@ class Stop(Exception):
         self.retryable = retryable
         self.failed_victim = failed_victim
 
+    @property
+    def result_retryable(self) -> bool | None:
+        """What the result says of retrying: whether starting the preemption again can help
+        for a run that did not do what it was for (failed, or refused as unsupported); None
+        for every other end, where there is nothing to retry."""
+        if self.outcome in (Outcome.FAILED, Outcome.UNSUPPORTED):
+            return self.retryable
+        return None
+
 
 class Steps:
     """Runs a workflow's steps as its request says (attempt length, local or not)."""
@@ -122,6 +132,12 @@ class Steps:
             heartbeat_timeout=SELECT_HEARTBEAT if deciding else None,
             retry_policy=KUBE_RETRY,
         )
+
+
+def ended_in_words(story: DecisionStory | None, outcome: Outcome, message: str) -> str:
+    """The workflow's details once it ended (Markdown): its decision, then how it ended."""
+    ended = f"**Ended {outcome.value}**: {message}"
+    return ended if story is None else f"{story.markdown()}\n\n{ended}"
 
 
 def cause(error: BaseException) -> str:

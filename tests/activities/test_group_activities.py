@@ -187,10 +187,18 @@ def test_select_says_the_decision_in_the_workflows_terms(ledger: Engine) -> None
         4,
         False,
     )
-    assert selection.story.startswith(
-        "Preempt for pod group ml/train-a: 4 pod(s) placed on node-1, node-2, node-3, node-4; "
-        "4 victim(s) in 2 unit(s): "
+    assert selection.story is not None
+    assert selection.story.headline == (
+        "Preempt 4 pod(s) in 2 unit(s) for pod group ml/train-a (priority 100000, minCount 4): "
+        "4 member(s) placed on node-1, node-2, node-3, node-4"
     )
+    notebook = g.ref("ml/notebook")
+    assert (
+        f"ml/notebook (uid {notebook.uid}, priority 100, on node-3, pod ml/notebook)"
+        in selection.story.victims
+    )
+    assert "podGroup ml/train-b taken: " in selection.story.why
+    assert selection.story.explain == "preemptctl explain ml/train-a"
     assert events == [("Pod", f"train-a-{i}", "Preempting") for i in range(4)] + [
         ("PodGroup", "train-a", "Preempting")
     ]

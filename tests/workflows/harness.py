@@ -31,6 +31,7 @@ from preemptctl.workflows.contract import (
     PreemptionRequest,
     PreemptionResult,
 )
+from preemptctl.workflows.failures import with_classified_failures
 from preemptctl.workflows.group_preemption import GroupPreemptionWorkflow
 from preemptctl.workflows.preemption import PreemptionWorkflow
 
@@ -200,7 +201,11 @@ async def running_stack(
         if not with_worker:
             yield stack
             return
-        async with build_worker(client, activities, task_queue=task_queue):
+        # The worker's client encodes failures as production's does (classified ones
+        # without a stack trace: workflows.failures).
+        async with build_worker(
+            with_classified_failures(client), activities, task_queue=task_queue
+        ):
             yield stack
     finally:
         view.stop()

@@ -108,7 +108,10 @@ async def test_the_group_its_members_and_its_victims_are_told(client, ledger, em
 
     on_group = [e for e in events if e[0] == "PodGroup"]
     assert [(name, reason) for _, name, reason, _ in on_group] == [("train-a", "Preempting")]
-    assert on_group[0][3].startswith("Preempt for pod group ml/train-a: 4 pod(s) placed on ")
+    assert on_group[0][3].startswith(
+        "Preempt 4 pod(s) in 2 unit(s) for pod group ml/train-a (priority 100000, minCount 4): "
+        "4 member(s) placed on node-1, node-2, node-3, node-4: "
+    )
     on_trainers = sorted((name, note) for _, name, reason, note in events if reason == "Preempting")
     assert on_trainers[1:] == [
         (

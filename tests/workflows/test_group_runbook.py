@@ -42,7 +42,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from preemptctl.activities.contracts import VictimInput, VictimResult
+from preemptctl.activities.contracts import DecisionStory, VictimInput, VictimResult
 from preemptctl.activities.group_contracts import (
     GroupCheck,
     GroupEndInput,
@@ -89,7 +89,7 @@ def decided(verdict: Verdict = Verdict.PREEMPT) -> GroupSelection:
         victims=list(VICTIMS) if preempts else [],
         victim_groups=["ml/train-b"] if preempts else [],
         min_count=3,
-        story="Preempt for pod group ml/train-a" if preempts else "",
+        story=DecisionStory(f"{verdict} for pod group ml/train-a", why="the planner's words"),
     )
 
 

@@ -10,6 +10,8 @@ Scenarios:
 - ineligible, no candidate, fits without preemption: end at once, nothing touched, the end
   recorded by the select activity alone;
 - unsupported: ends at once, never a victim touched, and retrying cannot help;
+- a run that did not fail says nothing of retrying (`retryable` None): a completed one, a
+  final verdict;
 - dry run: decided and recorded, nothing touched;
 - the preemptor gone or replaced before the decision: aborted, nothing touched, the abort
   recorded by the workflow (`record_end`), the one writer of an abort;
@@ -221,8 +223,13 @@ async def test_a_final_verdict_ends_at_once_recorded_by_the_select_activity(
 ) -> None:
     script = Script(selections=[decided(verdict)])
     result = await run(script)
-    assert (result.outcome, result.retryable) == (end, True)
+    assert (result.outcome, result.retryable) == (end, None)
     assert script.calls == ["select"]
+
+
+async def test_a_completed_run_says_nothing_of_retrying(run: Run) -> None:
+    result = await run(Script(), bound_signal(NODE))
+    assert (result.outcome, result.retryable) == (Outcome.COMPLETED, None)
 
 
 async def test_unsupported_never_touches_a_pod_and_retrying_cannot_help(run: Run) -> None:

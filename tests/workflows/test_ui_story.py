@@ -1,0 +1,239 @@
+"""The Temporal UI tells a preemption's story without the CLI (issue 21): checked through the
+UI server's own HTTP API, the JSON its pages load, not its pixels.
+
+A Temporal dev server with its UI, the emulator and a Postgres ledger; a worker as
+production runs it (local activities). On one full node, `urgent` preempts victim-0 and
+victim-1; in a second run the API server refuses the DELETE of victim-0 (RBAC).
+
+Scenarios:
+- the list finds each run by its preemptor (`PreemptorPod`), its outcome
+  (`PreemptionOutcome`) and the pods it took (`VictimPods`);
+- the workflow page's summary names the preemptor; its current details (the User Metadata
+  tab) tell the decision in Markdown: the node, each victim with its UID, the criterion
+  that decided, the `preemptctl explain` command, and how it ended;
+- a completed run's result opens on the decision in one line and says nothing of
+  retrying;
+- every step in the history has a summary, and each victim's step names its pod and UID;
+- a failed run's failure says the cause and the fix in one line (the victim, the verb and
+  resource to grant), with no stack trace, nor on the step that failed; its result, in the
+  failure's details, says that retrying cannot help.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import http.cookiejar
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import Engine
+from temporalio.client import WorkflowFailureError
+from temporalio.testing import WorkflowEnvironment
+
+from preemptctl.emulator import Emulator
+from preemptctl.workflows import search_attributes
+from tests.support.temporal import temporal_cli
+from tests.support.temporal_server import free_port
+from tests.workflows.harness import Stack, bind_when_room, running_stack
+from tests.workflows.scenarios import one_full_node
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+VICTIMS = ["default/victim-0", "default/victim-1"]
+
+
+@dataclass
+class UI:
+    """The UI server's HTTP API, as its pages call it (a POST carries the CSRF token the UI
+    server set in a cookie, as the pages send it)."""
+
+    env: WorkflowEnvironment
+    base: str
+    cookies: http.cookiejar.CookieJar = field(default_factory=http.cookiejar.CookieJar)
+
+    def _open(self, request: urllib.request.Request) -> Any:
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.cookies))
+        with opener.open(request, timeout=10) as answer:
+            return json.loads(answer.read())
+
+    def get(self, path: str) -> Any:
+        return self._open(urllib.request.Request(self.base + path))
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        self.get("/api/v1/settings")  # the UI server sets its CSRF cookie
+        token = next(c.value for c in self.cookies if c.name == "_csrf")
+        request = urllib.request.Request(
+            self.base + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", "X-CSRF-TOKEN": token or ""},
+            method="POST",
+        )
+        try:
+            return self._open(request)
+        except urllib.error.HTTPError as error:
+            raise AssertionError(f"{error}: {error.read().decode()}") from None
+
+    def workflow(self, workflow_id: str) -> Any:
+        return self.get(f"/api/v1/namespaces/default/workflows/{quoted(workflow_id)}")
+
+    def history(self, workflow_id: str) -> list[dict[str, Any]]:
+        path = f"/api/v1/namespaces/default/workflows/{quoted(workflow_id)}/history"
+        events: list[dict[str, Any]] = self.get(path + "?maximumPageSize=1000")["history"]["events"]
+        return events
+
+    def listed(self, query: str) -> list[str]:
+        found = self.get(f"/api/v1/namespaces/default/workflows?query={quoted(query)}")
+        return [e["execution"]["workflowId"] for e in found.get("executions") or []]
+
+    def current_details(self, workflow_id: str, run_id: str) -> str:
+        path = (
+            f"/api/v1/namespaces/default/workflows/{quoted(workflow_id)}"
+            "/query/__temporal_workflow_metadata"
+        )
+        answer = self.post(
+            path,
+            {
+                "execution": {"workflowId": workflow_id, "runId": run_id},
+                "query": {"queryType": "__temporal_workflow_metadata"},
+            },
+        )
+        [payload] = answer["queryResult"]["payloads"]
+        metadata = decoded(payload)
+        details: str = metadata["currentDetails"]
+        return details
+
+
+def quoted(text: str) -> str:
+    return urllib.parse.quote(text, safe="")
+
+
+def decoded(payload: dict[str, Any]) -> Any:
+    """A payload as the UI decodes it (JSON in base64)."""
+    return json.loads(base64.b64decode(payload["data"]))
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def ui() -> AsyncIterator[UI]:
+    port = free_port()
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli(),
+        search_attributes=search_attributes.ALL,
+        dev_server_log_level="error",
+        ui=True,
+        ui_port=port,
+    )
+    try:
+        yield UI(env, f"http://127.0.0.1:{port}")
+    finally:
+        await env.shutdown()
+
+
+@dataclass
+class Run:
+    workflow_id: str
+    run_id: str
+    stack: Stack
+
+
+async def visible(ui: UI, query: str) -> list[str]:
+    for _ in range(100):  # visibility trails the workflow by a moment
+        found = ui.listed(query)
+        if found:
+            return found
+        await asyncio.sleep(0.1)
+    return []
+
+
+async def test_a_completed_run_tells_its_story(ui: UI, ledger: Engine, emulator: Emulator):
+    async with running_stack(ui.env.client, ledger, emulator, one_full_node()) as stack:
+        handle = await stack.start("default/urgent", local_activities=True)
+        scheduler = asyncio.create_task(bind_when_room(stack, "default/urgent", "node-1", VICTIMS))
+        await handle.result()
+        await scheduler
+        uid = stack.preemptor("default/urgent").uid
+        listed = {
+            name: await visible(ui, f'{query} AND PreemptorUid = "{uid}"')
+            for name, query in {
+                "by preemptor": 'PreemptorPod = "default/urgent"',
+                "by outcome": 'PreemptionOutcome = "completed"',
+                "by victim": 'VictimPods = "default/victim-1"',
+            }.items()
+        }
+        page = ui.workflow(handle.id)
+        run_id = page["workflowExecutionInfo"]["execution"]["runId"]
+        # From a thread: the worker answering the query runs on this loop.
+        details = await asyncio.to_thread(ui.current_details, handle.id, run_id)
+        history = ui.history(handle.id)
+    assert listed == {name: [handle.id] for name in listed}
+    summary = decoded(page["executionConfig"]["userMetadata"]["summary"])
+    assert summary == "Preempt for default/urgent (priority 1000000)"
+
+    assert details.startswith(
+        "**Preempt 2 pod(s) on node-1 for default/urgent (priority 1000000)**\n\n"
+        "- default/victim-0 (uid "
+    )
+    assert "\nWhy: preempt 2 pod(s) on node-1 (0 PDB violation(s)); chosen by " in details
+    assert "More: `preemptctl explain default/urgent`" in details
+    assert details.endswith("**Ended completed**: default/urgent bound to node-1")
+
+    [completed] = [e for e in history if e["eventType"].endswith("WORKFLOW_EXECUTION_COMPLETED")]
+    [result] = completed["workflowExecutionCompletedEventAttributes"]["result"]["payloads"]
+    result = decoded(result)
+    assert sorted(result)[0] == "decision"
+    assert result["decision"].startswith(
+        "Preempt 2 pod(s) on node-1 for default/urgent (priority 1000000): default/victim-0 (uid "
+    )
+    assert result["decision"].endswith("More: preemptctl explain default/urgent")
+    assert (result["outcome"], result["retryable"]) == ("completed", None)
+
+    steps = [
+        decoded(e["userMetadata"]["summary"])
+        for e in history
+        if e["eventType"].endswith(("ACTIVITY_TASK_SCHEDULED", "MARKER_RECORDED"))
+    ]
+    assert all(steps), steps  # every step has its summary
+    assert {"select victims for default/urgent", "nominate default/urgent to node-1"} <= set(steps)
+    assert steps[-1] == "ledger: completed"
+    for victim in VICTIMS:
+        pod_uid = next(s for s in steps if s.startswith(f"mark {victim} (uid "))
+        assert f"delete {pod_uid[len('mark ') :]}" in steps
+
+
+async def test_a_failed_run_says_its_cause_and_its_fix(ui: UI, ledger: Engine, emulator: Emulator):
+    async with running_stack(ui.env.client, ledger, emulator, one_full_node()) as stack:
+        emulator.faults.deny("delete", "pods", name="victim-0")
+        handle = await stack.start("default/urgent", local_activities=True)
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        history = ui.history(handle.id)
+
+    [failed] = [e for e in history if e["eventType"].endswith("WORKFLOW_EXECUTION_FAILED")]
+    failure = failed["workflowExecutionFailedEventAttributes"]["failure"]
+    assert failure["message"] == (
+        "victim default/victim-0 could not be preempted: delete pods default/victim-0: the "
+        'controller is not allowed to delete pods: pods "victim-0" is forbidden: User '
+        '"system:serviceaccount:preemptctl:preemptctl" cannot delete resource "pods" in API '
+        'group "" in the namespace "default" — grant verb "delete" on resource "pods" in API '
+        'group "" to the controller\'s ClusterRole (see deploy/ RBAC)'
+    )
+    assert "\n" not in failure["message"]
+    assert failure.get("stackTrace", "") == ""
+    assert "cause" not in failure
+    [carried] = failure["applicationFailureInfo"]["details"]["payloads"]
+    assert (decoded(carried)["outcome"], decoded(carried)["retryable"]) == ("failed", False)
+
+    step_failures = [
+        e["markerRecordedEventAttributes"]["failure"]
+        for e in history
+        if e["eventType"].endswith("MARKER_RECORDED")
+        and "failure" in e["markerRecordedEventAttributes"]
+    ]
+    assert [f.get("stackTrace", "") for f in step_failures] == [""]
