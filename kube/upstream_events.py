@@ -2,12 +2,16 @@
 
 Upstream's `PreemptPod` (`pkg/scheduler/framework/preemption/executor.go`) marks each victim
 `DisruptionTarget` (reason `PreemptionByScheduler`, through pods/status), deletes it, then
-records on it `Eventf(victim, preemptor, Normal, "Preempted", "Preempting", "Preempted by pod
-%v on node %v", preemptor.UID, nodeName)` with the recorder of the scheduler profile that
-preempted: the Event's reporting controller (core/v1 `reportingComponent`; `source.component`
-from the legacy recorder) is the profile's scheduler name. Releases before the UID form wrote
-`"Preempted by %v/%v on node %v"` with the preemptor's namespace and name. Both are parsed
-(`parse_preempted`); the raw message is always kept.
+records on it `Eventf(victim, preemptor.Obj(), Normal, "Preempted", "Preempting", "Preempted
+by %s %v on node %v", preemptor.Type(), preemptor.UID(), candidate.Name())` with the recorder
+of the scheduler profile that preempted: the Event's reporting controller (core/v1
+`reportingComponent`; `source.component` from the legacy recorder) is the profile's scheduler
+name. The type is `pod`, or `podgroup` when workload-aware preemption (KEP-5710,
+`PodGroupPostFilter`) preempted for a PodGroup: then the related object is the PodGroup and
+the "node" is the domain the whole group was placed in, `cluster` (its victims are on any
+node; the row keeps no node). Releases before the UID form wrote `"Preempted by %v/%v on
+node %v"` with the preemptor's namespace and name. All three are parsed (`parse_preempted`);
+the raw message is always kept, and says the preemptor's type (`preempted_by_group`).
 
 Who may be believed. Anyone who may create Events in a namespace can write one that says
 `Preempted`, with any reporter and any text, so an Event is taken as kube-scheduler's only
@@ -17,14 +21,15 @@ when all of this holds (each refusal is counted by its `Skip` reason, never a cr
   `scheduler_names`), and not by preemptctl;
 - it lives in its victim's namespace (upstream records it on the victim), so a tenant's
   Event can name only that tenant's pods;
-- its names are names Kubernetes accepts (DNS-1123), its times readable;
+- its names are names Kubernetes accepts (DNS-1123, `preemption.names`), its times
+  readable; a pod group's Event is related to a PodGroup, if to anything;
 - the cluster bears it out: the victim, by name, is the pod with the Event's victim UID, is
-  bound to the Event's node and carries `DisruptionTarget=True` with reason
-  `PreemptionByScheduler`, a condition written through pods/status, which tenants cannot
-  write (`corroboration`). A victim already gone when the Event is read is confirmed by the
-  `DisruptionWitness`, when the cluster view's pod watch saw it so marked before it went
-  (it is marked before it is deleted); otherwise the Event cannot be confirmed and is
-  counted `unconfirmed`, not recorded;
+  bound to the Event's node (for a pod group's, to some node) and carries
+  `DisruptionTarget=True` with reason `PreemptionByScheduler`, a condition written through
+  pods/status, which tenants cannot write (`corroboration`). A victim already gone when the
+  Event is read is confirmed by the `DisruptionWitness`, when the cluster view's pod watch
+  saw it so marked before it went (it is marked before it is deleted); otherwise the Event
+  cannot be confirmed and is counted `unconfirmed`, not recorded;
 - its victim was not already recorded from another Event (upstream reports a victim once):
   a second Event on a victim is counted `victim-known` (here for the victims recorded since
   the recorder started, and by the ledger's write for those recorded before);
@@ -86,6 +91,7 @@ from preemptctl.kube.reflector import EVENT, POD, Backoff, ListWatch, ListWatchS
 from preemptctl.kube.results import KubeCallError
 from preemptctl.kube.view import ClusterView
 from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.names import NameKind, shown
 from preemptctl.preemption.objects import Pod
 from preemptctl.preemption.snapshot import ClusterSnapshot
 from preemptctl.preemption.upstream import UpstreamPreemption
@@ -96,16 +102,18 @@ REASON = "Preempted"
 FIELD_SELECTOR = f"reason={REASON}"
 DEFAULT_SCHEDULER = "default-scheduler"
 
-_LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
-_NAMESPACE = re.compile(_LABEL)  # DNS-1123 label (ValidateNamespaceName)
-_SUBDOMAIN = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")  # DNS-1123 subdomain: pod and node names
+BY_POD = "pod"  # upstream's `ExecutorPreemptor.Type()` for a pod
+BY_POD_GROUP = "podgroup"  # ... and for a PodGroup (workload-aware preemption)
+POD_GROUP_KIND = "PodGroup"
+
 _UID = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.:]{0,63}")
-_BY_UID = re.compile(r"^Preempted by pod (?P<uid>[^\s/]+) on node (?P<node>\S+?)\.?$")
+_BY_UID = re.compile(
+    r"^Preempted by (?P<type>pod|podgroup) (?P<uid>[^\s/]+) on node (?P<node>\S+?)\.?$"
+)
 _BY_NAME = re.compile(
     r"^Preempted by (?P<namespace>[a-z0-9]([-a-z0-9]*[a-z0-9])?)/(?P<name>[^\s/]+)"
     r" on node (?P<node>\S+?)\.?$"
 )
-_MAX_NAME = 253
 _MAX_MESSAGE = 4096
 
 
@@ -133,25 +141,39 @@ class NotUpstreamPreemption(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class PreemptedMessage:
-    """What the message says: the preemptor (by UID, or by namespace and name) and node."""
+    """What the message says: the preemptor (by UID, or by namespace and name), its type
+    (`pod` or `podgroup`) and where: a node, or for a pod group the domain it was placed
+    in (`cluster`)."""
 
     preemptor_uid: str | None
     preemptor_namespace: str | None
     preemptor_name: str | None
     node: str
+    preemptor_type: str = BY_POD
+
+    @property
+    def by_group(self) -> bool:
+        return self.preemptor_type == BY_POD_GROUP
 
 
 def parse_message(message: str) -> PreemptedMessage | None:
-    """`Preempted by pod <uid> on node <node>` or `Preempted by <ns>/<name> on node <node>`;
-    None for anything else."""
+    """`Preempted by pod <uid> on node <node>`, `Preempted by podgroup <uid> on node
+    <domain>` or `Preempted by <ns>/<name> on node <node>`; None for anything else."""
     text = message.strip()
     found = _BY_UID.match(text)
     if found:
-        return PreemptedMessage(found["uid"], None, None, found["node"])
+        return PreemptedMessage(found["uid"], None, None, found["node"], found["type"])
     found = _BY_NAME.match(text)
     if found:
         return PreemptedMessage(None, found["namespace"], found["name"], found["node"])
     return None
+
+
+def preempted_by_group(message: str) -> bool:
+    """Whether a recorded Event's message (`UpstreamPreemption.message`) tells a pod group's
+    preemption: the row keeps the message whole, and its form says the preemptor's type."""
+    said = parse_message(message)
+    return said is not None and said.by_group
 
 
 def _text(obj: Any, *path: str) -> str | None:
@@ -168,27 +190,32 @@ def _text(obj: Any, *path: str) -> str | None:
     return value.replace("\x00", "")
 
 
-def _named(value: str | None, pattern: re.Pattern[str], limit: int, what: str) -> str | None:
-    """`value` when Kubernetes would accept it as `what` (None stays None)."""
+def _named(value: str | None, kind: NameKind, what: str) -> str | None:
+    """`value` when Kubernetes would accept it as a `kind` (`preemption.names`: DNS-1123,
+    upstream's rules and limits); None stays None."""
     if value is None:
         return None
-    if len(value) > limit:
-        raise NotUpstreamPreemption(f"{what} is longer than {limit} characters")
-    if not pattern.fullmatch(value):
-        raise NotUpstreamPreemption(f"{what} {value[:80]!r} is not a valid name")
+    errors = kind.errors(value)
+    if errors:
+        raise NotUpstreamPreemption(f"{what} {shown(value)} is not a valid name: {errors[0]}")
     return value
 
 
 def _namespace(value: str | None, what: str) -> str | None:
-    return _named(value, _NAMESPACE, 63, what)
+    return _named(value, NameKind.NAMESPACE, what)
 
 
-def _name(value: str | None, what: str) -> str | None:
-    return _named(value, _SUBDOMAIN, _MAX_NAME, what)
+def _name(value: str | None, what: str, kind: NameKind = NameKind.POD) -> str | None:
+    return _named(value, kind, what)
 
 
 def _uid(value: str | None, what: str) -> str | None:
-    return _named(value, _UID, 64, what)
+    """A UID as the Event names one: up to 64 characters of what a UID is made of."""
+    if value is None:
+        return None
+    if not _UID.fullmatch(value):
+        raise NotUpstreamPreemption(f"{what} {shown(value)} is not a valid uid")
+    return value
 
 
 def _moment(text: str | None) -> datetime | None:
@@ -268,21 +295,31 @@ def parse_preempted(
     said = parse_message(raw)
     if said is None:
         raise NotUpstreamPreemption(f"message in neither known form: {raw[:120]!r}")
-    node = _name(said.node, "node")
     related = event.get("related") if isinstance(event.get("related"), dict) else {}
+    if said.by_group:
+        # Placed over a domain ("cluster"), its victims on any node: no node to record.
+        _name(said.node, "domain", NameKind.NODE)
+        node = None
+        related_kind = _text(related, "kind")
+        if related_kind not in (None, POD_GROUP_KIND):
+            raise NotUpstreamPreemption(
+                f"a pod group's preemption related to a {shown(related_kind)}, not a PodGroup"
+            )
+    else:
+        node = _name(said.node, "node", NameKind.NODE)
     related_uid = _uid(_text(related, "uid"), "related.uid")
     if said.preemptor_uid is not None and related_uid not in (None, said.preemptor_uid):
         raise NotUpstreamPreemption("related.uid is not the preemptor the message names")
     preemptor_uid = _uid(said.preemptor_uid or related_uid, "preemptor uid")
     namespace, name = said.preemptor_namespace, said.preemptor_name
     if preemptor_uid is not None and namespace is None:
-        resolved = name_of(preemptor_uid)
+        resolved = None if said.by_group else name_of(preemptor_uid)
         if resolved is not None:
             namespace, name = resolved
         elif related_uid == preemptor_uid:
             namespace, name = _text(related, "namespace"), _text(related, "name")
     namespace = _namespace(namespace, "preemptor namespace")
-    name = _name(name, "preemptor name")
+    name = _name(name, "preemptor name", NameKind.POD_GROUP if said.by_group else NameKind.POD)
     if preemptor_uid is None and namespace is not None and name is not None:
         preemptor_uid = _uid(uid_of(namespace, name), "preemptor uid")
     occurred = (
@@ -357,7 +394,10 @@ def corroboration(found: UpstreamPreemption, seen: VictimSeen | None) -> tuple[S
             Skip.REFUTED,
             "the victim carries no DisruptionTarget of reason PreemptionByScheduler",
         )
-    if seen.node != found.node:
+    if found.node is None:  # a pod group's: its victims may be on any node, but on one
+        if not seen.node:
+            return Skip.REFUTED, "the victim is bound to no node"
+    elif seen.node != found.node:
         return Skip.REFUTED, "the victim is not bound to the Event's node"
     return None
 

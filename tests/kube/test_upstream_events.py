@@ -14,14 +14,21 @@ Scenarios, the parser:
 - only a configured scheduler name is believed as the reporter (`reportingComponent`, or the
   legacy `source.component`): another component, none, two that disagree, preemptctl itself
   are refused, each with its own `Skip`; other scheduler names can be configured;
-- an Event in one namespace about a pod in another is refused (`other-namespace`).
+- an Event in one namespace about a pod in another is refused (`other-namespace`);
+- a pod group's `Preempted by podgroup <uid> on node cluster` (workload-aware preemption)
+  names the group by its UID and, from its related PodGroup, by namespace and name, and no
+  node ("cluster" is the domain the whole group was placed in); its message says a group
+  preempted (`preempted_by_group`); related to anything but a PodGroup, or to another
+  UID, it is refused.
 
 Corroboration (pure):
 - the victim, by name, with the Event's UID, on its node, marked DisruptionTarget/
   PreemptionByScheduler: believed; unmarked or on another node: refuted; gone, or its name
   now another pod's: unconfirmed;
 - the witness remembers pods the view's watch showed marked (and only those, only pods, the
-  latest `capacity`).
+  latest `capacity`);
+- a pod group's preemption names no node: its victim, marked, is believed on any node it
+  is bound to; unmarked, or bound to none, refuted.
 
 The index and the dry-run snapshot:
 - the index gathers the victims of the latest `capacity` preemptors, forgets the oldest
@@ -45,6 +52,11 @@ The recorder, against the emulator over HTTP (victims marked as the scheduler ma
 - a sink that fails is retried from the same Event, which is then recorded; what the sink
   left out (over its namespace's cap, or a victim it already has) is counted; a confirmed
   victim over the cap still reads as running to the dry run (the cap bounds rows only).
+
+The recorder, against the simulated kube-scheduler preempting for a gang (the bundled gang
+scenario, upstream-preemption mode, victims kept terminating): the Events it writes for
+ml/train-a are all recorded, each naming the PodGroup by UID and name, no node; the index
+holds the four victims under the group's UID, and a `ShadowView` reads them as running.
 
 The recorder, against a scripted API server:
 - it lists in pages and watches, both narrowed to `reason=Preempted`, and resumes from the
@@ -70,13 +82,14 @@ from typing import Any, cast
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from preemptctl.emulator import Emulator
-from preemptctl.emulator.resources import EVENTS
-from preemptctl.kube.client import KubeClient
+from preemptctl.emulator import Emulator, SimulatedCluster
+from preemptctl.emulator.resources import EVENTS, POD_GROUPS
+from preemptctl.kube.client import KubeClient, connect
 from preemptctl.kube.reflector import Backoff
 from preemptctl.kube.upstream_events import (
     DisruptionWitness,
     NotUpstreamPreemption,
+    PreemptedMessage,
     ShadowView,
     Skip,
     UpstreamIndex,
@@ -84,10 +97,13 @@ from preemptctl.kube.upstream_events import (
     UpstreamRecorder,
     VictimSeen,
     corroboration,
+    parse_message,
     parse_preempted,
+    preempted_by_group,
     victim_seen,
 )
 from preemptctl.kube.view import ClusterView
+from preemptctl.worker.scenarios import BUNDLED
 from tests.support.emulator import as_list, node, pod
 
 OBSERVED = datetime(2026, 11, 24, 7, 0, tzinfo=UTC)
@@ -198,7 +214,7 @@ def test_an_event_time_after_the_observation_is_taken_at_the_observation() -> No
         (_event(metadata={"name": "x", "namespace": "default"}), "no metadata.uid"),
         (_event(metadata={"name": "x", "uid": "e"}), "no metadata.namespace"),
         (_event(type="Normal", reportingComponent=7), "not text"),
-        (_event(involvedObject={"kind": "Pod", "name": "x" * 300}), "longer than"),
+        (_event(involvedObject={"kind": "Pod", "name": "x" * 300}), "no more than 253 characters"),
         (_event(involvedObject={"kind": "Pod", "name": "low-a"}), "no uid"),
         (_event("Preempted by pod u on node n1\x1b]0;owned\x07"), "not a valid name"),
         (_event(victim="Low_A"), "not a valid name"),
@@ -262,6 +278,85 @@ def test_a_victim_without_a_namespace_is_in_the_events_namespace() -> None:
     assert parse_preempted(bare, observed_at=OBSERVED).victim_key == "tenant/low-a"
 
 
+TRAIN_A = {
+    "apiVersion": "scheduling.k8s.io/v1beta1",
+    "kind": "PodGroup",
+    "namespace": "ml",
+    "name": "train-a",
+    "uid": "uid-train-a",
+}
+
+
+def _group_event(**fields: Any) -> dict[str, Any]:
+    """A victim's Event as kube-scheduler writes it when it preempted for the PodGroup."""
+    return _event(
+        "Preempted by podgroup uid-train-a on node cluster",
+        victim="train-b-0",
+        namespace="ml",
+        **{"related": TRAIN_A, **fields},
+    )
+
+
+def test_a_pod_groups_event_names_the_group_and_no_node() -> None:
+    parsed = parse_preempted(_group_event(), observed_at=OBSERVED)
+    assert parsed == UpstreamPreemption(
+        event_uid="event-1",
+        occurred_at=datetime(2026, 11, 24, 6, 59, 58, 123456, tzinfo=UTC),
+        victim_namespace="ml",
+        victim_name="train-b-0",
+        victim_uid="uid-train-b-0",
+        preemptor_uid="uid-train-a",
+        preemptor_namespace="ml",
+        preemptor_name="train-a",
+        node=None,
+        message="Preempted by podgroup uid-train-a on node cluster",
+    )
+    assert preempted_by_group(parsed.message)
+    assert not preempted_by_group("Preempted by pod uid-urgent on node n1")
+    assert not preempted_by_group("Preempted by prod/urgent on node n1")
+
+
+def test_the_three_message_forms_say_the_preemptors_type() -> None:
+    assert parse_message("Preempted by pod uid-urgent on node n1") == PreemptedMessage(
+        "uid-urgent", None, None, "n1", "pod"
+    )
+    assert parse_message("Preempted by podgroup uid-train-a on node cluster") == PreemptedMessage(
+        "uid-train-a", None, None, "cluster", "podgroup"
+    )
+    assert parse_message("Preempted by prod/urgent on node n1") == PreemptedMessage(
+        None, "prod", "urgent", "n1", "pod"
+    )
+    assert parse_message("Preempted by pods uid-urgent on node n1") is None
+
+
+def test_a_pod_groups_event_without_a_related_object_keeps_the_groups_uid() -> None:
+    parsed = parse_preempted(_group_event(related=None), observed_at=OBSERVED)
+    assert (parsed.preemptor_uid, parsed.preemptor_key, parsed.node) == ("uid-train-a", None, None)
+
+
+def test_a_pod_groups_event_is_not_named_from_the_views_pods() -> None:
+    parsed = parse_preempted(
+        _group_event(), observed_at=OBSERVED, name_of=lambda uid: ("ml", "a-pod-of-that-uid")
+    )
+    assert parsed.preemptor_key == "ml/train-a"
+
+
+@pytest.mark.parametrize(
+    ("related", "why"),
+    [
+        ({**TRAIN_A, "kind": "Pod"}, "related to a 'Pod', not a PodGroup"),
+        ({**TRAIN_A, "uid": "uid-train-z"}, "related.uid is not the preemptor"),
+        ({**TRAIN_A, "name": "Train_A"}, "preemptor name 'Train_A' is not a valid name"),
+    ],
+)
+def test_a_pod_groups_event_related_to_anything_else_is_refused(
+    related: dict[str, Any], why: str
+) -> None:
+    with pytest.raises(NotUpstreamPreemption, match=why) as refused:
+        parse_preempted(_group_event(related=related), observed_at=OBSERVED)
+    assert refused.value.skip is Skip.UNREADABLE
+
+
 # -- corroboration -------------------------------------------------------------------------------
 
 
@@ -295,6 +390,16 @@ def test_what_the_cluster_does_not_bear_out_is_refused(
     refused = corroboration(_claimed(), seen)
     assert refused is not None
     assert refused[0] is skip and why in refused[1]
+
+
+def test_a_pod_groups_victim_marked_on_any_node_bears_the_event_out() -> None:
+    claimed = parse_preempted(_group_event(), observed_at=OBSERVED)
+    seen = VictimSeen("ml", "train-b-0", "uid-train-b-0", "node-5", True)
+    assert corroboration(claimed, seen) is None
+    unmarked = corroboration(claimed, VictimSeen("ml", "train-b-0", "uid-train-b-0", "n5", False))
+    assert unmarked is not None and unmarked[0] is Skip.REFUTED
+    unbound = corroboration(claimed, VictimSeen("ml", "train-b-0", "uid-train-b-0", "", True))
+    assert unbound == (Skip.REFUTED, "the victim is bound to no node")
 
 
 def _marked(name: str, *, node_name: str = "n1", reason: str = "PreemptionByScheduler") -> Any:
@@ -618,6 +723,57 @@ def test_what_the_sink_leaves_out_over_its_cap_is_counted(
     assert recorder.stats.skipped_by[Skip.OVER_CAP] == 1
     assert recorder.stats.recorded == 1
     assert sorted(index.victims()) == ["uid-low-a", "uid-low-c"]  # true, only not a row
+
+
+# -- the recorder, against the simulated kube-scheduler preempting for a gang --------------------
+
+
+def test_the_simulated_schedulers_group_preemption_is_recorded_and_undone_for_the_dry_run(
+    ledger: _Ledger, index: UpstreamIndex
+) -> None:
+    with SimulatedCluster(
+        max_grace_seconds=60.0, start_delay=0.05, interval=0.02, upstream_preemption=True
+    ) as cluster:
+        cluster.load(BUNDLED["gang"])
+        _wait_for(lambda: len(cluster.store.objects(EVENTS)) == 4, timeout=15)
+        group = cluster.store.find(POD_GROUPS, "ml", "train-a")
+        assert group is not None
+        kube = connect(cluster.kubeconfig_path, connect_timeout=1, read_timeout=5)
+        recorder = UpstreamRecorder(kube, ledger, index=index, watch_timeout=5)
+        thread = threading.Thread(target=recorder.run, daemon=True)
+        thread.start()
+        view = ShadowView(kube, index)
+        view.start()
+        try:
+            _wait_for(lambda: len(ledger.rows) == 4)
+            assert view.wait_ready(5)
+            with view.read() as snapshot:
+                shown = {
+                    p.name: p.terminating for p in snapshot.pods.values() if p.namespace == "ml"
+                }
+            with ClusterView.read(view) as snapshot:
+                really = {
+                    p.name: p.terminating for p in snapshot.pods.values() if p.namespace == "ml"
+                }
+        finally:
+            view.stop()
+            recorder.stop()
+            thread.join(5)
+            kube.api.close()
+    victims = ["notebook", "train-b-0", "train-b-1", "train-b-2"]
+    rows = sorted(ledger.rows.values(), key=lambda p: p.victim_name)
+    assert [p.victim_name for p in rows] == victims
+    assert {(p.preemptor_uid, p.preemptor_key, p.node) for p in rows} == {
+        (group["metadata"]["uid"], "ml/train-a", None)
+    }
+    assert all(
+        p.message == f"Preempted by podgroup {group['metadata']['uid']} on node cluster"
+        for p in rows
+    )
+    assert recorder.stats.skipped == 0
+    assert sorted(index.victims()) == sorted(str(p.victim_uid) for p in rows)
+    assert [name for name in victims if really[name]] == victims  # terminating, in truth
+    assert [name for name in victims if shown[name]] == []  # as before upstream, to the dry run
 
 
 # -- the recorder, against a scripted API server ------------------------------------------------
