@@ -1,24 +1,38 @@
 """End-to-end preemption benchmark: the Temporal dev server, the API emulator (in a child
-process) and a Postgres ledger, with the real worker in this process.
+process) and a Postgres ledger, with the real worker in this process (and, with
+`--workflow-processes K`, its K workflow processes beside it).
 
 Run by hand (not in CI):
     .venv/bin/python -m benchmarks.preemption_e2e [--preemptions 300] [--rate 30]
+        [--workflow-processes K] [--baseline]
 
 N preemptors, each needing the two 1-cpu victims of one full 2-cpu node, are started at
-`--rate` per second, eagerly and with every step but the decision a local activity, as the
-trigger loop starts them (`--remote-activities`: every step a regular activity). Reported:
-preemptions per second sustained (started ÷ time until the last victim's delete reached the
-API server), p50/p99 latency from starting a preemption to
-its last victim's delete, the worker's resident memory, the activities per preemption and
-where a preemption's time goes (count and mean duration of each activity, from the workflow
-histories). Targets (issue 14): sustained ≥ 0.9 x offered, p99 ≤ 2 s at 20/s and ≤ 1 s at
-5/s, RSS ≤ 300 MiB, activities ≤ 3 + 2 x victims.
+`--rate` per second, with every step but the decision a local activity, as the trigger loop
+starts them (`--remote-activities`: every step a regular activity); eagerly when the
+workflows run in this process. Reported: preemptions per second sustained (started ÷ time
+until the last victim's delete reached the API server), p50/p99 latency from starting a
+preemption to its last victim's delete, the replica's resident memory (this process and its
+workflow processes), workflow tasks and history events per preemption (every history, read
+at the end), ledger transactions per preemption (pg_stat_database's xact_commit over the
+run), the activities per preemption and where a preemption's time goes (count and mean
+duration of each activity, from the workflow histories).
+
+`--workflow-processes K` runs the replica as `preemptctl worker` does with
+`workflow_processes: K` (docs/scale-out.md): this process holds the view and runs the
+select (its worker polls activity tasks only), K spawned processes run the workflows and
+their local activities.
+
+`--baseline` first serves the same preemptors, on a fresh emulator, with a bare client: the
+same decisions (the planner over the view, each decision's claim laid over the next, one at
+a time under one lock, as the decision path decides), each victim deleted straight through
+the Kubernetes client, nothing durable (no Temporal, no ledger); its sustained rate is the
+denominator of the ratio printed at the end (issue 22: ≥ 0.7).
 
 CPU per preemption, per process: user + system time from /proc/<pid>/stat over the run (the
 first start to the last result), divided by the preemptions: this process (worker, view and
-driver; split by thread), the Temporal dev server, the emulator, and the Postgres backends
-serving the ledger database. CPU time does not depend much on what else runs on the machine;
-throughput and latency do.
+driver; split by thread), the workflow processes, the Temporal dev server, the emulator, and
+the Postgres backends serving the ledger database. CPU time does not depend much on what
+else runs on the machine; throughput and latency do.
 
 No scheduler binds the preemptors here, so each preemption ends its wait for the bind with
 one `check_preemptor` poll (in a cluster the trigger loop's `preemptor_bound` signal ends it
@@ -44,7 +58,9 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -55,13 +71,20 @@ from temporalio.testing import WorkflowEnvironment
 from preemptctl.activities.preemption import PreemptionActivities
 from preemptctl.emulator import Emulator
 from preemptctl.kube.client import connect
+from preemptctl.kube.deletion import delete_victim
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.migrations import upgrade
-from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.claims import Claim, ClaimBook
+from preemptctl.preemption.decision import PodRef, Strategy, Verdict
+from preemptctl.preemption.planner import plan_for
+from preemptctl.worker.config import load_settings
+from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.starter import start_preemption
+from preemptctl.worker.supervisor import Supervisor
 from preemptctl.worker.temporal_binary import temporal_cli
-from preemptctl.worker.temporal_worker import build_worker, with_cached_hints
+from preemptctl.worker.temporal_worker import Role, build_worker, with_cached_hints
+from preemptctl.worker.workflow_processes import WorkflowProcesses
 from preemptctl.workflows import search_attributes
 from preemptctl.workflows.contract import PreemptionRequest
 
@@ -229,56 +252,225 @@ def postgres_backends(url: str, database: str) -> list[int]:
     return [int(pid) for (pid,) in rows]
 
 
-def rss_mib() -> float:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * resource.getpagesize() / 2**20
+@dataclass
+class Histories:
+    """What the workflow histories say, per preemption."""
+
+    workflow_tasks: float  # workflow tasks completed
+    failed_tasks: float  # workflow tasks failed (a replay that did not match, an error)
+    timed_out_tasks: float  # workflow tasks timed out (a sticky worker too busy, or gone)
+    events: float  # history events
+    times: dict[str, float]  # activity type -> mean seconds scheduled → completed
+    counts: dict[str, float]  # activity type -> count
 
 
-async def activity_times(
-    env: WorkflowEnvironment, handles: list[Any]
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Per activity type: mean seconds from scheduling to completion, and mean count per
-    preemption (from a sample of twenty histories)."""
+async def read_histories(handles: list[Any], concurrency: int = 16) -> Histories:
+    """Every history, read once the runs have ended: workflow tasks and events per
+    preemption, and each activity's count and mean time from scheduled to completed."""
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(handle: Any) -> Any:
+        async with limit:
+            return await handle.fetch_history()
+
+    histories = await asyncio.gather(*(one(handle) for handle in handles))
     spent: dict[str, list[float]] = defaultdict(list)
-    sample = handles[:: max(1, len(handles) // 20)]
-    for handle in sample:
-        history = await handle.fetch_history()
+    tasks = failed = timed_out = events = 0
+    for history in histories:
         scheduled: dict[int, tuple[str, float]] = {}
+        events += len(history.events)
         for event in history.events:
+            kind = event.event_type
             moment = event.event_time.ToDatetime().timestamp()
-            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                tasks += 1
+            elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                failed += 1
+            elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+                timed_out += 1
+            elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                 name = event.activity_task_scheduled_event_attributes.activity_type.name
                 scheduled[event.event_id] = (name, moment)
-            elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
                 spent[f"{_local_activity_type(event)} (local)"].append(0.0)
-            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
                 attributes = event.activity_task_completed_event_attributes
                 name, began = scheduled[attributes.scheduled_event_id]
                 spent[name].append(moment - began)
-    means = {name: statistics.mean(times) for name, times in sorted(spent.items())}
-    counts = {name: len(times) / len(sample) for name, times in sorted(spent.items())}
-    return means, counts
+    n = max(1, len(histories))
+    return Histories(
+        tasks / n,
+        failed / n,
+        timed_out / n,
+        events / n,
+        {name: statistics.mean(times) for name, times in sorted(spent.items())},
+        {name: len(times) / n for name, times in sorted(spent.items())},
+    )
 
 
-async def run(
-    count: int, rate: float, local: bool, profile: str | None, search: bool = True
-) -> None:
+def xact_commits(url: str, database: str) -> int:
+    """Transactions committed in `database` so far (pg_stat_database; the statistics reach
+    it within a second of each transaction)."""
+    with psycopg.connect(url, autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (database,)
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def resident_mib(pids: list[int]) -> float:
+    """The resident memory of these processes together."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm") as statm:
+                total += int(statm.read().split()[1]) * resource.getpagesize()
+        except OSError:
+            continue
+    return total / 2**20
+
+
+@dataclass
+class Emulated:
+    """An emulator child process serving a fresh copy of the scenario."""
+
+    process: Any
+    channel: Connection
+    kubeconfig: str
+
+    @classmethod
+    def start(cls, count: int) -> Emulated:
+        parent, child = multiprocessing.Pipe()
+        process = multiprocessing.get_context("fork").Process(target=serve, args=(count, child))
+        process.start()
+        return cls(process, parent, parent.recv())
+
+    def deletes(self) -> dict[str, float]:
+        """Each victim's successful delete, by pod name: when the API server received it."""
+        self.channel.send("deletes")
+        received: dict[str, float] = self.channel.recv()
+        return received
+
+    def stop(self) -> None:
+        self.channel.send(None)
+        self.process.join(10)
+
+
+@dataclass
+class Run:
+    """One run's figures, durable or bare."""
+
+    started: dict[str, float]  # preemptor name -> when its preemption began
+    victims: dict[str, list[str]]  # preemptor name -> its victims' names
+    deletes: dict[str, float]
+    cpu: dict[str, float]
+    wall: float
+    memory_mib: float
+
+    def latencies(self) -> list[float]:
+        """Start → last victim's delete, of each preemption whose victims were all deleted."""
+        found = []
+        for name, began in self.started.items():
+            victims = self.victims.get(name) or []
+            times = [self.deletes.get(victim) for victim in victims]
+            if victims and all(times):
+                found.append(max(t for t in times if t) - began)
+        return sorted(found)
+
+    def sustained(self) -> float:
+        """Preemptions carried out per second, from the first start to the last delete."""
+        done = self.latencies()
+        if not done or not self.deletes:
+            return 0.0
+        return len(done) / (max(self.deletes.values()) - min(self.started.values()))
+
+
+def p99(values: list[float]) -> float:
+    return values[min(len(values) - 1, round(0.99 * (len(values) - 1)))]
+
+
+async def run_baseline(count: int, rate: float) -> Run:
+    """The bare client: each preemptor decided in turn under one lock (the planner over the
+    view, the claims of the decisions before it laid over the view, as the decision path
+    lays them), then its victims deleted in parallel straight through the Kubernetes client.
+    No Temporal, no ledger, no retries."""
+    emulated = Emulated.start(count)
+    kube = connect(emulated.kubeconfig, pool_size=32)
+    view = ClusterView(kube)
+    view.start()
+    try:
+        assert view.wait_ready(60)
+        book = ClaimBook()
+        deciding = threading.Lock()
+        executor = ThreadPoolExecutor(max_workers=64, thread_name_prefix="bare")
+        loop = asyncio.get_running_loop()
+        started: dict[str, float] = {}
+        chosen: dict[str, list[str]] = {}
+
+        def preempt(name: str) -> None:
+            with deciding, view.read() as snapshot, book.applied(snapshot, ""):
+                pod = snapshot.pod_by_key(f"bench/{name}")
+                assert pod is not None
+                decision = plan_for(snapshot, pod, Strategy.DEFAULT)
+                if decision.verdict is not Verdict.PREEMPT or decision.nominated_node is None:
+                    return
+                book.claim(
+                    Claim(
+                        pod.uid, decision.nominated_node, frozenset(v.uid for v in decision.victims)
+                    )
+                )
+            chosen[name] = [victim.name for victim in decision.victims]
+            deletes = [executor.submit(delete_victim, kube, victim) for victim in decision.victims]
+            for delete in deletes:
+                delete.result()
+
+        meter = CpuMeter(
+            {"bare client (this process)": [os.getpid()], "emulator": [emulated.process.pid or 0]}
+        )
+        began = time.time()
+
+        async def start(i: int) -> None:
+            await asyncio.sleep(max(0.0, began + i / rate - time.time()))
+            name = f"urgent-{i:04d}"
+            started[name] = time.time()
+            await loop.run_in_executor(executor, preempt, name)
+
+        await asyncio.gather(*(start(i) for i in range(count)))
+        cpu = meter.spent()
+        wall = time.time() - began
+        executor.shutdown()
+        return Run(started, chosen, emulated.deletes(), cpu, wall, resident_mib([os.getpid()]))
+    finally:
+        view.stop()
+        emulated.stop()
+
+
+async def run_durable(
+    count: int,
+    rate: float,
+    local: bool,
+    profile: str | None,
+    search: bool,
+    processes: int,
+) -> tuple[Run, Histories, int, int, list[tuple[float, int]], dict[str, int], float]:
+    """The durable run: the worker as `preemptctl worker` runs it. Its figures, what the
+    histories say, the ledger's transactions, the eager starts, the decision lock's holds,
+    the outcomes, and how long all the starts took."""
     database = f"preemptctl_bench_{secrets.token_hex(4)}"
     with psycopg.connect(ADMIN, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{database}"')
     url = f"postgresql://postgres@127.0.0.1:5432/{database}"
-    parent, child = multiprocessing.Pipe()
-    emulator = multiprocessing.get_context("fork").Process(target=serve, args=(count, child))
-    emulator.start()
+    emulated = Emulated.start(count)
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         search_attributes=search_attributes.ALL,
         dev_server_log_level="error",
     )
+    metrics = Metrics()
     try:
         upgrade(url)
         ledger = create_ledger_engine(url, pool_size=16)
-        kube = connect(parent.recv(), pool_size=32)
+        kube = connect(emulated.kubeconfig, pool_size=32)
         view = ClusterView(kube)
         view.start()
         assert view.wait_ready(60)
@@ -286,20 +478,43 @@ async def run(
         # Starts and results through a client that reads as the worker's does (the trigger
         # loop's, once the runtime hands it the same client).
         client = with_cached_hints(env.client)
-        async with build_worker(client, activities, task_queue="bench"):
+        role = Role.ACTIVITIES if processes else Role.ALL
+        workflow_processes: WorkflowProcesses | None = None
+        async with build_worker(client, activities, task_queue="bench", role=role):
+            if processes:
+                settings = load_settings(
+                    overrides={
+                        "temporal_address": env.client.service_client.config.target_host,
+                        "kubeconfig": emulated.kubeconfig,
+                        "database_url": url,
+                        "task_queue": "bench",
+                        "identity": "bench",
+                        "log_format": "text",
+                    },
+                    environ={},
+                )
+                workflow_processes = WorkflowProcesses(settings, processes, metrics)
+                workflow_processes.start(Supervisor(metrics).spawn)
+                async with asyncio.timeout(120):
+                    while workflow_processes.ready() < processes:
+                        await asyncio.sleep(0.2)
             # Open the ledger's pool in full, so that its backends are there to be measured.
             with ExitStack() as opened:
                 for _ in range(16):
                     opened.enter_context(ledger.connect())
             spawned = children(os.getpid())
-            meter = CpuMeter(
-                {
-                    "worker (this process)": [os.getpid()],
-                    "temporal dev server": [spawned["temporal"]],
-                    "emulator": [emulator.pid or 0],
-                    "postgres (ledger backends)": postgres_backends(url, database),
-                }
-            )
+            measured = {
+                "worker (this process)": [os.getpid()],
+                "temporal dev server": [spawned["temporal"]],
+                "emulator": [emulated.process.pid or 0],
+                "postgres (ledger backends)": postgres_backends(url, database),
+            }
+            replica = [os.getpid()]
+            if workflow_processes is not None:
+                replica += list(workflow_processes.pids().values())
+                measured["workflow processes"] = list(workflow_processes.pids().values())
+            commits_before = xact_commits(ADMIN, database)
+            meter = CpuMeter(measured)
             profiles = ThreadProfiles() if profile else None
             if profiles is not None:
                 profiles.start()
@@ -321,7 +536,9 @@ async def run(
                     search_attributes=search,
                 )
                 started[preemptor.name] = time.time()
-                return await start_preemption(client, request, task_queue="bench", eager=True)
+                return await start_preemption(
+                    client, request, task_queue="bench", eager=not processes
+                )
 
             handles = await asyncio.gather(*(start(i) for i in range(count)))
             all_started = time.time() - began
@@ -331,80 +548,131 @@ async def run(
             answers = await asyncio.gather(*(h.result() for h in handles), return_exceptions=True)
             results = {i: r for i, r in enumerate(answers) if not isinstance(r, BaseException)}
             cpu = meter.spent()
+            memory = resident_mib(replica)
             holds = list(activities.decisions.holds)
             if profiles is not None and profile:
                 profiles.stop()
                 profiles.write(profile)
             wall = time.time() - began
-            parent.send("deletes")
-            deletes: dict[str, float] = parent.recv()
-            times, counts = await activity_times(env, handles)
+            await asyncio.sleep(1.5)  # the backends' statistics reach pg_stat_database
+            commits = xact_commits(ADMIN, database) - commits_before
+            deletes = emulated.deletes()
+            histories = await read_histories(handles)
+            if workflow_processes is not None:
+                await workflow_processes.stop()
         view.stop()
         ledger.dispose()
     finally:
         await env.shutdown()
-        parent.send(None)
-        emulator.join(10)
+        emulated.stop()
         with psycopg.connect(ADMIN, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    victims = {
+        f"urgent-{i:04d}": [v.pod.name for v in result.victims] for i, result in results.items()
+    }
+    outcomes = dict(sorted(_count(str(r.outcome) for r in results.values()).items()))
+    if len(results) < count:
+        outcomes["(workflow failed)"] = count - len(results)
+    figures = Run(started, victims, deletes, cpu, wall, memory)
+    return figures, histories, commits, eager, holds, outcomes, all_started
 
-    latencies = []
-    for i, result in results.items():
-        started_at = started[f"urgent-{i:04d}"]
-        last = max(deletes.get(v.pod.name, 0.0) for v in result.victims)
-        if last:
-            latencies.append(last - started_at)
-    latencies.sort()
-    span = max(deletes.values()) - min(started.values())
+
+async def run(
+    count: int,
+    rate: float,
+    local: bool,
+    profile: str | None,
+    search: bool = True,
+    processes: int = 0,
+    baseline: bool = False,
+) -> None:
+    load = os.getloadavg()
+    bare = await run_baseline(count, rate) if baseline else None
+    durable, histories, commits, eager, holds, outcomes, all_started = await run_durable(
+        count, rate, local, profile, search, processes
+    )
+    steps = (
+        "every step but the decision a local activity" if local else "every step a regular activity"
+    )
+    where = f"{processes} workflow processes beside this one" if processes else "one process"
     print(
-        f"preemptions:            {count} offered at {rate:g}/s, 2 victims each"
-        + (
-            ", every step but the decision a local activity"
-            if local
-            else ", every step a regular activity"
-        )
+        f"preemptions:            {count} offered at {rate:g}/s, 2 victims each, {steps}; {where}"
+    )
+    print(
+        f"machine load (1, 5, 15 min) before the run: {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}"
     )
     print(
         f"started:                all {count} in {all_started:.1f} s ({count / all_started:.1f}/s)"
         f", {eager} with their first workflow task in the start's answer (eager)"
     )
-    outcomes = dict(sorted(_count(str(r.outcome) for r in results.values()).items()))
-    failed = f", {count - len(results)} failed" if len(results) < count else ""
-    print(f"outcomes:               {outcomes}{failed}")
-    print(f"victims deleted:        {len(deletes)} (expected {2 * count})")
+    print(f"outcomes:               {outcomes}")
+    latencies = durable.latencies()
+    print(f"victims deleted:        {len(durable.deletes)} (expected {2 * count})")
+    sustained = durable.sustained()
     print(
-        f"sustained:              {len(latencies) / span:.1f} preemptions/s "
-        f"(target ≥ {0.9 * rate:.1f}, 0.9 x offered)"
+        f"sustained:              {sustained:.1f} preemptions/s "
+        f"(target ≥ 24/s at 30/s offered; ≥ {0.9 * rate:.1f}, 0.9 x offered)"
+    )
+    if latencies:
+        print(
+            f"start → last delete:    p50 {statistics.median(latencies):.2f} s, "
+            f"p99 {p99(latencies):.2f} s (target p99 ≤ 2 s at 20/s)"
+        )
+    print(
+        f"replica resident memory: {durable.memory_mib:.0f} MiB (this process with the view "
+        f"and the driver{', and the workflow processes' if processes else ''})"
     )
     print(
-        f"start → last delete:    p50 {statistics.median(latencies):.2f} s, "
-        f"p99 {latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]:.2f} s "
-        f"(target p99 ≤ 2 s at 20/s, ≤ 1 s at 5/s)"
+        f"per preemption:         {histories.workflow_tasks:.1f} workflow tasks "
+        f"(and {histories.failed_tasks:.2f} failed, {histories.timed_out_tasks:.2f} timed "
+        f"out), {histories.events:.1f} history "
+        f"events, {commits / count:.1f} ledger transactions"
     )
-    print(f"worker resident memory: {rss_mib():.0f} MiB (this process: worker, view, driver)")
-    total = sum(counts.values())
-    polls = counts.get("check_preemptor", 0) + counts.get("check_preemptor (local)", 0)
+    total = sum(histories.counts.values())
+    polls = histories.counts.get("check_preemptor", 0) + histories.counts.get(
+        "check_preemptor (local)", 0
+    )
     print(
         f"activities/preemption:  {total:.1f}, {total - polls:.1f} "
         f"without the bind poll (target ≤ 3 + 2 x 2 = 7)"
     )
-    print(f"CPU per preemption (ms; over {wall:.1f} s, share of a core in brackets):")
-    for name, seconds in cpu.items():
-        if name.startswith("  ") and seconds < 0.005 * count:
-            continue
-        print(f"  {name:<30} {seconds * 1000 / count:6.1f}  ({seconds / wall:.2f})")
-    total_cpu = sum(v for k, v in cpu.items() if not k.startswith("  "))
-    print(f"  {'all processes':<30} {total_cpu * 1000 / count:6.1f}  ({total_cpu / wall:.2f})")
+    print_cpu(durable, count)
     if holds:
         held_for = sorted(held for held, _ in holds)
         print(
             f"decision lock:          {len(holds)} holds, {sum(n for _, n in holds)} decisions; "
             f"hold median {statistics.median(held_for) * 1000:.0f} ms, "
-            f"p99 {held_for[round(0.99 * (len(held_for) - 1))] * 1000:.0f} ms"
+            f"p99 {p99(held_for) * 1000:.0f} ms"
         )
     print("where the time goes (per preemption: count, mean scheduled → completed):")
-    for name, seconds in times.items():
-        print(f"  {name:<24} {counts[name]:4.1f} x {seconds * 1000:7.1f} ms")
+    for name, seconds in histories.times.items():
+        print(f"  {name:<24} {histories.counts[name]:4.1f} x {seconds * 1000:7.1f} ms")
+    if bare is not None:
+        bare_latencies = bare.latencies()
+        print("bare client (baseline, same preemptors, a fresh emulator):")
+        print(
+            f"  sustained {bare.sustained():.1f}/s; start → last delete p50 "
+            f"{statistics.median(bare_latencies):.2f} s, p99 {p99(bare_latencies):.2f} s; "
+            f"victims deleted {len(bare.deletes)}"
+        )
+        print_cpu(bare, count, indent="  ")
+        ratio = sustained / bare.sustained() if bare.sustained() else 0.0
+        print(f"durable ÷ bare:         {ratio:.2f} (target ≥ 0.7)")
+
+
+def print_cpu(figures: Run, count: int, indent: str = "") -> None:
+    print(
+        f"{indent}CPU per preemption (ms; over {figures.wall:.1f} s, share of a core in brackets):"
+    )
+    for name, seconds in figures.cpu.items():
+        if name.startswith("  ") and seconds < 0.005 * count:
+            continue
+        print(f"{indent}  {name:<30} {seconds * 1000 / count:6.1f}  ({seconds / figures.wall:.2f})")
+    total_cpu = sum(v for k, v in figures.cpu.items() if not k.startswith("  "))
+    print(
+        f"{indent}  {'all processes':<30} {total_cpu * 1000 / count:6.1f}  "
+        f"({total_cpu / figures.wall:.2f})  (target ≤ 65 ms)"
+    )
 
 
 def _local_activity_type(event: Any) -> str:
@@ -443,6 +711,18 @@ def main() -> None:
         action="store_true",
         help="no search attribute upserts (what they cost the server)",
     )
+    parser.add_argument(
+        "--workflow-processes",
+        type=int,
+        default=0,
+        metavar="K",
+        help="run the workflows in K processes beside this one, as preemptctl worker does",
+    )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="first serve the same preemptors with a bare client, and print the ratio",
+    )
     args = parser.parse_args()
     asyncio.run(
         run(
@@ -451,6 +731,8 @@ def main() -> None:
             not args.remote_activities,
             args.profile,
             not args.no_search_attributes,
+            args.workflow_processes,
+            args.baseline,
         )
     )
 
