@@ -180,6 +180,52 @@ def _supported_clients() -> str:
     return declared[0] if declared else "the kubernetes version pyproject.toml names"
 
 
+LIST_READ_CHUNK = 1 << 20
+"""Bytes read at a time from a list page whose length is not declared (chunked)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    """One page of a list, parsed (`body`), and the length of the JSON it was parsed from
+    (`size`, in bytes): what the reflector sizes its next page by."""
+
+    body: Any
+    size: int
+
+
+class PageTooLarge(Exception):
+    """A list page's body is longer than the reader allows (`max_bytes`): it was dropped
+    after reading `read` bytes of it at most (0 when its Content-Length, `declared`, said
+    so before any was read)."""
+
+    def __init__(self, max_bytes: int, read: int, declared: int | None) -> None:
+        self.max_bytes = max_bytes
+        self.read = read
+        self.declared = declared
+        told = f"{declared} bytes declared" if declared is not None else f"over {read} bytes"
+        super().__init__(f"a list page of {told}, more than the {max_bytes} allowed")
+
+
+def _content_length(raw: Any) -> int | None:
+    """The body's declared length, or None (chunked, compressed: the length declared is not
+    what reading gives, or a header that is not a number)."""
+    if raw.headers.get("Content-Encoding", "identity") != "identity":
+        return None
+    value = raw.headers.get("Content-Length")
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _drop(raw: Any) -> None:
+    """Give up on a response whose body is not read to its end: close its connection (the
+    rest of the body must not be read as the next answer on it), then hand the closed
+    connection back to the pool, which opens a fresh one in its place when asked."""
+    raw.close()
+    raw.release_conn()
+
+
 @dataclass(frozen=True)
 class KubeClient:
     """An `ApiClient` plus the per-request timeouts every gateway call uses."""
@@ -240,6 +286,57 @@ class KubeClient:
         work (a deep copy of the body, stdlib JSON, header sanitising): about a third of a
         gateway call's CPU. A TLS failure is the client's `ApiException` with status 0,
         as the client raises it."""
+        raw = self._open(method, path, body, query, content_type, timeout)
+        data = raw.read()  # the whole body: the connection goes back to the pool
+        return orjson.loads(data) if data else None
+
+    def read_list(
+        self, path: str, query: Mapping[str, str], *, max_bytes: int | None = None
+    ) -> ListPage:
+        """One page of a list (a GET with `limit`, and `continue` after the first), read at
+        most `max_bytes` of its body: the API server's `limit` counts objects, never bytes,
+        and a tenant decides how large each object is.
+
+        A page whose body is longer (its Content-Length, or the bytes read so far) raises
+        `PageTooLarge` once `max_bytes` have been read at most: the rest is never read, and
+        the connection is closed rather than handed back to the pool with the rest of the
+        body still on it. `max_bytes=None` reads the whole body (a page of one object:
+        the API server caps each object itself).
+
+        The body is read into one buffer, parsed, and released before the page is returned:
+        the caller holds the parsed objects alone, never those and the bytes they came from."""
+        raw = self._open("GET", path, None, query, JSON, None)
+        declared = _content_length(raw)
+        if max_bytes is not None and declared is not None and declared > max_bytes:
+            _drop(raw)
+            raise PageTooLarge(max_bytes, 0, declared)
+        if max_bytes is None or declared is not None:
+            data: bytes | bytearray = raw.read()  # one read: as `send`, nothing to watch
+        else:
+            data = bytearray()
+            while chunk := raw.read(LIST_READ_CHUNK):
+                data += chunk
+                if len(data) > max_bytes:
+                    read = len(data)
+                    del data
+                    _drop(raw)
+                    raise PageTooLarge(max_bytes, read, None)
+        size = len(data)
+        parsed = orjson.loads(data) if data else None
+        del data
+        return ListPage(parsed, size)
+
+    def _open(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        query: Mapping[str, str] | None,
+        content_type: str,
+        timeout: tuple[float, float] | None,
+    ) -> Any:
+        """Send the request; the urllib3 response of a 2xx answer, its body unread.
+        Any other answer is raised as the client's `ApiException`."""
         api = self.api
         url = api.configuration.host + path
         if query:
@@ -260,12 +357,12 @@ class KubeClient:
             )
         except urllib3.exceptions.SSLError as error:
             raise ApiException(status=0, reason=f"{type(error).__name__}\n{error}") from None
-        data = raw.data  # the whole body: the connection goes back to the pool
         if not 200 <= raw.status <= 299:
+            data = raw.read()
             response = RESTResponse(raw)
             response.data = data
             raise ApiException.from_response(http_resp=response, body=None, data=None)
-        return orjson.loads(data) if data else None
+        return raw
 
     def stream(
         self,

@@ -13,6 +13,12 @@ line that is not JSON) is handed to the sink's `reject` and skipped: the stream 
 from the next event, so a hostile object can neither stall a kind nor make the watch replay
 the same resourceVersion forever.
 
+A list page is bounded in bytes as well as in objects (`PageSize`): the API server's
+`limit` counts objects, a tenant decides how large each one is (a pod of 1.35 MB is
+valid), and 500 of them would be 650 MB of JSON parsed at once. Each page asks for as many
+objects as the pages before it say fit in `PAGE_BYTES`, never more than `page_size`, and is
+dropped unread past `MAX_PAGE_BYTES` and asked for again with fewer.
+
 Objects are read as raw JSON with orjson: the planner's model decodes the fields it needs
 from the camelCase dict directly, and building the client's generated models for 150,000
 pods would cost more than everything else together.
@@ -34,7 +40,7 @@ import orjson
 from kubernetes.client.exceptions import ApiException
 
 from preemptctl.kube.classify import ApiStatus, Call, api_status, classify, classify_status
-from preemptctl.kube.client import KubeClient
+from preemptctl.kube.client import KubeClient, ListPage, PageTooLarge
 from preemptctl.kube.results import KubeCallError
 
 log = logging.getLogger(__name__)
@@ -144,6 +150,65 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+PAGE_BYTES = 8 << 20
+"""What a list page aims at, in bytes of JSON: 500 ordinary pods (4 to 15 KiB each with
+their managed fields) fit, so a cluster of ordinary pods is listed in pages of 500 as
+before; pods of a megabyte are listed a few at a time."""
+
+MAX_PAGE_BYTES = 32 << 20
+"""The most of a list page's body that is ever read: a page past it (objects larger than
+the pages before them said) is dropped and asked for again with fewer objects. With the
+parsed objects, about four times this is what one page can cost the process at most."""
+
+REFUSED_PAGE_SHRINK = 8
+"""How much smaller a page asks after one that was too large, when the API server did not
+say the page's length (a streamed answer: only that it passed `MAX_PAGE_BYTES`)."""
+
+
+@dataclass
+class PageSize:
+    """How many objects the next list page asks for (its `limit`), sized by the bytes the
+    pages before it took: as many as fit in `target_bytes` at the last page's bytes per
+    object, at most twice the last limit (one page of small objects does not vouch for the
+    next), at most `most`, at least one. A page refused for its size shrinks the limit to
+    what its declared length says fits, else by `REFUSED_PAGE_SHRINK`; at most half.
+
+    It starts at `most` (a cluster of ordinary objects never asks twice) and lives as long
+    as its list-watch loop: a relist starts from what the last list learned."""
+
+    most: int = 500
+    target_bytes: int = PAGE_BYTES
+    max_bytes: int = MAX_PAGE_BYTES
+    limit: int = 0  # 0: `most`
+
+    def __post_init__(self) -> None:
+        if self.most < 1:
+            raise ValueError(f"a list page must ask for at least one object, not {self.most}")
+        self.limit = min(self.limit or self.most, self.most)
+
+    @property
+    def byte_limit(self) -> int | None:
+        """The most of the next page's body to read; None for a page of one object, which is
+        read whole (the API server caps one object's size; refusing it would stall the list
+        forever)."""
+        return None if self.limit == 1 else self.max_bytes
+
+    def read(self, objects: int, size: int) -> None:
+        """A page of `objects` objects in `size` bytes of JSON was read."""
+        if objects <= 0:
+            return  # an empty page says nothing about the next one
+        fits = int(self.target_bytes * objects // max(size, 1))
+        self.limit = max(1, min(self.most, 2 * self.limit, fits))
+
+    def refused(self, too_large: PageTooLarge) -> None:
+        """The page asked for with the current limit was longer than `max_bytes`."""
+        if too_large.declared:
+            fits = int(self.target_bytes * self.limit // too_large.declared)
+        else:
+            fits = self.limit // REFUSED_PAGE_SHRINK
+        self.limit = max(1, min(fits, self.limit // 2))
+
+
 class Expired(Exception):
     """The resourceVersion to resume from is gone (410): only a relist can recover."""
 
@@ -191,6 +256,7 @@ class ListWatchStats:
 
     lists: int = 0
     relists_after_gone: int = 0
+    pages_too_large: int = 0  # list pages dropped for their size and asked for with fewer
     reconnects: int = 0
     errors: int = 0
     last_error: str = ""
@@ -242,7 +308,7 @@ class ListWatch(Generic[StatsT]):
         self.what = what or kind.name  # "<what> watch expired", for log lines
         self.label = label or f"{kind.name} reflector"  # "<label>: <error>; retrying"
         self.call = Call("watch", kind.rbac, "all namespaces", kind.group)  # for failures
-        self.page_size = page_size
+        self.page_size = PageSize(page_size)
         self.watch_timeout = watch_timeout
         self.backoff = backoff or Backoff()
         self.resource_version: str | None = None
@@ -326,35 +392,63 @@ class ListWatch(Generic[StatsT]):
     # -- list -------------------------------------------------------------------------------
 
     def _relist(self) -> str:
-        """List every object in pages, handing each page on; returns the list's RV."""
+        """List every object in pages, handing each page on; returns the list's RV.
+
+        A page's objects are let go before the next page is read (at most one page is held
+        at a time), and a page refused for its size is asked for again, with fewer objects,
+        from the same continue token."""
         self._list_began()
         continue_token = ""
         resource_version = ""
         while True:
-            query = self._query(limit=str(self.page_size))
+            query = self._query(limit=str(self.page_size.limit))
             if continue_token:
                 query["continue"] = continue_token
-            with collector_paused():
-                try:
-                    page = self.kube.send("GET", self.kind.path, query=query)
-                except ApiException as error:
-                    if error.status == 410 and continue_token:
-                        raise Expired() from None
-                    raise
-            meta = page.get("metadata") if isinstance(page, dict) else None
+            page = self._read_page(query, continue_token)
+            if page is None:
+                continue
+            meta = page.body.get("metadata") if isinstance(page.body, dict) else None
             meta = meta or {}
-            if not isinstance(page, dict) or not isinstance(meta, dict):
+            if not isinstance(page.body, dict) or not isinstance(meta, dict):
                 raise ValueError(f"a {self.what} list page that is not a list object")
             if not resource_version:
                 resource_version = str(meta.get("resourceVersion") or "")
-            self._list_page(page.get("items") or [])
             continue_token = str(meta.get("continue") or "")
+            items = page.body.get("items") or []
+            self.page_size.read(len(items), page.size)
+            del page, meta
+            self._list_page(items)
+            del items
             if not continue_token:
                 break
         self._list_ended()
         self.stats.lists += 1
         self.backoff.reset()
         return resource_version
+
+    def _read_page(self, query: dict[str, str], continue_token: str) -> ListPage | None:
+        """One page, parsed; None when it was too large (the page size is smaller now)."""
+        with collector_paused():
+            try:
+                return self.kube.read_list(
+                    self.kind.path, query, max_bytes=self.page_size.byte_limit
+                )
+            except PageTooLarge as too_large:
+                asked = self.page_size.limit
+                self.page_size.refused(too_large)
+                self.stats.pages_too_large += 1
+                self._log.info(
+                    "%s list: %s for %d objects; asking for %d at a time",
+                    self.what,
+                    too_large,
+                    asked,
+                    self.page_size.limit,
+                )
+                return None
+            except ApiException as error:
+                if error.status == 410 and continue_token:
+                    raise Expired() from None
+                raise
 
     # -- watch ------------------------------------------------------------------------------
 

@@ -84,7 +84,7 @@ from kubernetes.client.exceptions import ApiException
 
 from preemptctl.emulator import Emulator, SimulatedCluster
 from preemptctl.emulator.resources import EVENTS, POD_GROUPS
-from preemptctl.kube.client import KubeClient, connect
+from preemptctl.kube.client import KubeClient, ListPage, connect
 from preemptctl.kube.reflector import Backoff
 from preemptctl.kube.upstream_events import (
     DisruptionWitness,
@@ -806,10 +806,10 @@ class _ScriptedKube:
         self.requests: list[dict[str, str]] = []
         self.recorder: UpstreamRecorder | None = None
 
-    def send(self, method: str, path: str, *, query: dict[str, str]) -> Any:
-        assert (method, path) == ("GET", "/api/v1/events")
+    def read_list(self, path: str, query: dict[str, str], *, max_bytes: int | None) -> ListPage:
+        assert path == "/api/v1/events"
         self.requests.append(dict(query))
-        return self.pages.pop(0)
+        return ListPage(self.pages.pop(0), 0)
 
     def request(self, method: str, path: str, call: Any, **_: Any) -> Any:
         prefix = "/api/v1/namespaces/default/pods/"
