@@ -16,11 +16,21 @@ Scenarios:
   shape the gateway uses: each one a test that names what moved; the bearer token setting
   and `param_serialize`'s answer keep the shape the gateway reads;
 - `connect` refuses a client that moved one, in one line naming it and the supported range;
-- the kubernetes requirement has an upper bound, and the installed client is within it.
+- the kubernetes requirement has an upper bound, and the installed client is within it;
+- a list page is parsed and its length in bytes told, declared (Content-Length) or streamed
+  (chunked); a page longer than the most allowed is refused: unread when its length is
+  declared, else read no further than one chunk past the most; the refused page's connection
+  is not reused, so the next answer is read whole; without a most allowed a long page is read
+  whole; an error answer is the client's `ApiException`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import threading
+import time
+from collections.abc import Iterator
 from importlib import metadata
 from typing import Any
 
@@ -34,10 +44,13 @@ from preemptctl.emulator import Emulator
 from preemptctl.kube.classify import Call
 from preemptctl.kube.client import (
     CLIENT_INTERNALS,
+    LIST_READ_CHUNK,
     STRATEGIC_MERGE_PATCH,
     TOKEN_LOOKUP_SECONDS,
     BearerToken,
     Internal,
+    KubeClient,
+    PageTooLarge,
     UnsupportedClientError,
     connect,
     internal_problem,
@@ -208,3 +221,129 @@ def test_the_kubernetes_requirement_is_bounded_and_the_installed_client_within_i
         f"{declared} has no upper bound: a client release could move the internals unseen"
     )
     assert declared.specifier.contains(CLIENT), f"kubernetes {CLIENT} is outside {declared}"
+
+
+# -- list pages --------------------------------------------------------------------------------
+
+LIST_HEAD = b'{"metadata":{"resourceVersion":"7"},"items":[{"blob":"'
+LIST_TAIL = b'"}]}'
+
+
+def list_body(length: int) -> bytes:
+    """A list page's JSON of exactly `length` bytes."""
+    return LIST_HEAD + b"x" * (length - len(LIST_HEAD) - len(LIST_TAIL)) + LIST_TAIL
+
+
+SLOW_BODY = 0.5  # seconds: the next request is sent well before the refused body arrives
+
+
+class _Pages(http.server.BaseHTTPRequestHandler):
+    """`/declared/N`: a list page of N bytes with its Content-Length; `/chunked/N`: the same,
+    streamed in chunks of 64 KiB without one (as the API server streams a long list);
+    `/slow/N`: declared, the body sent `SLOW_BODY` seconds after the headers; `/gone`: 410,
+    as for an expired continue token."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive: the next request may reuse the connection
+
+    def handle(self) -> None:
+        with contextlib.suppress(ConnectionResetError):  # a page dropped with the rest unread
+            super().handle()
+
+    def do_GET(self) -> None:
+        _, mode, *length = self.path.split("?")[0].split("/")
+        if mode == "gone":
+            status = b'{"kind":"Status","code":410,"reason":"Expired","message":"too old"}'
+            self.send_response(410)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(status)))
+            self.end_headers()
+            self.wfile.write(status)
+            return
+        body = list_body(int(length[0]))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        try:
+            if mode in ("declared", "slow"):
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if mode == "slow":
+                    self.wfile.flush()
+                    time.sleep(SLOW_BODY)
+                self.wfile.write(body)
+                return
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for start in range(0, len(body), 64 << 10):
+                chunk = body[start : start + (64 << 10)]
+                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the reader gave up on the page
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def pages() -> Iterator[KubeClient]:
+    """A client of a server answering list pages of any length, declared or streamed."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Pages)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    configuration = k8s.Configuration(host=f"http://127.0.0.1:{server.server_address[1]}")
+    configuration.retries = False
+    api = k8s.ApiClient(configuration)
+    try:
+        yield KubeClient(api, connect_timeout=2, read_timeout=5)
+    finally:
+        api.close()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.mark.parametrize("mode", ["declared", "chunked"])
+def test_a_list_page_is_parsed_and_its_length_told(pages: KubeClient, mode: str) -> None:
+    page = pages.read_list(f"/{mode}/200000", {"limit": "500"}, max_bytes=300_000)
+    assert page.size == 200_000
+    assert page.body == orjson.loads(list_body(200_000))
+
+
+def test_a_page_declared_longer_than_allowed_is_refused_unread(pages: KubeClient) -> None:
+    with pytest.raises(PageTooLarge) as refused:
+        pages.read_list("/declared/3000000", {"limit": "500"}, max_bytes=1_000_000)
+    assert (refused.value.read, refused.value.declared) == (0, 3_000_000)
+    assert str(refused.value) == (
+        "a list page of 3000000 bytes declared, more than the 1000000 allowed"
+    )
+
+
+def test_a_streamed_page_is_read_no_further_than_one_chunk_past_the_most_allowed(
+    pages: KubeClient,
+) -> None:
+    with pytest.raises(PageTooLarge) as refused:
+        pages.read_list("/chunked/8000000", {"limit": "500"}, max_bytes=1_000_000)
+    assert refused.value.declared is None
+    assert 1_000_000 < refused.value.read <= 1_000_000 + LIST_READ_CHUNK
+
+
+@pytest.mark.parametrize("mode", ["declared", "chunked", "slow"])
+def test_after_a_refused_page_the_next_answer_is_read_whole(pages: KubeClient, mode: str) -> None:
+    """The refused page's connection is closed, not handed back with the rest on it: a body
+    still on its way (`slow`) would be read as the next answer."""
+    with pytest.raises(PageTooLarge):
+        pages.read_list(f"/{mode}/3000000", {"limit": "500"}, max_bytes=1_000_000)
+    page = pages.read_list(f"/{mode}/5000", {"limit": "5"}, max_bytes=1_000_000)
+    assert page.body == orjson.loads(list_body(5000))
+
+
+@pytest.mark.parametrize("mode", ["declared", "chunked"])
+def test_without_a_most_allowed_a_long_page_is_read_whole(pages: KubeClient, mode: str) -> None:
+    page = pages.read_list(f"/{mode}/3000000", {"limit": "1"})
+    assert page.size == 3_000_000
+
+
+def test_a_list_error_answer_is_the_clients_api_exception(pages: KubeClient) -> None:
+    with pytest.raises(ApiException) as raised:
+        pages.read_list("/gone", {"limit": "500", "continue": "old"}, max_bytes=1_000_000)
+    assert raised.value.status == 410
