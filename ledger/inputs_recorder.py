@@ -58,10 +58,12 @@ CLOSE_SECONDS = 10.0
 
 
 class InputsRecorder:
-    """One background thread per worker process that encodes, compresses and appends each
-    decision's inputs, and prunes them about hourly (`ledger.inputs`), so that neither the
-    decision lock nor the activity waits for it. Each submission is the row to store
-    (`InputsRow`, its inputs still to encode) and the captured inputs to encode into it.
+    """One background thread per worker process that writes each decision's inputs out for
+    the shared layout (what changed since its decision before: `InputsPacker`, kept between
+    decisions), appends the decision's row with its new packs, and prunes about hourly
+    (`ledger.inputs`), so that neither the decision lock nor the activity waits for it. Each
+    submission is the row to store (`InputsRow`, its inputs still to write) and the captured
+    inputs to write into it.
 
     Its backlog is bounded: a decision that finds it full is recorded as a marker row ("not
     recorded: ..."), so a burst of decisions costs no more than the recorder keeps up with,
