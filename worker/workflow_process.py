@@ -40,6 +40,7 @@ log = logging.getLogger("preemptctl")
 
 REPORT_EVERY = 1.0  # seconds between two reports to the main process
 GO = "go"  # the main process's word to start
+LEDGER_POOL = 16  # ledger connections kept open (and as many more opened under load)
 PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
@@ -92,7 +93,9 @@ async def serve(settings: Settings, index: int, channel: Connection) -> None:
     name = name_of(index)
     metrics = Metrics()
     kube = connect_cluster(settings)
-    ledger = create_ledger_engine(settings.effective_database_url())
+    # Each of its local activity slots may append at once: a pool that makes them queue
+    # for a connection holds their workflow tasks open (LEDGER_POOL, and as many more).
+    ledger = create_ledger_engine(settings.effective_database_url(), pool_size=LEDGER_POOL)
     metrics.watch_ledger(ledger)
     ready = False
 
