@@ -4,6 +4,15 @@ Both work in two steps so that they stay fast on millions of events: first find 
 preemption IDs through an index (newest first, stopping as soon as there are enough),
 then read only those preemptions' events and fold them into views (`ledger.views`). No
 query ever aggregates the whole table.
+
+A pod that a group preemption placed (a member of the preempting group) is named only in
+the payload of that preemption's `member_placed` events, which no index covers: it is found
+by its namespace (a member's namespace is its group's, the preemptor columns name the group,
+so the preemptor index narrows the read to group preemptions in that namespace, and the
+kind index to `member_placed` rows) and then by the payload's `pod`, row by row. The cost
+grows with the members placed in that namespace, not with the ledger (measured in
+docs/operations.md); an index on the payload's pod would make it a look-up, at the price of a
+migration.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from preemptctl.ledger.engine import translated_errors
 from preemptctl.ledger.events import RecordedEvent
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.models import events
-from preemptctl.ledger.views import PreemptionView, VictimView, fold_preemptions
+from preemptctl.ledger.views import MemberView, PreemptionView, VictimView, fold_preemptions
 from preemptctl.ledger.vocabulary import OUTCOME_OF_KIND, Outcome, kinds_of_outcome
 from preemptctl.preemption.decision import PodRef
 
@@ -37,10 +46,11 @@ class HistoryQuery:
     """What `preemptctl history` asks: every field narrows, `limit` caps the answer.
 
     The filters select preemptions, each shown with all its attempts: `pod`, `node` and
-    `since` match any attempt (the pod as preemptor or victim, an event on the node, activity
-    since then); `outcome` matches the latest attempt's outcome, what the preemption is now;
-    `parked` keeps preemptions parked per the ledger (their latest attempt ended
-    non-retryably: failed with `retryable` false, or unsupported)."""
+    `since` match any attempt (the pod as preemptor, victim, or a member a group preemption
+    placed; an event on the node; activity since then); `outcome` matches the latest
+    attempt's outcome, what the preemption is now; `parked` keeps preemptions parked per
+    the ledger (their latest attempt ended non-retryably: failed with `retryable` false, or
+    unsupported)."""
 
     pod: tuple[str, str] | None = None
     node: str | None = None
@@ -59,16 +69,19 @@ class HistoryQuery:
 @dataclass(frozen=True, slots=True)
 class PodStory:
     """Everything the ledger knows about one pod name, newest preemption first; as a victim,
-    one entry per attempt that chose it (`VictimView.attempt`), in attempt order."""
+    one entry per attempt that chose it (`VictimView.attempt`), in attempt order; as a member
+    of a preempting pod group, one entry per group preemption that placed it, with its
+    placement in the latest attempt that placed it."""
 
     namespace: str
     name: str
     as_preemptor: tuple[PreemptionView, ...]
     as_victim: tuple[tuple[PreemptionView, VictimView], ...]
+    as_member: tuple[tuple[PreemptionView, MemberView], ...] = ()
 
     @property
     def known(self) -> bool:
-        return bool(self.as_preemptor or self.as_victim)
+        return bool(self.as_preemptor or self.as_victim or self.as_member)
 
 
 def recorded_event(row: Any) -> RecordedEvent:
@@ -152,10 +165,30 @@ def events_of(connection: Connection, preemption_ids: Sequence[str]) -> list[Rec
 
 
 def _involves(namespace: str, name: str) -> ColumnElement[bool]:
-    """The pod is the preemptor or a victim (two indexes, one bitmap OR on Postgres)."""
+    """The pod is the preemptor, a victim, or a member a group preemption placed (three
+    index reads, one bitmap OR on Postgres; the last filtered by payload)."""
     return or_(
-        and_(events.c.preemptor_namespace == namespace, events.c.preemptor_name == name),
-        and_(events.c.victim_namespace == namespace, events.c.victim_name == name),
+        _as_preemptor(namespace, name),
+        _as_victim(namespace, name),
+        _as_member(namespace, name),
+    )
+
+
+def _as_preemptor(namespace: str, name: str) -> ColumnElement[bool]:
+    return and_(events.c.preemptor_namespace == namespace, events.c.preemptor_name == name)
+
+
+def _as_victim(namespace: str, name: str) -> ColumnElement[bool]:
+    return and_(events.c.victim_namespace == namespace, events.c.victim_name == name)
+
+
+def _as_member(namespace: str, name: str) -> ColumnElement[bool]:
+    """A `member_placed` event of a group preemption that placed the pod: the group is in
+    the pod's namespace (the preemptor columns), the pod only in the payload."""
+    return and_(
+        events.c.preemptor_namespace == namespace,
+        events.c.kind == EventKind.MEMBER_PLACED.value,
+        events.c.payload["pod"].as_string() == f"{namespace}/{name}",
     )
 
 
@@ -229,12 +262,13 @@ def _seed_page(
 
 
 def _newest_preemptions(
-    connection: Connection, namespace_column: Any, name_column: Any, ns: str, name: str, limit: int
+    connection: Connection, involving: ColumnElement[bool], limit: int
 ) -> list[str]:
+    """The preemptions with events `involving` the pod, most recently active first."""
     newest = func.max(events.c.occurred_at)
     statement = (
         select(events.c.preemption_id)
-        .where(namespace_column == ns, name_column == name)
+        .where(involving)
         .group_by(events.c.preemption_id)
         .order_by(newest.desc())
         .limit(limit)
@@ -243,20 +277,14 @@ def _newest_preemptions(
 
 
 def explain(engine: Engine, namespace: str, name: str, limit: int = 10) -> PodStory:
-    """The pod's preemptions, as preemptor and as victim (the newest `limit` of each)."""
+    """The pod's preemptions, as preemptor, as victim and as a member a group preemption
+    placed (the newest `limit` of each)."""
     with translated_errors(engine), engine.connect() as connection:
-        as_preemptor = _newest_preemptions(
-            connection,
-            events.c.preemptor_namespace,
-            events.c.preemptor_name,
-            namespace,
-            name,
-            limit,
-        )
-        as_victim = _newest_preemptions(
-            connection, events.c.victim_namespace, events.c.victim_name, namespace, name, limit
-        )
-        views = fold_preemptions(events_of(connection, sorted({*as_preemptor, *as_victim})))
+        as_preemptor = _newest_preemptions(connection, _as_preemptor(namespace, name), limit)
+        as_victim = _newest_preemptions(connection, _as_victim(namespace, name), limit)
+        as_member = _newest_preemptions(connection, _as_member(namespace, name), limit)
+        wanted = sorted({*as_preemptor, *as_victim, *as_member})
+        views = fold_preemptions(events_of(connection, wanted))
     victim_stories = []
     for preemption_id in as_victim:
         view = views[preemption_id]
@@ -264,9 +292,17 @@ def explain(engine: Engine, namespace: str, name: str, limit: int = 10) -> PodSt
             for victim in attempt.victims:
                 if (victim.victim.namespace, victim.victim.name) == (namespace, name):
                     victim_stories.append((view, victim))
+    key = f"{namespace}/{name}"
+    member_stories = []
+    for preemption_id in as_member:
+        view = views[preemption_id]
+        placed = [m for a in view.attempts for m in a.members if m.pod == key]
+        if placed:
+            member_stories.append((view, placed[-1]))
     return PodStory(
         namespace=namespace,
         name=name,
         as_preemptor=tuple(views[pid] for pid in as_preemptor),
         as_victim=tuple(victim_stories),
+        as_member=tuple(member_stories),
     )

@@ -26,6 +26,7 @@ import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -49,13 +50,14 @@ from preemptctl.ledger.errors import LedgerError, LedgerUnavailableError
 from preemptctl.ledger.narrative import (
     format_seconds,
     format_time,
+    member_lines,
     parked_cause,
     preemption_phrase,
     preemptor_story,
     victim_story,
 )
 from preemptctl.ledger.queries import HistoryQuery, explain, history
-from preemptctl.ledger.views import AttemptView, Link, PreemptionView
+from preemptctl.ledger.views import AttemptView, Link, MemberView, PreemptionView
 from preemptctl.ledger.vocabulary import Outcome
 from preemptctl.preemption.names import pod_key_problem
 from preemptctl.worker.errors import Unavailable, UsageError, add_output_flag
@@ -91,7 +93,11 @@ def register(subparsers: Any) -> None:
         "(one per workflow run) in order. --pod, --node and --since match any attempt; "
         "--outcome matches the latest attempt's. -o json prints one record per attempt.",
     )
-    past.add_argument("--pod", metavar="NAMESPACE/NAME", help="as preemptor or as victim")
+    past.add_argument(
+        "--pod",
+        metavar="NAMESPACE/NAME",
+        help="as preemptor, as victim, or as a member a group preemption placed",
+    )
     past.add_argument("--node", metavar="NODE", help="preemptions on this node")
     past.add_argument(
         "--since", metavar="WHEN", help="a duration (30m, 2h, 1d12h) or an ISO 8601 time"
@@ -124,8 +130,9 @@ def register(subparsers: Any) -> None:
         "explain",
         help="who preempted a pod and why, or what a preemptor did",
         description="Tell a pod's preemptions in words: as victim (its fate, by whom, where, "
-        "why) and as preemptor (every attempt in order, what changed between them, each "
-        "decision, the victims' fates, scheduling).",
+        "why), as preemptor (every attempt in order, what changed between them, each "
+        "decision, the victims' fates, scheduling), and as a member of a pod group a group "
+        "preemption placed (where, its nomination, then the group's preemption).",
     )
     why.add_argument("pod", metavar="NAMESPACE/NAME")
     why.add_argument(
@@ -484,7 +491,10 @@ def run_explain(args: argparse.Namespace) -> int:
         story = explain(engine, namespace, name, limit)
     if not story.known:
         raise UsageError(
-            printable(f"{namespace}/{name} is not in the ledger, as preemptor or as victim")
+            printable(
+                f"{namespace}/{name} is not in the ledger, as preemptor, as victim or as a "
+                "member of a preempting pod group"
+            )
         )
     blocks: list[list[str]] = []
     if story.as_victim:
@@ -500,5 +510,25 @@ def run_explain(args: argparse.Namespace) -> int:
         )
         blocks.append([f"{namespace}/{name} as {role} ({count}, newest first):"])
         blocks.extend(preemptor_story(view, link) for view in story.as_preemptor)
+    if story.as_member:
+        count = len(story.as_member)
+        blocks.append(
+            [f"{namespace}/{name} as a member of a preempting pod group ({count}, newest first):"]
+        )
+        blocks.extend(member_story(view, member, link) for view, member in story.as_member)
     sys.stdout.write(printable_lines("\n".join("\n".join(block) + "\n" for block in blocks)))
     return 0
+
+
+def member_story(view: PreemptionView, member: MemberView, link: Link | None) -> list[str]:
+    """A member's part in its group's preemption (where the latest attempt that placed it
+    put it, and its nomination, in the words `history` uses for every member), then the
+    group's preemption as its preemptor's story tells it."""
+    attempt = next(a for a in reversed(view.attempts) if member in a.members)
+    [placed] = member_lines(replace(attempt, members=(member,)))
+    return [
+        f"{format_time(attempt.decided_at or attempt.started)}  {placed}",
+        f"  by the preemption for the pod group {view.latest.pod_group or view.preemptor.key}, "
+        f"in attempt {attempt.attempt} of {len(view.attempts)} (run {attempt.run_id}):",
+        *preemptor_story(view, link),
+    ]

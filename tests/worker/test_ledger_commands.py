@@ -33,6 +33,10 @@ Scenarios:
 - durations and ISO times are both accepted by --since
 - a group preemption in history: its group as preemptor, "pod group" in its header, the
   number of nodes it touches; explain tells it as a preempting pod group, in the group's words
+- a member a group preemption placed (named only in its `member_placed` events), on SQLite and
+  on Postgres: explain tells each of its group's preemptions, newest first, headed by where
+  it was placed and its nomination; history --pod finds them; the same name in another
+  namespace, a longer name or a shorter one, is no member
 - text the ledger keeps as the cluster wrote it (an admission webhook's message with ESC, OSC
   and CSI sequences, a bidi override) is printed escaped by history (table, --parked, -o
   json, -o yaml) and explain: nothing reaches the terminal raw, and JSON reads back the
@@ -68,7 +72,7 @@ from preemptctl.ledger.writer import append_batch, record_bound_after_end
 from preemptctl.preemption.decision import PodRef
 from preemptctl.worker.cli import main
 from preemptctl.worker.errors import UsageError
-from preemptctl.worker.ledger_commands import parse_since
+from preemptctl.worker.ledger_commands import NOTHING_MATCHES, parse_since
 from tests.ledger.builders import (
     BATCH_8,
     T0,
@@ -355,7 +359,8 @@ def test_explain_a_preemptor(capsys: pytest.CaptureFixture[str], ledger_url: str
         ),
         (
             ["explain", "default/nobody"],
-            "preemptctl explain: default/nobody is not in the ledger, as preemptor or as victim",
+            "preemptctl explain: default/nobody is not in the ledger, as preemptor, as victim "
+            "or as a member of a preempting pod group",
         ),
     ],
 )
@@ -641,6 +646,69 @@ def test_explain_tells_a_group_preemption(
     )
     code, out, _ = _run(capsys, "explain", "ml/train-b-2", "--database-url", group_url)
     assert "deleted by the preemption for the pod group ml/train-a (priority 1000) on node-3" in out
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def members_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A ledger with two group preemptions of ml/train-a, completed: g-old at 12:00 and g-new
+    at 13:00, each placing ml/train-a-0..3 (ml/train-a-2 on node-2)."""
+
+    def load(url: str) -> str:
+        migrations.upgrade(url)
+        engine = create_ledger_engine(url)
+        append_batch(engine, group_preemption("g-old"))
+        append_batch(engine, group_preemption("g-new", start=T0 + timedelta(hours=1)))
+        engine.dispose()
+        return url
+
+    if request.param == "sqlite":
+        yield load(f"sqlite:///{tmp_path / 'members.sqlite'}")
+        return
+    with fresh_database() as url:
+        yield load(url)
+
+
+def test_explain_a_member_tells_its_groups_preemptions_newest_first(
+    capsys: pytest.CaptureFixture[str], members_url: str
+) -> None:
+    code, out, _ = _run(capsys, "explain", "ml/train-a-2", "--database-url", members_url)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[:5] == [
+        "ml/train-a-2 as a member of a preempting pod group (2, newest first):",
+        "",
+        "2026-11-21 13:00:00Z  placed ml/train-a-2 on node-2: nominated",
+        "  by the preemption for the pod group ml/train-a, in attempt 1 of 1 (run run-1):",
+        "2026-11-21 13:00:00Z  g-new: completed after 1 attempt",
+    ]
+    assert "    placed ml/train-a-2 on node-2: nominated" in lines
+    older = lines.index("2026-11-21 12:00:00Z  placed ml/train-a-2 on node-2: nominated")
+    assert lines[older + 2] == "2026-11-21 12:00:00Z  g-old: completed after 1 attempt"
+
+
+def test_history_pod_finds_a_members_group_preemptions(
+    capsys: pytest.CaptureFixture[str], members_url: str
+) -> None:
+    code, out, _ = _run(
+        capsys, "history", "--pod", "ml/train-a-2", "--json", "--database-url", members_url
+    )
+    assert code == 0
+    found = [orjson.loads(line) for line in out.splitlines()]
+    assert [(r["preemptionId"], r["podGroup"]) for r in found] == [
+        ("g-new", "ml/train-a"),
+        ("g-old", "ml/train-a"),
+    ]
+
+
+@pytest.mark.parametrize("pod", ["other/train-a-2", "ml/train-a-20", "ml/train"])
+def test_the_same_name_elsewhere_or_a_longer_or_shorter_name_is_no_member(
+    capsys: pytest.CaptureFixture[str], members_url: str, pod: str
+) -> None:
+    code, _, err = _run(capsys, "explain", pod, "--database-url", members_url)
+    assert code == 2
+    assert err.startswith(f"preemptctl explain: {pod} is not in the ledger")
+    code, out, _ = _run(capsys, "history", "--pod", pod, "--database-url", members_url)
+    assert (code, out) == (0, NOTHING_MATCHES + "\n")
 
 
 def test_a_parked_pod_bound_later_is_parked_no_more(
