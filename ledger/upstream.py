@@ -6,6 +6,14 @@ a second replica append the same Event without a second row. Rows are never upda
 `preemptctl compare` reads them back (`upstream_since`) and groups them by preemptor, beside
 this controller's own decisions (`decisions_since`, from `preemption_events`).
 
+A row is a victim of a pod's preemption (`Preempted by pod <uid> on node <node>`: the node
+recorded) or of a pod group's (`Preempted by podgroup <uid> on node cluster`: the group in
+the preemptor columns, no node, since a group is placed over the whole cluster and its
+victims are on any node). The message, kept whole, says which (`kube.upstream_events.
+preempted_by_group`). On our side a group preemption's decision has the group in the
+preemptor columns too, a preemption ID `group-preemption-...` and `GroupDecision.to_json()`
+as its payload, whose `rationale.units` say which victims go together (`DecidedUnit`).
+
 The recorder believes an Event only when the cluster bears it out (`kube.upstream_events`),
 and the write bounds what it can still add, since rows are kept for good:
 
@@ -177,6 +185,30 @@ def upstream_since(engine: Engine, since: datetime | None = None) -> list[Record
 
 COMPARED_KINDS = (*sorted(k.value for k in DECISION_KINDS), EventKind.PREEMPTION_ABORTED.value)
 
+GROUP_PREEMPTION_PREFIX = "group-preemption-"
+"""How a group preemption's ID begins (`workflows.contract.group_workflow_id_for`); a pod
+preemption's begins `preemption-`."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecidedUnit:
+    """One victim unit a group decision took (`UnitChoice`): its name (`podGroup ml/train-b`,
+    `pod ml/notebook`) and its pods, "ns/name"."""
+
+    unit: str
+    pods: tuple[str, ...]
+
+
+def _units(listed: Any) -> tuple[DecidedUnit, ...]:
+    """A decision payload's `rationale.units`, as far as they are readable."""
+    if not isinstance(listed, list):
+        return ()
+    return tuple(
+        DecidedUnit(str(unit.get("unit") or "?"), tuple(str(p) for p in unit.get("pods") or ()))
+        for unit in listed
+        if isinstance(unit, dict) and isinstance(unit.get("pods") or [], list)
+    )
+
 
 @dataclass(frozen=True, slots=True)
 class OurDecision:
@@ -193,10 +225,16 @@ class OurDecision:
     victims: tuple[str, ...]  # "ns/name", in the decision's order
     message: str
     dry_run: bool
+    units: tuple[DecidedUnit, ...] = ()  # a group decision's victim units
 
     @property
     def preemptor_key(self) -> str:
         return f"{self.preemptor_namespace}/{self.preemptor_name}"
+
+    @property
+    def by_group(self) -> bool:
+        """A pod group's preemption: the preemptor columns name the group."""
+        return self.preemption_id.startswith(GROUP_PREEMPTION_PREFIX)
 
 
 def decisions_since(engine: Engine, since: datetime | None = None) -> list[OurDecision]:
@@ -218,6 +256,7 @@ def decisions_since(engine: Engine, since: datetime | None = None) -> list[OurDe
             payload["victims"].label("victims"),
             payload["message"].label("message"),
             payload["reason"].label("reason"),
+            payload["rationale"]["units"].label("units"),  # a group decision's
         )
         .where(events.c.kind.in_([*COMPARED_KINDS, EventKind.DRY_RUN.value]))
         .order_by(events.c.id)
@@ -232,6 +271,7 @@ def decisions_since(engine: Engine, since: datetime | None = None) -> list[OurDe
         if row.kind == EventKind.DRY_RUN.value:
             continue
         victims: tuple[str, ...] = ()
+        units: tuple[DecidedUnit, ...] = ()
         if row.kind == EventKind.PREEMPTION_ABORTED.value:
             verdict, message = "Aborted", str(row.reason or "")
         else:
@@ -241,6 +281,7 @@ def decisions_since(engine: Engine, since: datetime | None = None) -> list[OurDe
                 f"{v.get('namespace')}/{v.get('name')}" for v in listed if isinstance(v, dict)
             )
             message = str(row.message or "")
+            units = _units(row.units)
         found.append(
             OurDecision(
                 preemption_id=row.preemption_id,
@@ -253,6 +294,7 @@ def decisions_since(engine: Engine, since: datetime | None = None) -> list[OurDe
                 victims=victims,
                 message=message,
                 dry_run=row.run_id in dry_runs,
+                units=units,
             )
         )
     return found

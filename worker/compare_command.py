@@ -18,6 +18,17 @@ one result:
   `kube.upstream_events.ShadowView`, which shows the victims still terminating as running,
   so this is what is left: victims gone before our dry run, or Events recorded after it.)
 
+A preemptor is a pod or a pod group. kube-scheduler preempts for a PodGroup as one
+(workload-aware preemption: `Preempted by podgroup <uid> on node cluster` on each victim),
+and so do we (a group preemption, its decision naming the group in the preemptor columns):
+the two are compared by the group's UID like a pod's, with no node to compare (a group is
+placed over the whole cluster), so a group's result is `agree` (the same victims) or
+`other-victims`, besides the one-sided results. Its units are told too: for each victim
+unit our decision took (a gang taken whole, or a pod), whether kube-scheduler took all of
+its pods (`both`), none (`ours-only`) or some (`split`); the scheduler's victims outside
+our units are its own (`only upstream`). Its Events name pods, not units: the units are
+our decision's.
+
 A preemptor neither side preempted for is not listed. When we decided several times (the
 trigger retries a pod that stays unschedulable), the comparable decision is our latest
 `Preempt` if there is one, else our latest decision. Agreement is `agree` over every
@@ -48,7 +59,9 @@ from typing import Any
 
 import orjson
 
+from preemptctl.kube.upstream_events import preempted_by_group
 from preemptctl.ledger.upstream import (
+    DecidedUnit,
     OurDecision,
     RecordedUpstream,
     decisions_since,
@@ -82,13 +95,63 @@ class Result(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class UpstreamSide:
-    """What the scheduler did for one preemptor: its node(s) and victims, first Event time."""
+    """What the scheduler did for one preemptor: its node(s) and victims, first Event time;
+    `by_group` when it preempted for a pod group (no node: over the whole cluster)."""
 
     preemptor_uid: str
     preemptor: str | None  # ns/name when known
     nodes: tuple[str, ...]
     victims: tuple[str, ...]
     first_at: datetime
+    by_group: bool = False
+
+
+class UnitResult(StrEnum):
+    """What kube-scheduler did with one victim unit of our group decision."""
+
+    BOTH = "both"  # it took every pod of the unit too
+    OURS_ONLY = "ours-only"  # it took none of them
+    SPLIT = "split"  # it took some: not the unit we took whole
+
+
+@dataclass(frozen=True, slots=True)
+class UnitCompared:
+    unit: str
+    pods: tuple[str, ...]
+    result: UnitResult
+    upstream_took: int  # how many of its pods the scheduler preempted
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "unit": self.unit,
+            "pods": list(self.pods),
+            "result": str(self.result),
+            "upstreamTook": self.upstream_took,
+        }
+
+    def describe(self) -> str:
+        if self.result is UnitResult.SPLIT:
+            return f"{self.unit} split ({self.upstream_took} of {len(self.pods)} taken upstream)"
+        return f"{self.unit} {self.result}"
+
+
+def compare_units(
+    units: Sequence[DecidedUnit], upstream_victims: Sequence[str]
+) -> tuple[UnitCompared, ...]:
+    """Each of our decision's units beside the scheduler's victims."""
+    taken = set(upstream_victims)
+    compared = []
+    for unit in units:
+        took = sum(pod in taken for pod in unit.pods)
+        result = (
+            UnitResult.BOTH
+            if took == len(unit.pods)
+            else UnitResult.OURS_ONLY
+            if took == 0
+            else UnitResult.SPLIT
+        )
+        compared.append(UnitCompared(unit.unit, unit.pods, result, took))
+    return tuple(compared)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +163,22 @@ class Comparison:
     upstream: UpstreamSide | None
     only_ours: tuple[str, ...] = ()
     only_upstream: tuple[str, ...] = ()
+    units: tuple[UnitCompared, ...] = ()  # a pod group's: our decision's units, judged
+
+    @property
+    def by_group(self) -> bool:
+        """A pod group is the preemptor (either side says so)."""
+        return (self.ours is not None and self.ours.by_group) or (
+            self.upstream is not None and self.upstream.by_group
+        )
 
     def to_json(self) -> dict[str, Any]:
         ours = self.ours
         upstream = self.upstream
-        return {
+        shown: dict[str, Any] = {
             "preemptor": self.preemptor,
             "preemptorUid": self.preemptor_uid,
+            "preemptorType": "podgroup" if self.by_group else "pod",
             "result": str(self.result),
             "ours": None
             if ours is None
@@ -129,6 +201,9 @@ class Comparison:
             "onlyOurs": list(self.only_ours),
             "onlyUpstream": list(self.only_upstream),
         }
+        if self.by_group:
+            shown["units"] = [unit.to_json() for unit in self.units]
+        return shown
 
 
 @dataclass
@@ -175,6 +250,7 @@ def upstream_sides(rows: Sequence[RecordedUpstream]) -> dict[str, UpstreamSide]:
             nodes=nodes,
             victims=tuple(dict.fromkeys(r.victim_key for r in group)),
             first_at=group[0].occurred_at,
+            by_group=any(preempted_by_group(r.message) for r in group),
         )
     return sides
 
@@ -206,11 +282,10 @@ def judge(ours: Sequence[OurDecision], upstream: UpstreamSide | None) -> Compari
         return Comparison(name or uid or "?", uid, kind, decision, upstream, **more)
 
     if upstream is None:
-        return (
-            result(Result.OURS_ONLY, only_ours=decision.victims)
-            if we_preempted and decision
-            else None
-        )
+        if not (we_preempted and decision):
+            return None
+        units = compare_units(decision.units, ()) if decision.by_group else ()
+        return result(Result.OURS_ONLY, only_ours=decision.victims, units=units)
     if not we_preempted:
         after = ours and all(d.occurred_at >= upstream.first_at for d in ours)
         return result(
@@ -218,15 +293,23 @@ def judge(ours: Sequence[OurDecision], upstream: UpstreamSide | None) -> Compari
             only_upstream=upstream.victims,
         )
     assert decision is not None
-    if decision.node not in upstream.nodes:
-        return result(Result.OTHER_NODE, only_ours=decision.victims, only_upstream=upstream.victims)
+    units = compare_units(decision.units, upstream.victims) if decision.by_group else ()
+    # A pod group is placed over the whole cluster, by both: only its victims compare.
+    if not (decision.by_group and upstream.by_group) and decision.node not in upstream.nodes:
+        return result(
+            Result.OTHER_NODE,
+            only_ours=decision.victims,
+            only_upstream=upstream.victims,
+            units=units,
+        )
     ours_set, theirs = set(decision.victims), set(upstream.victims)
     if ours_set == theirs:
-        return result(Result.AGREE)
+        return result(Result.AGREE, units=units)
     return result(
         Result.OTHER_VICTIMS,
         only_ours=tuple(v for v in decision.victims if v not in theirs),
         only_upstream=tuple(v for v in upstream.victims if v not in ours_set),
+        units=units,
     )
 
 
@@ -337,26 +420,35 @@ def _names(pods: Sequence[str]) -> str:
     return ", ".join(pods) if pods else "-"
 
 
+GROUP_WHERE = "pod group, over the cluster"  # where a group is placed: no one node
+
+
 def _describe(compared: Comparison) -> list[str]:
-    """The lines under one preemptor: what each side did, the pods named."""
+    """The lines under one preemptor: what each side did, the pods named; for a pod group,
+    our units and what the scheduler did with each."""
     ours, upstream = compared.ours, compared.upstream
-    up_node = _names(upstream.nodes) if upstream else "-"
-    if compared.result is Result.AGREE and ours is not None:
-        return [f"both: node {ours.node}, victims {_names(ours.victims)}"]
     lines = []
-    if ours is None:
-        lines.append("ours:     no decision recorded")
-    elif ours.verdict == PREEMPT:
-        lines.append(f"ours:     node {ours.node}, victims {_names(ours.victims)}")
+    if compared.result is Result.AGREE and ours is not None:
+        where = GROUP_WHERE if ours.by_group else f"node {ours.node}"
+        lines.append(f"both: {where}, victims {_names(ours.victims)}")
     else:
-        lines.append(f"ours:     {ours.verdict}: {ours.message}"[:200])
-    if upstream is None:
-        lines.append("upstream: no Preempted event")
-    else:
-        lines.append(f"upstream: node {up_node}, victims {_names(upstream.victims)}")
-    if compared.result is Result.OTHER_VICTIMS:
-        lines.append(f"only ours: {_names(compared.only_ours)}")
-        lines.append(f"only upstream: {_names(compared.only_upstream)}")
+        if ours is None:
+            lines.append("ours:     no decision recorded")
+        elif ours.verdict == PREEMPT:
+            where = GROUP_WHERE if ours.by_group else f"node {ours.node}"
+            lines.append(f"ours:     {where}, victims {_names(ours.victims)}")
+        else:
+            lines.append(f"ours:     {ours.verdict}: {ours.message}"[:200])
+        if upstream is None:
+            lines.append("upstream: no Preempted event")
+        else:
+            where = GROUP_WHERE if upstream.by_group else f"node {_names(upstream.nodes)}"
+            lines.append(f"upstream: {where}, victims {_names(upstream.victims)}")
+        if compared.result is Result.OTHER_VICTIMS:
+            lines.append(f"only ours: {_names(compared.only_ours)}")
+            lines.append(f"only upstream: {_names(compared.only_upstream)}")
+    if compared.units:
+        lines.append("units: " + ", ".join(unit.describe() for unit in compared.units))
     return lines
 
 

@@ -11,6 +11,13 @@ Scenarios (Postgres, and the embedded SQLite where the behaviour is the same):
 - `since` leaves out Events that occurred before it;
 - a NUL character in a message is dropped rather than refused;
 - an update or delete is refused by the database (append-only), for the ledger's roles.
+
+Pod groups (issue 19, item 4):
+- a victim of kube-scheduler's group preemption reads back with the group in the preemptor
+  columns, no node and its `Preempted by podgroup` message;
+- our group preemption's decision reads back (`decisions_since`) as the group's, by its
+  `group-preemption-` ID, with its victims and its units (each unit's name and pods), a dry
+  run when its run ended so; a pod's decision has no units and is not a group's.
 """
 
 from __future__ import annotations
@@ -22,12 +29,20 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
+from preemptctl.ledger.events import LedgerEvent, decision_events, group_decision_events
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.payloads import Terminal
 from preemptctl.ledger.upstream import (
     Appended,
+    DecidedUnit,
     RecordedUpstream,
     append_upstream,
+    decisions_since,
     upstream_since,
 )
+from preemptctl.ledger.writer import append_batch
+from preemptctl.preemption.decision import Decision, PodRef, Rationale, Strategy, Verdict
+from preemptctl.preemption.group_decision import GroupDecision, GroupRef, UnitChoice
 
 T0 = datetime(2026, 11, 24, 7, 0, tzinfo=UTC)
 
@@ -138,3 +153,75 @@ def test_rows_cannot_be_changed_or_deleted(pg_engine: Engine) -> None:
             pg_engine.begin() as connection,
         ):
             connection.execute(text(statement))
+
+
+# -- pod groups ---------------------------------------------------------------------------------
+
+
+def test_a_group_preemptions_victim_reads_back_with_the_group_and_no_node(engine: Engine) -> None:
+    fact = Fact(
+        "e1",
+        victim_namespace="ml",
+        victim_name="train-b-0",
+        victim_uid="uid-train-b-0",
+        preemptor_uid="uid-train-a",
+        preemptor_namespace="ml",
+        preemptor_name="train-a",
+        node=None,
+        message="Preempted by podgroup uid-train-a on node cluster",
+    )
+    append_upstream(engine, [fact], observed_at=T0)
+    [row] = upstream_since(engine)
+    assert (row.victim_key, row.preemptor_uid, row.preemptor_key, row.node, row.message) == (
+        "ml/train-b-0",
+        "uid-train-a",
+        "ml/train-a",
+        None,
+        "Preempted by podgroup uid-train-a on node cluster",
+    )
+
+
+def _ml(name: str) -> PodRef:
+    return PodRef("ml", name, f"uid-{name}", 10)
+
+
+def test_our_group_decision_reads_back_with_its_victims_and_units(engine: Engine) -> None:
+    group = GroupRef("ml", "train-a", "uid-train-a", 1000)
+    train_b = tuple(_ml(f"train-b-{i}") for i in range(3))
+    units = (
+        UnitChoice("podGroup ml/train-b", True, 10, train_b, ("n1", "n2"), 0, "did not fit"),
+        UnitChoice("pod ml/notebook", False, 10, (_ml("notebook"),), ("n3",), 0, "did not fit"),
+    )
+    decision = GroupDecision(
+        group.key,
+        group.uid,
+        Verdict.PREEMPT,
+        "preempt 4 pod(s) in 2 unit(s)",
+        nominations={"ml/train-a-0": "n1"},
+        victims=(*train_b, _ml("notebook")),
+        units=units,
+    )
+    preemption_id = f"group-preemption-ml-train-a-{group.uid}"
+    batch = group_decision_events(preemption_id, "run-1", group, decision, T0)
+    dry = Terminal(reason="dry run").to_json()
+    batch.append(
+        LedgerEvent(preemption_id, "run-1", EventKind.DRY_RUN, group.as_preemptor(), payload=dry)
+    )
+    pod = PodRef("prod", "urgent", "uid-urgent", 1000)
+    decided = Decision(pod, Verdict.UNSCHEDULABLE, "no node", Rationale(Strategy.DEFAULT))
+    batch += decision_events("preemption-prod-urgent-uid-urgent", "run-2", pod, decided, T0)
+    append_batch(engine, batch)
+    ours, theirs = decisions_since(engine)
+    assert (ours.preemption_id, ours.by_group, ours.preemptor_key, ours.preemptor_uid) == (
+        preemption_id,
+        True,
+        "ml/train-a",
+        "uid-train-a",
+    )
+    assert (ours.verdict, ours.node, ours.dry_run) == ("Preempt", None, True)
+    assert ours.victims == ("ml/train-b-0", "ml/train-b-1", "ml/train-b-2", "ml/notebook")
+    assert ours.units == (
+        DecidedUnit("podGroup ml/train-b", ("ml/train-b-0", "ml/train-b-1", "ml/train-b-2")),
+        DecidedUnit("pod ml/notebook", ("ml/notebook",)),
+    )
+    assert (theirs.by_group, theirs.units, theirs.verdict) == (False, (), "Unschedulable")

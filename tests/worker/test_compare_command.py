@@ -30,12 +30,29 @@ Scenarios:
   values); `printable` leaves printable text, accents and CJK included, unchanged;
 - bad flags (--since, -o) exit 2 with one line; an unmigrated ledger too.
 
+Pod groups (issue 19, item 4), in a ledger of their own: our group preemptions (the group in
+the preemptor columns, `group-preemption-...`, GroupDecision payloads with their units)
+beside kube-scheduler's `Preempted by podgroup <uid> on node cluster` rows, with a pod's
+preemption among them, each one preemptor:
+- ml/train-a: both took train-b's three pods and the notebook: agree, each unit `both`, no
+  node compared (a group is placed over the whole cluster);
+- ml/train-x: we took train-c whole and nb-2, the scheduler two of train-c's pods and
+  web-9: other-victims, train-c `split (2 of 4 taken upstream)`, nb-2 `ours-only`, web-9
+  only upstream's;
+- ml/train-y: the scheduler preempted for it, we had decided Unschedulable before:
+  upstream-only; ml/train-z: we would have preempted, the scheduler did not: ours-only,
+  every unit `ours-only`;
+- prod/solo (a pod): agree, counted beside the groups: 2 of 5 compared agree;
+- `-o json` types each preemptor (`pod`, `podgroup`) and gives a group's units.
+
 End to end (the simulated cluster's scheduler in upstream-preemption mode, a real worker
 in --dry-run, Temporal, a SQLite ledger), the worker records both of the scheduler's Events
 (preemptor named from its view) and `compare` shows the one preemptor in agreement:
 - when our dry run decides before the scheduler preempts;
 - when the scheduler preempts first (its victims terminating on the node it nominated when
   our dry run decides), because shadow mode plans on the cluster as it was before.
+And for the bundled gang scenario: the worker's dry-run group preemption for ml/train-a and
+the simulated scheduler's four `Preempted by podgroup` Events agree, unit by unit.
 """
 
 from __future__ import annotations
@@ -54,18 +71,20 @@ from temporalio.testing import WorkflowEnvironment
 from preemptctl import migrations
 from preemptctl.emulator import SimulatedCluster
 from preemptctl.ledger.engine import create_ledger_engine
-from preemptctl.ledger.events import LedgerEvent, decision_events
+from preemptctl.ledger.events import LedgerEvent, decision_events, group_decision_events
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import Terminal
 from preemptctl.ledger.upstream import append_upstream, decisions_since, upstream_since
 from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import Decision, PodRef, Rationale, Strategy, Verdict
+from preemptctl.preemption.group_decision import GroupDecision, GroupRef, UnitChoice
 from preemptctl.preemption.upstream import UpstreamPreemption
 from preemptctl.worker.cli import main
 from preemptctl.worker.config import load_settings
 from preemptctl.worker.connections import connect_cluster
 from preemptctl.worker.dev_command import free_port
 from preemptctl.worker.runtime import running_controller
+from preemptctl.worker.scenarios import BUNDLED
 from preemptctl.worker.terminal import printable
 from tests.support.emulator import as_list, node, pod
 
@@ -389,6 +408,158 @@ def test_an_unmigrated_ledger_is_one_line_and_exit_2(
     assert err.startswith("preemptctl compare: ") and len(err.splitlines()) == 1
 
 
+# -- pod groups ---------------------------------------------------------------------------------
+
+
+def _ml(name: str) -> PodRef:
+    return PodRef("ml", name, f"uid-{name}", 10)
+
+
+def _decide_group(
+    engine: Engine,
+    name: str,
+    verdict: str,
+    at: datetime,
+    units: dict[str, tuple[str, ...]] | None = None,
+) -> None:
+    """Our dry-run group preemption for ml/<name>: its decision (units: name -> pods), its
+    victims, the run's dry-run end."""
+    group = GroupRef("ml", name, f"uid-{name}", 1000)
+    chosen = tuple(
+        UnitChoice(unit, unit.startswith("podGroup"), 10, tuple(map(_ml, pods)), ("n1",), 0, "")
+        for unit, pods in (units or {}).items()
+    )
+    decision = GroupDecision(
+        group.key,
+        group.uid,
+        Verdict(verdict),
+        f"{verdict} for {group.key}",
+        victims=tuple(pod for unit in chosen for pod in unit.pods),
+        units=chosen,
+    )
+    preemption_id, run = f"group-preemption-ml-{name}-{group.uid}", f"run-{name}"
+    batch = group_decision_events(preemption_id, run, group, decision, at)
+    batch.append(
+        LedgerEvent(
+            preemption_id,
+            run,
+            EventKind.DRY_RUN,
+            group.as_preemptor(),
+            payload=Terminal(reason="dry run").to_json(),
+            occurred_at=at,
+        )
+    )
+    append_batch(engine, batch)
+
+
+def _upstream_group(engine: Engine, name: str, victims: tuple[str, ...], at: datetime) -> None:
+    """kube-scheduler's rows for its preemption for the PodGroup ml/<name>."""
+    append_upstream(
+        engine,
+        [
+            UpstreamPreemption(
+                event_uid=f"event-{name}-{victim}",
+                occurred_at=at,
+                victim_namespace="ml",
+                victim_name=victim,
+                victim_uid=f"uid-{victim}",
+                preemptor_uid=f"uid-{name}",
+                preemptor_namespace="ml",
+                preemptor_name=name,
+                node=None,
+                message=f"Preempted by podgroup uid-{name} on node cluster",
+            )
+            for victim in victims
+        ],
+    )
+
+
+TRAIN_B = ("train-b-0", "train-b-1", "train-b-2")
+TRAIN_C = ("train-c-0", "train-c-1", "train-c-2", "train-c-3")
+
+
+@pytest.fixture
+def groups_ledger(pg_engine: Engine) -> Engine:
+    later = T0 + timedelta(seconds=5)
+    units_a = {"podGroup ml/train-b": TRAIN_B, "pod ml/notebook": ("notebook",)}
+    _decide_group(pg_engine, "train-a", "Preempt", T0, units_a)
+    _upstream_group(pg_engine, "train-a", ("notebook", *TRAIN_B), T0)
+    _decide_group(
+        pg_engine,
+        "train-x",
+        "Preempt",
+        T0,
+        {"podGroup ml/train-c": TRAIN_C, "pod ml/nb-2": ("nb-2",)},
+    )
+    _upstream_group(pg_engine, "train-x", ("train-c-0", "train-c-1", "web-9"), T0)
+    _decide_group(pg_engine, "train-y", "Unschedulable", T0)
+    _upstream_group(pg_engine, "train-y", ("web-7",), later)
+    _decide_group(pg_engine, "train-z", "Preempt", T0, {"pod ml/nb-3": ("nb-3",)})
+    _decide(pg_engine, "solo", "Preempt", T0, "n1", ("s1",))
+    _upstream(pg_engine, "solo", "n1", ("s1",), T0)
+    return pg_engine
+
+
+def test_group_preemptions_are_compared_by_victims_and_units(
+    groups_ledger: Engine, migrated_postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _run(capsys, "--database-url", migrated_postgres_url)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    pad = " " * len("ml/train-x  other-victims   ")  # the detail column's indent
+    assert lines[1:] == [
+        "PREEMPTOR   RESULT          DETAIL",
+        "ml/train-x  other-victims   ours:     pod group, over the cluster, victims "
+        "ml/train-c-0, ml/train-c-1, ml/train-c-2, ml/train-c-3, ml/nb-2",
+        pad + "upstream: pod group, over the cluster, victims ml/train-c-0, ml/train-c-1, ml/web-9",
+        pad + "only ours: ml/train-c-2, ml/train-c-3, ml/nb-2",
+        pad + "only upstream: ml/web-9",
+        pad + "units: podGroup ml/train-c split (2 of 4 taken upstream), pod ml/nb-2 ours-only",
+        "ml/train-z  ours-only       ours:     pod group, over the cluster, victims ml/nb-3",
+        pad + "upstream: no Preempted event",
+        pad + "units: pod ml/nb-3 ours-only",
+        "ml/train-y  upstream-only   ours:     Unschedulable: Unschedulable for ml/train-y",
+        pad + "upstream: pod group, over the cluster, victims ml/web-7",
+        "ml/train-a  agree           both: pod group, over the cluster, victims "
+        "ml/train-b-0, ml/train-b-1, ml/train-b-2, ml/notebook",
+        pad + "units: podGroup ml/train-b both, pod ml/notebook both",
+        "prod/solo   agree           both: node n1, victims default/s1",
+        "",
+        "Preemptors: 5 (2 agree, 1 other-victims, 1 ours-only, 1 upstream-only).",
+        "Agreement: 2/5 (40%) of the preemptors compared.",
+    ]
+
+
+def test_the_json_types_each_preemptor_and_gives_a_groups_units(
+    groups_ledger: Engine, migrated_postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(capsys, "--database-url", migrated_postgres_url, "-o", "json")
+    assert code == 0
+    by_name = {entry["preemptor"]: entry for entry in orjson.loads(out)["preemptors"]}
+    assert {name: entry["preemptorType"] for name, entry in by_name.items()} == {
+        "ml/train-a": "podgroup",
+        "ml/train-x": "podgroup",
+        "ml/train-y": "podgroup",
+        "ml/train-z": "podgroup",
+        "prod/solo": "pod",
+    }
+    train_x = by_name["ml/train-x"]
+    assert train_x["preemptorUid"] == "uid-train-x"
+    assert (train_x["ours"]["node"], train_x["upstream"]["node"]) == (None, None)
+    assert train_x["upstream"]["nodes"] == []
+    assert train_x["units"] == [
+        {
+            "unit": "podGroup ml/train-c",
+            "pods": [f"ml/{pod}" for pod in TRAIN_C],
+            "result": "split",
+            "upstreamTook": 2,
+        },
+        {"unit": "pod ml/nb-2", "pods": ["ml/nb-2"], "result": "ours-only", "upstreamTook": 0},
+    ]
+    assert [unit["result"] for unit in by_name["ml/train-a"]["units"]] == ["both", "both"]
+    assert "units" not in by_name["prod/solo"]
+
+
 # -- end to end: the simulated kube-scheduler preempting, the worker in shadow mode ---------------
 
 
@@ -480,3 +651,61 @@ async def test_shadow_mode_records_upstream_and_compare_agrees(
         "default/urgent  agree           both: node n1, victims default/low-b, default/low-a",
     ]
     assert out.splitlines()[-1] == "Agreement: 1/1 (100%) of the preemptors compared."
+
+
+async def test_shadow_mode_compares_a_gang_with_the_schedulers_group_preemption(
+    temporal: WorkflowEnvironment, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bundled gang scenario: our dry-run group preemption for ml/train-a decides first
+    (the scheduler holds its preemption until then), then the simulated kube-scheduler
+    preempts for the PodGroup as upstream's PodGroupPostFilter does, writing a `Preempted by
+    podgroup` Event on each victim; the worker records all four and compare agrees, unit by
+    unit."""
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    migrations.upgrade(url)
+    engine = create_ledger_engine(url)
+    cluster = SimulatedCluster(
+        max_grace_seconds=2.0, upstream_preemption=True, preemption_delay=3600.0
+    )
+    cluster.start()
+    settings = load_settings(
+        overrides={
+            "kubeconfig": str(cluster.kubeconfig_path),
+            "database_url": url,
+            "metrics_port": free_port(),
+            "probe_port": free_port(),
+            "task_queue": f"shadow-{uuid.uuid4()}",
+            "dry_run": True,
+        },
+        environ={},
+    )
+    try:
+        async with running_controller(
+            settings, temporal.client, connect_cluster(settings), engine
+        ) as controller:
+            assert controller.upstream is not None
+            cluster.load(BUNDLED["gang"])
+            await _until(
+                lambda: any(d.by_group and d.verdict == "Preempt" for d in decisions_since(engine)),
+                "the dry-run group decision",
+            )
+            assert cluster.emulator.pod("ml/notebook") is not None  # nothing touched
+            cluster.scheduler.preemption_delay = 0.0  # now kube-scheduler preempts
+            await _until(lambda: len(upstream_since(engine)) == 4, "the recorded Events")
+    finally:
+        cluster.stop()
+        engine.dispose()
+    recorded = upstream_since(create_ledger_engine(url))
+    assert {(r.preemptor_key, r.node) for r in recorded} == {("ml/train-a", None)}
+    assert sorted(r.victim_key for r in recorded) == [
+        "ml/notebook",
+        "ml/train-b-0",
+        "ml/train-b-1",
+        "ml/train-b-2",
+    ]
+    code, out, _ = _run(capsys, "--database-url", url)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[2].startswith("ml/train-a  agree           both: pod group, over the cluster, ")
+    assert lines[3].endswith("units: podGroup ml/train-b both, pod ml/notebook both")
+    assert lines[-1] == "Agreement: 1/1 (100%) of the preemptors compared."
