@@ -10,6 +10,7 @@ Scenarios:
   named by its start and never reused;
 - --shadow: the simulated kube-scheduler preempts, the worker decides only (dry run) and
   records the scheduler's Events; `compare` then shows the two agreeing on the scenario;
+  on the gang scenario too, for the pod group, unit by unit;
 - twenty 2-cpu preemptors over ten full 4-cpu nodes: every preemptor ends bound, all forty
   batch pods are taken, none twice;
 - --once with --no-worker is refused in one line;
@@ -247,6 +248,24 @@ def test_shadow_mode_decides_only_and_compare_agrees_with_the_scheduler(tmp_path
         "victims default/batch-1a, default/batch-1b"
     ) in compare
     assert compare.splitlines()[-1] == ("Agreement: 2/2 (100%) of the preemptors compared.")
+
+
+def test_shadow_mode_on_the_gang_agrees_with_the_schedulers_group_preemption(
+    tmp_path: Path,
+) -> None:
+    report = dev_once(tmp_path, "--shadow", "--scenario", "gang")
+    train_a = last_outcome_by_preemptor(report)["ml/train-a"]
+    assert (train_a["outcome"], train_a["bound"]) == ("dry-run", 0)
+    assert sorted(train_a["victims"]) == [
+        "ml/notebook",
+        "ml/train-b-0",
+        "ml/train-b-1",
+        "ml/train-b-2",
+    ]
+    compare = preemptctl(tmp_path, "compare").splitlines()
+    assert compare[2].startswith("ml/train-a  agree           both: pod group, over the cluster")
+    assert compare[3].endswith("units: podGroup ml/train-b both, pod ml/notebook both")
+    assert compare[-1] == "Agreement: 1/1 (100%) of the preemptors compared."
 
 
 def test_twenty_preemptors_over_ten_nodes_all_bind_and_take_no_victim_twice(
