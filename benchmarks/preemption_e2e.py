@@ -89,6 +89,7 @@ from preemptctl.workflows import search_attributes
 from preemptctl.workflows.contract import PreemptionRequest
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+LOCAL_ACTIVITY_MARKER = "core_local_activity"  # the Temporal core's marker of a local activity
 
 
 def scenario(count: int) -> dict[str, Any]:
@@ -292,7 +293,11 @@ async def read_histories(handles: list[Any], concurrency: int = 16) -> Histories
                 name = event.activity_task_scheduled_event_attributes.activity_type.name
                 scheduled[event.event_id] = (name, moment)
             elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
-                spent[f"{_local_activity_type(event)} (local)"].append(0.0)
+                marker = event.marker_recorded_event_attributes.marker_name
+                if marker == LOCAL_ACTIVITY_MARKER:
+                    spent[f"{_local_activity_type(event)} (local)"].append(0.0)
+                else:  # a patch's marker (workflow.patched), a version: no step
+                    spent[f"marker {marker}"].append(0.0)
             elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
                 attributes = event.activity_task_completed_event_attributes
                 name, began = scheduled[attributes.scheduled_event_id]
@@ -628,7 +633,7 @@ async def run(
         f"out), {histories.events:.1f} history "
         f"events, {commits / count:.1f} ledger transactions"
     )
-    total = sum(histories.counts.values())
+    total = sum(n for name, n in histories.counts.items() if not name.startswith("marker "))
     polls = histories.counts.get("check_preemptor", 0) + histories.counts.get(
         "check_preemptor (local)", 0
     )
