@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from preemptctl.preemption.errors import PlannerInputError
+from preemptctl.preemption.names import NameKind, name_problem, shown
 from preemptctl.preemption.objects import (
     ANY_HOST_PORT,
     EMPTY_LABELS,
@@ -126,13 +127,34 @@ def parse_time(text: str | None) -> float | None:
         raise PlannerInputError(f"malformed timestamp {text!r}") from None
 
 
+# The kinds whose names become paths of the gateway's writes, or name what those paths
+# name (a pod's namespace, its node, its group): a name the API server would refuse is no
+# object of a real cluster, and one such as `..` must never reach a path (`names`).
+_NAMED_AS = {
+    "Pod": NameKind.POD,
+    "Node": NameKind.NODE,
+    "PodGroup": NameKind.POD_GROUP,
+    "Namespace": NameKind.NAMESPACE,
+}
+_NAMESPACED = frozenset({"Pod", "PodGroup"})
+
+
 def _identity(obj: Mapping[str, Any], kind: str) -> tuple[str, str, Mapping[str, Any]]:
     meta = _mapping(obj.get("metadata"), f"{kind} metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise PlannerInputError(f"a {kind} has no metadata.name")
     namespace = meta.get("namespace") or "default"
-    return str(namespace), name, meta
+    if not isinstance(namespace, str):
+        raise PlannerInputError(f"{kind} {shown(name)}: metadata.namespace must be a string")
+    named_as = _NAMED_AS.get(kind)
+    if named_as is not None:
+        problem = (kind in _NAMESPACED and name_problem(NameKind.NAMESPACE, namespace)) or (
+            name_problem(named_as, name)
+        )
+        if problem:
+            raise PlannerInputError(problem)
+    return namespace, name, meta
 
 
 @dataclass(frozen=True, slots=True)

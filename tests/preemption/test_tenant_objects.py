@@ -12,7 +12,9 @@ Scenarios:
 - except what the trigger and the critical-admission strategy read: a pod the kubelet
   refused for lack of room (Failed, `OutOf...`) keeps its requests, reason, scheduler and
   policy, and still holds nothing on its node; if its spec cannot be read, it is a
-  preemptor the planner refuses, never a failed decision.
+  preemptor the planner refuses, never a failed decision;
+- a pod, node, PodGroup or namespace whose name the API server would refuse (`..`) is an
+  input error, as a malformed quantity is: no write path is ever built from it.
 """
 
 from __future__ import annotations
@@ -140,3 +142,16 @@ def test_a_pod_refused_admission_with_an_unreadable_spec_is_refused_as_a_preempt
     decoded = decode_pod(refused("5x"))
     assert (decoded.requests, decoded.status_reason) == (Resources(), "OutOfcpu")
     assert decoded.unsupported.startswith("its spec cannot be read: ")
+
+
+@pytest.mark.parametrize(
+    ("obj", "problem"),
+    [
+        (pod("..", cpu="1", node="node-1"), "pod name '..' is not valid"),
+        (pod("web", namespace="Team_A", node="node-1"), "namespace 'Team_A' is not valid"),
+        (node("a/b"), "node name 'a/b' is not valid"),
+    ],
+)
+def test_a_name_the_api_server_would_refuse_is_an_input_error(obj: Json, problem: str) -> None:
+    with pytest.raises(PlannerInputError, match=problem):
+        ClusterSnapshot.from_list(listing(obj))
