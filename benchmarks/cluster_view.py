@@ -190,10 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     with view.read() as snapshot:
         pods, nodes = len(snapshot.pods), len(snapshot.nodes())
     objects = pods + nodes
+    pod_list = view.reflectors["Pod"]
     print(
         f"initial sync: {synced:.1f}s for {nodes} nodes + {pods} pods "
         f"({objects / synced:,.0f} objects/s); the view's process spent {synced_cpu:.1f}s "
         "of CPU (listing, decoding, warming; the emulator runs apart)"
+    )
+    print(
+        f"pod list pages: {pod_list.page_size.limit} pods a page at the end, "
+        f"{pod_list.stats.pages_too_large} refused for their size"
     )
     print(
         f"memory: RSS {rss_mib():.0f} MiB after sync (process baseline {baseline:.0f} MiB), "

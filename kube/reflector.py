@@ -134,7 +134,8 @@ POD_GROUP = Kind(
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector around one list page.
+    """Pause Python's cyclic garbage collector around one list page (read, parsed, handed
+    on, let go).
 
     Parsing and decoding a page of 500 pods creates some 100,000 containers that all stay
     alive until the page is done, and the collector rescans them over and over: measured,
@@ -396,7 +397,14 @@ class ListWatch(Generic[StatsT]):
 
         A page's objects are let go before the next page is read (at most one page is held
         at a time), and a page refused for its size is asked for again, with fewer objects,
-        from the same continue token."""
+        from the same continue token.
+
+        Each page is read, parsed, handed on and let go under one pause of the cyclic
+        collector (`collector_paused`): its objects are born and freed inside it, so they
+        leave nothing to count towards the next collection. A pause that ended with them
+        alive would be followed at once by a collection scanning every one of them (the
+        collector counts allocations net of frees, and frees before the parse cannot be
+        offset against it): measured, a fifth more CPU per list."""
         self._list_began()
         continue_token = ""
         resource_version = ""
@@ -404,21 +412,23 @@ class ListWatch(Generic[StatsT]):
             query = self._query(limit=str(self.page_size.limit))
             if continue_token:
                 query["continue"] = continue_token
-            page = self._read_page(query, continue_token)
-            if page is None:
-                continue
-            meta = page.body.get("metadata") if isinstance(page.body, dict) else None
-            meta = meta or {}
-            if not isinstance(page.body, dict) or not isinstance(meta, dict):
-                raise ValueError(f"a {self.what} list page that is not a list object")
-            if not resource_version:
-                resource_version = str(meta.get("resourceVersion") or "")
-            continue_token = str(meta.get("continue") or "")
-            items = page.body.get("items") or []
-            self.page_size.read(len(items), page.size)
-            del page, meta
-            self._list_page(items)
-            del items
+            with collector_paused():
+                page = self._read_page(query, continue_token)
+                if page is None:
+                    continue
+                body = page.body
+                meta = body.get("metadata") if isinstance(body, dict) else None
+                meta = meta or {}
+                if not isinstance(body, dict) or not isinstance(meta, dict):
+                    raise ValueError(f"a {self.what} list page that is not a list object")
+                if not resource_version:
+                    resource_version = str(meta.get("resourceVersion") or "")
+                continue_token = str(meta.get("continue") or "")
+                items = body.get("items") or []
+                self.page_size.read(len(items), page.size)
+                del page, body, meta
+                self._list_page(items)
+                del items
             if not continue_token:
                 break
         self._list_ended()
@@ -428,27 +438,24 @@ class ListWatch(Generic[StatsT]):
 
     def _read_page(self, query: dict[str, str], continue_token: str) -> ListPage | None:
         """One page, parsed; None when it was too large (the page size is smaller now)."""
-        with collector_paused():
-            try:
-                return self.kube.read_list(
-                    self.kind.path, query, max_bytes=self.page_size.byte_limit
-                )
-            except PageTooLarge as too_large:
-                asked = self.page_size.limit
-                self.page_size.refused(too_large)
-                self.stats.pages_too_large += 1
-                self._log.info(
-                    "%s list: %s for %d objects; asking for %d at a time",
-                    self.what,
-                    too_large,
-                    asked,
-                    self.page_size.limit,
-                )
-                return None
-            except ApiException as error:
-                if error.status == 410 and continue_token:
-                    raise Expired() from None
-                raise
+        try:
+            return self.kube.read_list(self.kind.path, query, max_bytes=self.page_size.byte_limit)
+        except PageTooLarge as too_large:
+            asked = self.page_size.limit
+            self.page_size.refused(too_large)
+            self.stats.pages_too_large += 1
+            self._log.info(
+                "%s list: %s for %d objects; asking for %d at a time",
+                self.what,
+                too_large,
+                asked,
+                self.page_size.limit,
+            )
+            return None
+        except ApiException as error:
+            if error.status == 410 and continue_token:
+                raise Expired() from None
+            raise
 
     # -- watch ------------------------------------------------------------------------------
 
