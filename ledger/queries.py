@@ -9,10 +9,14 @@ A pod that a group preemption placed (a member of the preempting group) is named
 the payload of that preemption's `member_placed` events, which no index covers: it is found
 by its namespace (a member's namespace is its group's, the preemptor columns name the group,
 so the preemptor index narrows the read to group preemptions in that namespace, and the
-kind index to `member_placed` rows) and then by the payload's `pod`, row by row. The cost
-grows with the members placed in that namespace, not with the ledger (measured in
-docs/operations.md); an index on the payload's pod would make it a look-up, at the price of a
-migration.
+kind index to `member_placed` rows, a bitmap AND of the two) and then by the payload's
+`pod`, row by row. The cost grows with the members placed in that namespace, not with the
+ledger: measured on Postgres with 1,130,000 events, 64,000 of them `member_placed` in one
+namespace (2,000 group preemptions of 32 members), that read takes 44 ms; `explain` of a
+member 57 to 67 ms, `history --pod` of one 53 to 72 ms (medians), against 17 ms for
+`explain` of a pod's own preemptions; `explain` of any pod of that namespace pays the 44 ms
+too. A partial index on the payload's pod (`member_placed` rows only) would make it a
+look-up, at the price of a migration.
 """
 
 from __future__ import annotations
