@@ -133,6 +133,42 @@ class VictimInput:
 
 
 @dataclass
+class VictimTarget:
+    """A victim of a round and the node it is on."""
+
+    pod: PodRef
+    node: str
+
+
+@dataclass
+class VictimRound:
+    """Victims one step acts on together (every victim's mark; every delete but the last;
+    the last): the victim inputs of one run, preemptor and options shared."""
+
+    run: RunRef
+    preemptor: PodRef
+    victims: list[VictimTarget]
+    use_eviction: bool = False
+    grace_period_seconds: int | None = None
+    scheduler_name: str = "default-scheduler"
+
+    def steps(self) -> list[VictimInput]:
+        """Each victim's own step input, as the one-victim activities take it."""
+        return [
+            VictimInput(
+                self.run,
+                victim.pod,
+                self.preemptor,
+                victim.node,
+                use_eviction=self.use_eviction,
+                grace_period_seconds=self.grace_period_seconds,
+                scheduler_name=self.scheduler_name,
+            )
+            for victim in self.victims
+        ]
+
+
+@dataclass
 class VictimResult:
     """What became of a victim in one step. `stopped` (delete only) is why the victim was
     left alone because the preemptor no longer needs room; the run is then aborted."""

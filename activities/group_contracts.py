@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from preemptctl.activities.contracts import DecisionStory, RunRef, VictimInput
+from preemptctl.activities.contracts import DecisionStory, RunRef, VictimInput, VictimRound
 from preemptctl.ledger.vocabulary import WORKFLOW_OUTCOMES, Outcome
 from preemptctl.preemption.decision import PodRef, Verdict
 from preemptctl.preemption.group_decision import GroupRef
@@ -98,6 +98,15 @@ class GroupVictimInput:
     room means (`placements`: each placed member and the node it was placed on)."""
 
     step: VictimInput
+    group: GroupRef
+    placements: list[Nomination] = field(default_factory=list)
+
+
+@dataclass
+class GroupVictimRound:
+    """A round of a group's victims deleted in one step (as `GroupVictimInput` for one)."""
+
+    round: VictimRound
     group: GroupRef
     placements: list[Nomination] = field(default_factory=list)
 

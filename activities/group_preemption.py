@@ -32,6 +32,7 @@ from preemptctl.activities.group_contracts import (
     GroupEndInput,
     GroupSelection,
     GroupVictimInput,
+    GroupVictimRound,
     MembersNominated,
     MembersNomination,
     Nomination,
@@ -90,6 +91,7 @@ class GroupPreemptionActivities:
             self.select_group_preemption,
             self.nominate_members,
             self.delete_group_victim,
+            self.delete_group_victims,
             self.check_group,
             self.record_group_end,
         ]
@@ -275,6 +277,20 @@ class GroupPreemptionActivities:
         nominations = {placed.pod.key: placed.node for placed in request.placements}
         return self._victims.delete(
             request.step,
+            lambda: reason_to_stop_group(self._standing(group, members), group.key, nominations),
+            lambda step: self._announce_preempted(step, group),
+        )
+
+    @activity.defn(name="delete_group_victims")
+    def delete_group_victims(self, request: GroupVictimRound) -> list[VictimResult]:
+        """`delete_group_victim` for every victim of a round in one step: the group
+        re-checked once, the intents in one append before the first DELETE, the fates in
+        one after."""
+        group = request.group
+        members = [placed.pod for placed in request.placements]
+        nominations = {placed.pod.key: placed.node for placed in request.placements}
+        return self._victims.delete_round(
+            request.round.steps(),
             lambda: reason_to_stop_group(self._standing(group, members), group.key, nominations),
             lambda step: self._announce_preempted(step, group),
         )

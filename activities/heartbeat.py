@@ -1,4 +1,5 @@
-"""What the cluster answered a victim's step, kept in the attempt's heartbeat details.
+"""What the cluster answered a victim's step (or a round of victims', by UID), kept in the
+attempt's heartbeat details.
 
 A Temporal concern: an attempt retried after a failed ledger append records the answer the
 first attempt got (a victim it deleted is "deleted", not "already gone"), without asking the
@@ -40,3 +41,33 @@ def answered() -> VictimResult | None:
         answer_lost=bool(flags and flags[0]),
         terminating=len(flags) > 1 and bool(flags[1]),
     )
+
+
+def remember_all(answers: dict[str, VictimResult]) -> None:
+    """Keep the cluster's answers of a round of victims (by UID) in the attempt's heartbeat
+    details, for a retry of the round: the victims already answered are not asked again."""
+    if activity.info().is_local:
+        return
+    activity.heartbeat(
+        {
+            uid: [r.fate.value, r.message, r.replaced_by_uid or "", r.answer_lost, r.terminating]
+            for uid, r in answers.items()
+        }
+    )
+
+
+def answered_all() -> dict[str, VictimResult]:
+    """The answers an earlier attempt of a round got from the cluster, by victim UID."""
+    details = activity.info().heartbeat_details
+    if len(details) != 1 or not isinstance(details[0], dict):
+        return {}
+    return {
+        str(uid): VictimResult(
+            Fate(str(fate)),
+            str(message),
+            replaced_by_uid=str(replaced_by) or None,
+            answer_lost=bool(answer_lost),
+            terminating=bool(terminating),
+        )
+        for uid, (fate, message, replaced_by, answer_lost, terminating) in details[0].items()
+    }

@@ -50,6 +50,7 @@ from preemptctl.activities.contracts import (
     Selection,
     VictimInput,
     VictimResult,
+    VictimRound,
 )
 from preemptctl.activities.errors import decision_errors, kube_errors
 from preemptctl.activities.group_preemption import GroupPreemptionActivities
@@ -142,6 +143,8 @@ class PreemptionActivities:
             self.nominate_preemptor,
             self.mark_victim,
             self.delete_victim,
+            self.mark_victims,
+            self.delete_victims,
             self.unmark_victim,
             self.check_preemptor,
             self.record_end,
@@ -294,6 +297,24 @@ class PreemptionActivities:
             )
         except KubeCallError as error:
             logger.warning("could not record Preempted on %s: %s", request.victim.key, error)
+
+    @activity.defn(name="mark_victims")
+    def mark_victims(self, request: VictimRound) -> list[VictimResult]:
+        """`mark_victim` for every victim of a round in one step (a group preemption's
+        too): their fates in one append."""
+        return self._victims.mark_round(request.steps())
+
+    @activity.defn(name="delete_victims")
+    def delete_victims(self, request: VictimRound) -> list[VictimResult]:
+        """`delete_victim` for every victim of a round in one step: the preemptor re-checked
+        once, the intents in one append before the first DELETE, the fates in one after."""
+        steps = request.steps()
+        node = steps[0].node if steps else ""
+        return self._victims.delete_round(
+            steps,
+            lambda: reason_to_stop(self._preemptor_standing(request.preemptor), node),
+            self._announce_preempted,
+        )
 
     @activity.defn(name="unmark_victim")
     def unmark_victim(self, request: VictimInput) -> str:

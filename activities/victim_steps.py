@@ -19,15 +19,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 
 from temporalio.exceptions import ApplicationError
 
 from preemptctl.activities.contracts import VictimInput, VictimResult
 from preemptctl.activities.errors import kube_errors, ledger_errors
-from preemptctl.activities.heartbeat import answered, remember
+from preemptctl.activities.heartbeat import answered, answered_all, remember, remember_all
 from preemptctl.activities.recording import Recorder, event
 from preemptctl.kube import conditions, deletion
+from preemptctl.kube.pods import Presence, get_pod
 from preemptctl.kube.results import WriteEffect, WriteResult
+from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import DeleteSent, VictimStep
 from preemptctl.ledger.queries import delete_sent
@@ -98,9 +101,7 @@ class VictimSteps:
     def _delete(self, request: VictimInput, stopped: Callable[[], str]) -> VictimResult:
         reason = stopped()
         if reason:
-            return VictimResult(
-                Fate.SPARED, "the preemption was stopped before deleting it", stopped=reason
-            )
+            return self._stopped(request, reason)
         self._recorder.refuse_if_dry("delete", request.victim)
         sent_before = self._intend_delete(request)
         with self._failure_recorded(request):
@@ -121,6 +122,30 @@ class VictimSteps:
         remember(result)
         return result
 
+    def _stopped(self, request: VictimInput, reason: str) -> VictimResult:
+        """The victim left alone because the preemptor no longer needs the room (`reason`):
+        SPARED, unless an earlier attempt of this run recorded its intent to delete it (a
+        worker killed after its DELETE, and the preemptor moved on meanwhile). Then what
+        became of it is read, not written: gone, replaced or terminating, it was deleted by
+        this preemption (recorded as such); still running, the DELETE never went out."""
+        spared = VictimResult(
+            Fate.SPARED, "the preemption was stopped before deleting it", stopped=reason
+        )
+        if not self._delete_sent(request):
+            return spared
+        with kube_errors():
+            lookup = get_pod(self._kube, request.victim)
+        if lookup.presence is Presence.FOUND and not lookup.terminating:
+            return spared
+        now = "terminating" if lookup.presence is Presence.FOUND else "gone"
+        return VictimResult(
+            Fate.DELETED,
+            "deleted by this preemption before it stopped: an earlier attempt of this run sent "
+            f"the DELETE and its answer was lost; the victim is {now}",
+            terminating=now == "terminating",
+            answer_lost=True,
+        )
+
     def _intend_delete(self, request: VictimInput) -> bool:
         """Record, before the DELETE is sent, that this run is sending it; True when an
         earlier attempt of this run had recorded it already (and so may have sent it).
@@ -129,7 +154,11 @@ class VictimSteps:
         have sent its heartbeat to the server, while this row was committed before the
         call. The insert is idempotent, and whether it was new is the answer, in one
         round trip."""
-        intent = event(
+        return self._recorder.append([self._intent(request)]) == 0
+
+    @staticmethod
+    def _intent(request: VictimInput) -> LedgerEvent:
+        return event(
             request.run,
             EventKind.VICTIM_DELETE_SENT,
             request.preemptor,
@@ -137,7 +166,91 @@ class VictimSteps:
             DeleteSent(eviction=request.use_eviction).to_json(),
             victim=request.victim,
         )
-        return self._recorder.append([intent]) == 0
+
+    # -- a round of victims in one step ------------------------------------------------------
+
+    def mark_round(self, requests: list[VictimInput]) -> list[VictimResult]:
+        """`mark` for every victim of a round, each settled on its own (one refused for good
+        is FAILED, the others go on; one that may succeed later fails the step, which is
+        retried: the victims answered already are not asked again), their fates appended
+        in one statement."""
+        if not requests:
+            return []
+        memo = answered_all()
+        self._recorder.refuse_if_dry("mark", requests[0].victim)
+        answers: dict[str, VictimResult] = {}
+        for request in requests:
+            uid = request.victim.uid
+            result = memo.get(uid)
+            if result is None:
+                result = _settled(partial(self._mark_written, request), Fate.MARKED)
+                memo[uid] = result
+                remember_all(memo)
+            if result.fate is Fate.ALREADY_GONE and self._delete_sent(request):
+                result = VictimResult(Fate.MARKED, "marked; this run has already sent its delete")
+            answers[uid] = result
+        self._recorder.append([self._fate_event(r, answers[r.victim.uid]) for r in requests])
+        return [answers[r.victim.uid] for r in requests]
+
+    def _mark_written(self, request: VictimInput) -> WriteResult:
+        return conditions.add_disruption_target(self._kube, request.victim, request.scheduler_name)
+
+    def delete_round(
+        self,
+        requests: list[VictimInput],
+        stopped: Callable[[], str],
+        announce: Callable[[VictimInput], None],
+    ) -> list[VictimResult]:
+        """`delete` for every victim of a round: the preemptor re-checked once for them
+        all, their intents appended in one statement before the first DELETE, each victim
+        settled on its own, their fates appended in one statement, each deleted one
+        announced. A retry of the round finds the intents it appended (one statement: all
+        of them or none), so a victim gone by then is one this run deleted."""
+        if not requests:
+            return []
+        memo = answered_all()
+        todo = [r for r in requests if r.victim.uid not in memo]
+        if todo:
+            reason = stopped()
+            if reason:
+                for request in todo:
+                    memo[request.victim.uid] = self._stopped(request, reason)
+            else:
+                self._recorder.refuse_if_dry("delete", todo[0].victim)
+                self._delete_each(todo, memo)
+        answers = [memo[r.victim.uid] for r in requests]
+        fates = [(r, a) for r, a in zip(requests, answers, strict=True) if not a.stopped]
+        if fates:
+            self._recorder.append([self._fate_event(r, a) for r, a in fates])
+        if not self._recorder.dry_run:
+            for request, answer in fates:
+                if answer.fate is Fate.DELETED:
+                    announce(request)
+        return answers
+
+    def _delete_each(self, todo: list[VictimInput], memo: dict[str, VictimResult]) -> None:
+        intents = [self._intent(request) for request in todo]
+        sent_before = self._recorder.append(intents) < len(intents)
+        for request in todo:
+            result = _settled(
+                partial(
+                    deletion.delete_victim,
+                    self._kube,
+                    request.victim,
+                    grace_period_seconds=request.grace_period_seconds,
+                    use_eviction=request.use_eviction,
+                ),
+                Fate.DELETED,
+            )
+            if result.fate is Fate.ALREADY_GONE and sent_before:
+                result = VictimResult(
+                    Fate.DELETED,
+                    "deleted by this preemption: an earlier attempt of this run sent the DELETE "
+                    f"and its answer was lost; the retry found the victim gone ({result.message})",
+                    answer_lost=True,
+                )
+            memo[request.victim.uid] = result
+            remember_all(memo)
 
     # -- unmark -----------------------------------------------------------------------------
 
@@ -184,6 +297,10 @@ class VictimSteps:
 
     def record(self, request: VictimInput, result: VictimResult) -> None:
         """Append the event of the fate the victim ended this step in."""
+        self._recorder.append([self._fate_event(request, result)])
+
+    @staticmethod
+    def _fate_event(request: VictimInput, result: VictimResult) -> LedgerEvent:
         failed = result.fate is Fate.FAILED
         payload = VictimStep(
             message=None if failed else result.message,
@@ -192,18 +309,33 @@ class VictimSteps:
             replaced_by_uid=result.replaced_by_uid,
             answer_lost=result.answer_lost,
         ).to_json()
-        self._recorder.append(
-            [
-                event(
-                    request.run,
-                    KIND_OF_FATE[result.fate],
-                    request.preemptor,
-                    request.node,
-                    payload,
-                    victim=request.victim,
-                )
-            ]
+        return event(
+            request.run,
+            KIND_OF_FATE[result.fate],
+            request.preemptor,
+            request.node,
+            payload,
+            victim=request.victim,
         )
+
+
+def _written_or_refused(write: Callable[[], WriteResult]) -> WriteResult | VictimResult:
+    """What one write settled as, or the victim FAILED when it was refused for good (the
+    message says why and what to do); a failure that may pass is raised, for the round's
+    step to be retried."""
+    try:
+        with kube_errors():
+            return write()
+    except ApplicationError as error:
+        if not error.non_retryable:
+            raise
+        return VictimResult(Fate.FAILED, error.message)
+
+
+def _settled(write: Callable[[], WriteResult], done: Fate) -> VictimResult:
+    """The victim's fate from one write (`done` when it happened), FAILED when refused."""
+    written = _written_or_refused(write)
+    return written if isinstance(written, VictimResult) else _victim_result(written, done)
 
 
 def _victim_result(written: WriteResult, done: Fate) -> VictimResult:

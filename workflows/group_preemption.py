@@ -13,8 +13,8 @@ The runbook, as the code below follows it:
 2. Nominate and mark, all at once: every placed member's nominatedNodeName
    (`nominate_members`, one step for them all; failures there are recorded, not fatal, as
    upstream), and every victim's DisruptionTarget condition on whatever node it is
-   (`mark_victim`).
-3. Delete (`delete_group_victim`) every victim but the last, in parallel, on every node;
+   (`mark_victims`, one step for them all).
+3. Delete (`delete_group_victims`) every victim but the last, on every node, in one step;
    then the last, recorded in workflow state first. Each delete first re-checks the group
    (`reason_to_stop_group`): gone, replaced, or members bound to other nodes than their
    nominations (placed elsewhere) stops the preemption, aborted, with no pod evicted for
@@ -25,8 +25,10 @@ The runbook, as the code below follows it:
    Then record the end (`record_group_end`).
 
 The `state` query answers for the group and for any member (`members`): the trigger loop
-answers upstream's `IsPodRunningPreemption` for a member from it. A worker killed at any
-point resumes from the last completed step: no victim is deleted twice.
+answers upstream's `IsPodRunningPreemption` for a member from it. The victims go in rounds
+(`workflows.victims`), each victim still settled, retried and recorded on its own; the
+search attributes change when the decision is made and when the run ends. A worker killed
+at any point resumes from the last completed step: no victim is deleted twice.
 """
 
 from __future__ import annotations
@@ -39,12 +41,19 @@ from temporalio.common import SearchAttributeUpdate
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from preemptctl.activities.contracts import DecisionStory, RunRef, VictimInput
+    from preemptctl.activities.contracts import (
+        DecisionStory,
+        RunRef,
+        VictimInput,
+        VictimRound,
+        VictimTarget,
+    )
     from preemptctl.activities.group_contracts import (
         GroupCheck,
         GroupEndInput,
         GroupSelection,
         GroupVictimInput,
+        GroupVictimRound,
         MembersNomination,
         Nomination,
         SelectGroupInput,
@@ -72,6 +81,7 @@ with workflow.unsafe.imports_passed_through():
         Stop,
         cause,
         ended_in_words,
+        signalled_within,
     )
     from preemptctl.workflows.victims import VictimRunbook
 
@@ -98,7 +108,11 @@ class GroupPreemptionWorkflow:
             self._victim_input,
             GroupPreemptionActivities.delete_group_victim,
             self._delete_input,
+            round_input=self._round_input,
+            delete_round=GroupPreemptionActivities.delete_group_victims,
+            delete_round_input=self._delete_round_input,
         )
+        self._victims.in_rounds = True  # a round of victims per step (workflows.victims)
         self._updates: list[SearchAttributeUpdate[Any]] = []
         self._evaluation_seconds: float | None = None
         self._execution_seconds: float | None = None
@@ -142,7 +156,7 @@ class GroupPreemptionWorkflow:
         await self._victims.preempt(self._state.victims, [self._nominate(selection)])
         self._execution_seconds = (workflow.now() - decided).total_seconds()
 
-        self._enter(Phase.WAITING)
+        self._enter(Phase.WAITING, searchable=False)
         return await self._wait_for_min_count()
 
     async def _select(self) -> GroupSelection:
@@ -214,6 +228,20 @@ class GroupPreemptionWorkflow:
             scheduler_name=self._scheduler_name,
         )
 
+    def _round_input(self, victims: list[VictimProgress]) -> VictimRound:
+        return VictimRound(
+            self._run(),
+            self._group.as_preemptor(),
+            [VictimTarget(v.pod, v.node or "") for v in victims],
+            use_eviction=self._request.use_eviction,
+            grace_period_seconds=self._request.grace_period_seconds,
+            scheduler_name=self._scheduler_name,
+        )
+
+    def _delete_round_input(self, victims: list[VictimProgress]) -> GroupVictimRound:
+        placed = [Nomination(member.pod, member.node) for member in self._state.members]
+        return GroupVictimRound(self._round_input(victims), self._group, placed)
+
     def _delete_input(self, victim: VictimProgress) -> GroupVictimInput:
         placed = [Nomination(member.pod, member.node) for member in self._state.members]
         return GroupVictimInput(self._victim_input(victim), self._group, placed)
@@ -228,14 +256,10 @@ class GroupPreemptionWorkflow:
         while not self._enough_bound():
             remaining = (deadline - workflow.now()).total_seconds()
             poll = min(self._request.scheduled_poll_seconds, max(remaining, 0.0))
-            if poll > 0:
-                try:
-                    await workflow.wait_condition(
-                        self._enough_bound, timeout=timedelta(seconds=poll)
-                    )
-                    break
-                except TimeoutError:
-                    pass
+            if poll > 0 and await signalled_within(
+                self._enough_bound, poll, cancel_the_timer=False
+            ):
+                break
             standing = await self._steps.call(
                 GroupPreemptionActivities.check_group,
                 GroupCheck(self._group, [member.pod for member in self._state.members]),
@@ -362,9 +386,12 @@ class GroupPreemptionWorkflow:
         info = workflow.info()
         return RunRef(info.workflow_id, info.run_id, workflow.now().isoformat())
 
-    def _enter(self, phase: Phase) -> None:
+    def _enter(self, phase: Phase, *, searchable: bool = True) -> None:
+        """The run's phase, in the query; in the search attributes too when `searchable`
+        (the wait is not: the attribute goes from `preempting` to `finished`)."""
         self._state.phase = phase
-        self._upsert([sa.PREEMPTION_PHASE.value_set(phase.value)])
+        if searchable:
+            self._upsert([sa.PREEMPTION_PHASE.value_set(phase.value)])
 
     def _upsert(self, updates: list[SearchAttributeUpdate[Any]]) -> None:
         """One command for `updates` and those held back since the last one."""

@@ -31,11 +31,17 @@ The runbook, as the code below follows it:
 4. Wait for the bind: the trigger loop's `preemptor_bound` signal, or a rare poll
    (`check_preemptor`), until the deadline. Then record the end (`record_end`).
 
-Each activity appends the ledger events of what it did, so a preemption with v victims runs
-3 + 2v activities when all goes well. The search attributes change three times in a run
-that preempts (decided and preempting; waiting; finished), once in one that ends at its
-decision. A worker killed at any point resumes from the last
-completed step: no victim is deleted twice, none is forgotten.
+Each activity appends the ledger events of what it did. The victims go in rounds
+(`VICTIMS_IN_ROUNDS`): one step marks them all, one deletes all but the last, one the last,
+each victim still settled, retried and recorded on its own within its step, so a preemption
+runs six steps whatever its victims (select, nominate, mark, delete the others, delete the
+last, record the end), and appends to the ledger once per round (tests/workflows/
+test_costs.py counts it). The search attributes change twice in a run that preempts
+(decided and preempting; finished: the wait is told by the `state` query alone), once in
+one that ends at its decision; a bind signalled while the workflow waits leaves the poll's
+timer to lapse rather than cancel it. Runs recorded before the patch took a step per victim
+(3 + 2v) and changed the search attributes a third time. A worker killed at any point
+resumes from the last completed step: no victim is deleted twice, none is forgotten.
 
 The result says how the preemption ended (its `Outcome`), and, for a run that failed or was
 refused as unsupported, whether starting it again can help (`retryable`: False for an
@@ -64,6 +70,8 @@ with workflow.unsafe.imports_passed_through():
         SelectInput,
         Selection,
         VictimInput,
+        VictimRound,
+        VictimTarget,
     )
     from preemptctl.activities.preemption import PreemptionActivities
     from preemptctl.ledger.vocabulary import Outcome, outcome_of_decision
@@ -87,6 +95,7 @@ with workflow.unsafe.imports_passed_through():
         Stop,
         cause,
         ended_in_words,
+        signalled_within,
     )
     from preemptctl.workflows.victims import VictimRunbook
 
@@ -95,6 +104,14 @@ ABORT_RECORDED_BY_THE_WORKFLOW = "abort-recorded-by-the-workflow"
 """The patch under which the workflow records an aborted end itself (`record_end`). Runs
 recorded before it had the activity that saw the preemptor move on record it: replaying
 those, `workflow.patched` is false and no `record_end` is scheduled for their abort."""
+
+
+VICTIMS_IN_ROUNDS = "victims-in-rounds"
+"""The patch from which a run takes its victims in rounds (`workflows.victims`: one step for
+every mark, one for every delete but the last, one for the last, instead of one per victim)
+and does not upsert its `waiting` phase (the `state` query still says it; the search
+attribute goes from `preempting` to `finished`): fewer history events, and one ledger
+append per round. Runs recorded before it replay without it."""
 
 
 @workflow.defn(name="Preemption")
@@ -119,6 +136,9 @@ class PreemptionWorkflow:
             self._victim_input,
             PreemptionActivities.delete_victim,
             self._victim_input,
+            round_input=self._round_input,
+            delete_round=PreemptionActivities.delete_victims,
+            delete_round_input=self._round_input,
         )
         # Search attribute changes not sent yet: sent with the next phase's, in one command.
         self._updates: list[SearchAttributeUpdate[Any]] = []
@@ -160,11 +180,15 @@ class PreemptionWorkflow:
             raise Stop(outcome, selection.message, written_ahead=True, retryable=retryable)
         assert selection.node is not None
 
+        # Runs from this patch on take their victims in rounds and leave the search
+        # attributes alone while they wait (`VICTIMS_IN_ROUNDS`).
+        in_rounds = workflow.patched(VICTIMS_IN_ROUNDS)
+        self._victims.in_rounds = in_rounds
         self._enter(Phase.PREEMPTING)
         await self._preempt_victims(selection, selection.node)
         self._execution_seconds = (workflow.now() - decided).total_seconds()
 
-        self._enter(Phase.WAITING)
+        self._enter(Phase.WAITING, searchable=not in_rounds)
         return await self._wait_for_the_bind(selection.node)
 
     async def _select(self) -> Selection:
@@ -222,6 +246,17 @@ class PreemptionWorkflow:
         parallel, then the last (`workflows.victims`)."""
         await self._victims.preempt(self._state.victims, [self._nominate(selection, node)])
 
+    def _round_input(self, victims: list[VictimProgress]) -> VictimRound:
+        node = self._state.node or ""
+        return VictimRound(
+            self._run(),
+            self._preemptor,
+            [VictimTarget(v.pod, v.node or node) for v in victims],
+            use_eviction=self._request.use_eviction,
+            grace_period_seconds=self._request.grace_period_seconds,
+            scheduler_name=self._scheduler_name,
+        )
+
     def _victim_input(self, victim: VictimProgress) -> VictimInput:
         node = victim.node or self._state.node or ""
         return VictimInput(
@@ -243,14 +278,12 @@ class PreemptionWorkflow:
         while self._bound_to is None:
             remaining = (deadline - workflow.now()).total_seconds()
             poll = min(self._request.scheduled_poll_seconds, max(remaining, 0.0))
-            if poll > 0:
-                try:
-                    await workflow.wait_condition(
-                        lambda: self._bound_to is not None, timeout=timedelta(seconds=poll)
-                    )
-                    break
-                except TimeoutError:
-                    pass
+            if poll > 0 and await signalled_within(
+                lambda: self._bound_to is not None,
+                poll,
+                cancel_the_timer=not self._victims.in_rounds,
+            ):
+                break
             standing = await self._steps.call(
                 PreemptionActivities.check_preemptor,
                 PreemptorCheck(self._preemptor),
@@ -364,9 +397,12 @@ class PreemptionWorkflow:
         info = workflow.info()
         return RunRef(info.workflow_id, info.run_id, workflow.now().isoformat())
 
-    def _enter(self, phase: Phase) -> None:
+    def _enter(self, phase: Phase, *, searchable: bool = True) -> None:
+        """The run's phase, in the query; in the search attributes too when `searchable`
+        (held back otherwise: sent with the next change, if any)."""
         self._state.phase = phase
-        self._upsert([sa.PREEMPTION_PHASE.value_set(phase.value)])
+        if searchable:
+            self._upsert([sa.PREEMPTION_PHASE.value_set(phase.value)])
 
     def _upsert(self, updates: list[SearchAttributeUpdate[Any]]) -> None:
         """One command for `updates` and those held back since the last one."""

@@ -13,6 +13,7 @@ recorded that end already); each workflow turns it into its result.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -132,6 +133,25 @@ class Steps:
             heartbeat_timeout=SELECT_HEARTBEAT if deciding else None,
             retry_policy=KUBE_RETRY,
         )
+
+
+async def signalled_within(
+    condition: Callable[[], bool], seconds: float, *, cancel_the_timer: bool
+) -> bool:
+    """Whether `condition` (set by a signal) held within `seconds` (a durable timer).
+
+    Without `cancel_the_timer` the timer of a wait that the signal ended is left to lapse:
+    a run that ends with a timer pending loses nothing, while cancelling it is one more
+    history event. (Runs recorded before the `victims-in-rounds` patch cancelled it.)"""
+    if cancel_the_timer:
+        try:
+            await workflow.wait_condition(condition, timeout=timedelta(seconds=seconds))
+        except TimeoutError:
+            return False
+        return True
+    timer = asyncio.ensure_future(workflow.sleep(seconds))
+    await workflow.wait_condition(lambda: condition() or timer.done())
+    return condition()
 
 
 def ended_in_words(story: DecisionStory | None, outcome: Outcome, message: str) -> str:

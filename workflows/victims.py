@@ -16,6 +16,12 @@ The runbook (upstream's `prepareCandidateAsync`, with the marks first):
 A victim marked but then not deleted (the run aborted or failed) has its DisruptionTarget
 condition removed at once (`unmark_spared`), before the end is recorded.
 
+In rounds (`in_rounds`): one step per round instead of one per victim (every mark; every
+delete but the last; the last), each victim still settled, retried and recorded on its own
+inside its round (`mark_victims`, `delete_victims`): a preemption of v victims records three
+steps instead of 2v, and its ledger appends per round, not per victim. A run decides at its
+start which it does (the pod workflow behind a patch, for the runs recorded before).
+
 Each victim's node is its own (`VictimProgress.node`): a pod preemption's victims share one
 node, a group preemption's are on many. Which delete activity re-checks which preemptor is
 the workflow's choice (`delete` and `delete_input`).
@@ -30,7 +36,7 @@ from typing import Any, Protocol
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from preemptctl.activities.contracts import VictimInput, VictimResult
+    from preemptctl.activities.contracts import VictimInput, VictimResult, VictimRound
     from preemptctl.activities.preemption import PreemptionActivities
     from preemptctl.ledger.vocabulary import Fate, Outcome
     from preemptctl.preemption.decision import PodRef
@@ -63,12 +69,20 @@ class VictimRunbook:
         victim_input: Callable[[VictimProgress], VictimInput],
         delete: Callable[[Any, Any], VictimResult],
         delete_input: Callable[[VictimProgress], object],
+        *,
+        round_input: Callable[[list[VictimProgress]], VictimRound],
+        delete_round: Callable[[Any, Any], list[VictimResult]],
+        delete_round_input: Callable[[list[VictimProgress]], object],
     ) -> None:
         self._steps = steps
         self._progress = progress
         self._victim_input = victim_input
         self._delete_method = delete
         self._delete_input = delete_input
+        self._round_input = round_input
+        self._delete_round_method = delete_round
+        self._delete_round_input = delete_round_input
+        self.in_rounds = False  # one step per round of victims, not per victim
         self.stopped = ""  # why a delete left its victim alone: the preemptor moved on
         self.failures: list[tuple[VictimProgress, bool]] = []  # (victim, retrying can help)
         self.marked: list[VictimProgress] = []  # victims given the DisruptionTarget condition
@@ -78,6 +92,9 @@ class VictimRunbook:
     ) -> None:
         """2) mark every victim, with `alongside`, all at once; 3) delete all but the last
         in parallel, then the last. Each step records the victim's fate in the ledger."""
+        if self.in_rounds:
+            await self._preempt_in_rounds(victims, alongside)
+            return
         await asyncio.gather(*alongside, *(self._mark(v) for v in victims))
         if not victims:
             self._progress.preempting = False
@@ -91,6 +108,71 @@ class VictimRunbook:
         await self._delete(last)
         self._progress.pending_last_victim = None  # settled: no longer pending
         self.stop_if_any_victim_failed_or_the_preemption_stopped(None)
+
+    async def _preempt_in_rounds(
+        self, victims: list[VictimProgress], alongside: list[Awaitable[None]]
+    ) -> None:
+        await asyncio.gather(*alongside, self._mark_round(victims))
+        if not victims:
+            self._progress.preempting = False
+            return
+        *others, last = victims
+        self.stop_if_any_victim_failed_or_the_preemption_stopped(last)
+        await self._delete_round(others)
+        self.stop_if_any_victim_failed_or_the_preemption_stopped(last)
+        self._progress.pending_last_victim = last.pod
+        self._progress.preempting = False  # upstream: out of the preempting set before the last
+        await self._delete_round([last])
+        self._progress.pending_last_victim = None
+        self.stop_if_any_victim_failed_or_the_preemption_stopped(None)
+
+    async def _mark_round(self, victims: list[VictimProgress]) -> None:
+        if not victims:
+            return
+        await self._round_step(
+            victims,
+            PreemptionActivities.mark_victims,
+            self._round_input(victims),
+            "mark " + _named(victims),
+        )
+        self.marked += [v for v in victims if v.fate is Fate.MARKED]
+
+    async def _delete_round(self, victims: list[VictimProgress]) -> None:
+        """Delete the marked victims of a round (one gone, replaced or terminating needs
+        nothing more)."""
+        marked = [v for v in victims if v.fate is Fate.MARKED]
+        if not marked:
+            return
+        await self._round_step(
+            marked,
+            self._delete_round_method,
+            self._delete_round_input(marked),
+            "delete " + _named(marked),
+        )
+
+    async def _round_step(
+        self,
+        victims: list[VictimProgress],
+        method: Callable[[Any, Any], list[VictimResult]],
+        step: object,
+        summary: str,
+    ) -> None:
+        """One step for a round; each victim's fate from its own answer. A victim refused
+        for good is FAILED (retrying cannot help); the whole step failing (its deadline
+        passed) fails each of its victims, as retrying may."""
+        try:
+            results = await self._steps.call(method, step, summary, KUBE_DEADLINE)
+        except StepFailed as error:
+            for victim in victims:
+                victim.fate, victim.message = Fate.FAILED, cause(error)
+                self.failures.append((victim, retryable(error)))
+            return
+        for victim, result in zip(victims, results, strict=True):
+            victim.fate, victim.message = result.fate, result.message
+            if result.fate is Fate.FAILED:
+                self.failures.append((victim, False))
+            if result.stopped and not self.stopped:
+                self.stopped = result.stopped
 
     async def _mark(self, victim: VictimProgress) -> None:
         pod = victim.pod
@@ -175,3 +257,8 @@ class VictimRunbook:
                 )
 
         await asyncio.gather(*(unmark(v) for v in left))
+
+
+def _named(victims: list[VictimProgress]) -> str:
+    """Each victim of a round by name and UID, for the step's summary."""
+    return ", ".join(f"{v.pod.key} (uid {v.pod.uid})" for v in victims)

@@ -10,11 +10,15 @@ the third successful DELETE. Every killed worker is started again.
 
 After it settles, judged only from the emulator's request log and final state, the ledger
 and Temporal:
-- every victim of the decision (train-b whole, on three nodes, and the notebook) is deleted
-  exactly once, and nothing else is;
+- only victims of the decision (train-b whole, on three nodes, and the notebook) are
+  deleted, none twice, and each DELETE the API server carried out is in the ledger, even
+  when its answer was lost with the worker;
 - the gang is bound (where the simulated scheduler puts it: it does not prefer the
-  nominated nodes);
-- the group preemption completed, with its four members bound;
+  nominated nodes, so with train-b gone it may bind a trainer on node-5 before the notebook
+  on node-3 is deleted);
+- the group preemption completed with its four members bound, every victim deleted; or, when
+  the gang was bound elsewhere first, it stopped deleting (aborted: the victims not deleted
+  yet are spared and still there);
 - every invariant of the fault suite holds (no duplicate or missing ledger event, no
   workflow left running, ...).
 """
@@ -62,6 +66,7 @@ class Outcome:
     audit: Audit
     deleted: Counter[str]  # pod name -> successful DELETEs
     trainers: dict[str, str | None]  # trainer -> node it is bound to
+    still_there: set[str]  # pod names left at the end
     kill_rounds: int  # DELETEs after which every worker was killed
     result: GroupPreemptionResult
 
@@ -118,6 +123,7 @@ def outcome(
             rig.audit(),
             deleted,
             {t: (pods.get(t) or {}).get("spec", {}).get("nodeName") for t in TRAINERS},
+            set(pods),
             rounds,
             result_of(rig, workflow_id, run_id),
         )
@@ -128,8 +134,9 @@ def test_the_workers_were_killed_after_deletes(outcome: Outcome) -> None:
     assert outcome.audit.injected["worker kills"] >= len(KILL_AT_DELETES)
 
 
-def test_every_victim_is_deleted_exactly_once_and_nothing_else(outcome: Outcome) -> None:
-    assert dict(outcome.deleted) == dict.fromkeys(VICTIMS, 1)
+def test_only_victims_are_deleted_and_none_twice(outcome: Outcome) -> None:
+    assert set(outcome.deleted) <= set(VICTIMS)
+    assert max(outcome.deleted.values()) == 1
 
 
 def test_the_gang_is_bound(outcome: Outcome) -> None:
@@ -137,11 +144,17 @@ def test_the_gang_is_bound(outcome: Outcome) -> None:
     assert (len(outcome.trainers), unbound) == (4, [])
 
 
-def test_the_group_preemption_completed_with_its_members_bound(outcome: Outcome) -> None:
+def test_the_run_completed_or_stopped_for_a_gang_bound_elsewhere(outcome: Outcome) -> None:
     result = outcome.result
-
-    assert (result.outcome, result.bound, result.min_count) == ("completed", 4, 4)
-    assert sorted(v.pod.name for v in result.victims if v.fate == "deleted") == VICTIMS
+    deleted = sorted(v.pod.name for v in result.victims if v.fate == "deleted")
+    assert deleted == sorted(outcome.deleted)
+    if result.outcome == "completed":
+        assert (result.bound, result.min_count, deleted) == (4, 4, VICTIMS)
+    else:
+        assert result.outcome == "aborted"
+        assert "members of the pod group ml/train-a were bound elsewhere" in result.message
+        spared = [v.pod.name for v in result.victims if v.fate == "spared"]
+        assert spared and all(name in outcome.still_there for name in spared)
 
 
 @pytest.mark.parametrize("invariant", INVARIANTS)

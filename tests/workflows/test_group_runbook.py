@@ -7,8 +7,8 @@ and a loose pod on node-2.
 
 Scenarios:
 - a group preemption that goes through: select; then every member nominated (one step) and
-  every victim marked, on both nodes, at once; then every victim but the last deleted in
-  parallel; then the last; the trigger's `member_bound` signals bring minCount members and
+  every victim marked, on both nodes (one step); then every victim but the last deleted
+  (one step); then the last; the trigger's `member_bound` signals bring minCount members and
   the end is recorded: completed, the members bound, nothing said about retrying;
 - each delete carries what the group still needing the room means: the group, and each
   placed member's node;
@@ -42,12 +42,13 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from preemptctl.activities.contracts import DecisionStory, VictimInput, VictimResult
+from preemptctl.activities.contracts import DecisionStory, VictimInput, VictimResult, VictimRound
 from preemptctl.activities.group_contracts import (
     GroupCheck,
     GroupEndInput,
     GroupSelection,
     GroupVictimInput,
+    GroupVictimRound,
     MembersNominated,
     MembersNomination,
     Nomination,
@@ -107,7 +108,8 @@ class Script:
     standings: list[GroupStanding] = field(
         default_factory=lambda: [GroupStanding(Standing.PENDING, pending=3)]
     )
-    calls: list[str] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)  # each victim's step, round or not
+    rounds: list[str] = field(default_factory=list)  # each round of victims, as one step
     delete_inputs: list[GroupVictimInput] = field(default_factory=list)
     ends: list[GroupEndInput] = field(default_factory=list)
 
@@ -136,6 +138,23 @@ class Script:
                 raise given
             return given
 
+        @activity.defn(name="mark_victims")
+        async def mark_round(request: VictimRound) -> list[VictimResult]:
+            self.rounds.append("marks:" + ",".join(v.pod.name for v in request.victims))
+            return [await mark(step) for step in request.steps()]
+
+        @activity.defn(name="delete_group_victims")
+        async def delete_round(request: GroupVictimRound) -> list[VictimResult]:
+            self.rounds.append("deletes:" + ",".join(v.pod.name for v in request.round.victims))
+            answers = []
+            for step in request.round.steps():
+                one = GroupVictimInput(step, request.group, request.placements)
+                try:
+                    answers.append(await delete(one))
+                except ApplicationError as error:  # refused for good: FAILED in its round
+                    answers.append(VictimResult(Fate.FAILED, error.message))
+            return answers
+
         @activity.defn(name="unmark_victim")
         async def unmark(request: VictimInput) -> str:
             self.calls.append(f"unmark:{request.victim.name}")
@@ -152,7 +171,7 @@ class Script:
             self.ends.append(request)
             return 1
 
-        return [select, nominate, mark, delete, unmark, check, record_end]
+        return [select, nominate, mark, delete, mark_round, delete_round, unmark, check, record_end]
 
 
 @pytest.fixture
@@ -207,6 +226,11 @@ async def test_a_group_preemption_nominates_marks_then_deletes_in_rounds(run: Ru
         ],
         ["delete:train-b-0@node-1", "delete:train-b-1@node-2"],
         ["delete:loose@node-2", "end:completed"],
+    ]
+    assert script.rounds == [  # one step per round of victims
+        "marks:train-b-0,train-b-1,loose",
+        "deletes:train-b-0,train-b-1",
+        "deletes:loose",
     ]
     assert (result.outcome, result.bound, result.min_count) == (Outcome.COMPLETED, 3, 3)
     assert result.message == "ml/train-a: 3 member(s) bound (minCount 3)"

@@ -14,7 +14,10 @@ before it was kept as `preemptor-vanished-aborted-by-the-activity` (no `record_e
 delete activity recorded the abort) and re-recorded as `preemptor-vanished-aborted`.
 Group preemptions (`GroupPreemption`) have theirs: a gang preemption completed, one aborted
 when its group was deleted after the decision, one failed on an RBAC denial
-(tests/workflows/test_full_stack_groups.py records them).
+(tests/workflows/test_full_stack_groups.py records them). When a pod preemption began to
+take its victims in rounds (behind the patch `victims-in-rounds`), runs from the patch on
+were recorded beside the older ones: `two-victims-in-rounds-completed` (test_costs.py) and
+`rbac-denied-in-rounds-failed` (test_ui_story.py).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ def test_the_recorded_histories_are_there() -> None:
     assert {"preemptor-vanished-aborted", "victim-replaced"} <= names
     assert "preemptor-vanished-aborted-by-the-activity" in names
     assert {"gang-completed", "gang-group-deleted-aborted", "gang-rbac-denied-failed"} <= names
+    assert {"two-victims-in-rounds-completed", "rbac-denied-in-rounds-failed"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
