@@ -263,6 +263,7 @@ class Histories:
     events: float  # history events
     times: dict[str, float]  # activity type -> mean seconds scheduled → completed
     counts: dict[str, float]  # activity type -> count
+    waits: dict[str, float]  # activity type -> mean seconds scheduled → started (a worker took it)
 
 
 async def read_histories(handles: list[Any], concurrency: int = 16) -> Histories:
@@ -276,6 +277,7 @@ async def read_histories(handles: list[Any], concurrency: int = 16) -> Histories
 
     histories = await asyncio.gather(*(one(handle) for handle in handles))
     spent: dict[str, list[float]] = defaultdict(list)
+    waited: dict[str, list[float]] = defaultdict(list)
     tasks = failed = timed_out = events = 0
     for history in histories:
         scheduled: dict[int, tuple[str, float]] = {}
@@ -298,6 +300,10 @@ async def read_histories(handles: list[Any], concurrency: int = 16) -> Histories
                     spent[f"{_local_activity_type(event)} (local)"].append(0.0)
                 else:  # a patch's marker (workflow.patched), a version: no step
                     spent[f"marker {marker}"].append(0.0)
+            elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                attributes = event.activity_task_started_event_attributes
+                name, began = scheduled[attributes.scheduled_event_id]
+                waited[name].append(moment - began)
             elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
                 attributes = event.activity_task_completed_event_attributes
                 name, began = scheduled[attributes.scheduled_event_id]
@@ -310,6 +316,7 @@ async def read_histories(handles: list[Any], concurrency: int = 16) -> Histories
         events / n,
         {name: statistics.mean(times) for name, times in sorted(spent.items())},
         {name: len(times) / n for name, times in sorted(spent.items())},
+        {name: statistics.mean(times) for name, times in sorted(waited.items())},
     )
 
 
@@ -457,6 +464,7 @@ async def run_durable(
     profile: str | None,
     search: bool,
     processes: int,
+    activity_slots: int = 16,
 ) -> tuple[Run, Histories, int, int, list[tuple[float, int]], dict[str, int], float]:
     """The durable run: the worker as `preemptctl worker` runs it. Its figures, what the
     histories say, the ledger's transactions, the eager starts, the decision lock's holds,
@@ -485,7 +493,13 @@ async def run_durable(
         client = with_cached_hints(env.client)
         role = Role.ACTIVITIES if processes else Role.ALL
         workflow_processes: WorkflowProcesses | None = None
-        async with build_worker(client, activities, task_queue="bench", role=role):
+        async with build_worker(
+            client,
+            activities,
+            task_queue="bench",
+            role=role,
+            max_concurrent_activities=activity_slots,
+        ):
             if processes:
                 settings = load_settings(
                     overrides={
@@ -590,11 +604,12 @@ async def run(
     search: bool = True,
     processes: int = 0,
     baseline: bool = False,
+    activity_slots: int = 16,
 ) -> None:
     load = os.getloadavg()
     bare = await run_baseline(count, rate) if baseline else None
     durable, histories, commits, eager, holds, outcomes, all_started = await run_durable(
-        count, rate, local, profile, search, processes
+        count, rate, local, profile, search, processes, activity_slots
     )
     steps = (
         "every step but the decision a local activity" if local else "every step a regular activity"
@@ -647,11 +662,13 @@ async def run(
         print(
             f"decision lock:          {len(holds)} holds, {sum(n for _, n in holds)} decisions; "
             f"hold median {statistics.median(held_for) * 1000:.0f} ms, "
-            f"p99 {p99(held_for) * 1000:.0f} ms"
+            f"p99 {p99(held_for) * 1000:.0f} ms, held {sum(held_for):.1f} s in all"
         )
     print("where the time goes (per preemption: count, mean scheduled → completed):")
     for name, seconds in histories.times.items():
-        print(f"  {name:<24} {histories.counts[name]:4.1f} x {seconds * 1000:7.1f} ms")
+        waited = histories.waits.get(name)
+        until = f" ({waited * 1000:.1f} ms of it until a worker took it)" if waited else ""
+        print(f"  {name:<24} {histories.counts[name]:4.1f} x {seconds * 1000:7.1f} ms{until}")
     if bare is not None:
         bare_latencies = bare.latencies()
         print("bare client (baseline, same preemptors, a fresh emulator):")
@@ -728,6 +745,13 @@ def main() -> None:
         action="store_true",
         help="first serve the same preemptors with a bare client, and print the ratio",
     )
+    parser.add_argument(
+        "--activity-slots",
+        type=int,
+        default=16,
+        metavar="N",
+        help="the worker's regular activity slots (the decision waits for one)",
+    )
     args = parser.parse_args()
     asyncio.run(
         run(
@@ -738,6 +762,7 @@ def main() -> None:
             not args.no_search_attributes,
             args.workflow_processes,
             args.baseline,
+            args.activity_slots,
         )
     )
 
