@@ -26,6 +26,7 @@ and Temporal:
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -105,8 +106,14 @@ def outcome(
     persistent_temporal: PersistentTemporal, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Outcome]:
     work = tmp_path_factory.mktemp("gang-kills")
-    with fault_rig(persistent_temporal, work, gang(), extra_env=NO_TRIGGER) as rig:
-        killed = kill_after_deletes(rig, KILL_AT_DELETES)
+    killed = threading.Event()
+    with fault_rig(
+        persistent_temporal,
+        work,
+        gang(),
+        extra_env=NO_TRIGGER,
+        arm=lambda rig: kill_after_deletes(rig, KILL_AT_DELETES, killed),
+    ) as rig:
         workflow_id, run_id = start_the_group_preemption(rig)
         rounds = 0
         for _ in KILL_AT_DELETES:

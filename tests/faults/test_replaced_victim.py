@@ -49,9 +49,9 @@ class Outcome:
     replaced_payloads: list[dict[str, object]]
 
 
-def replace_first_victim(rig: Rig) -> list[Replacement]:
-    """Arm the emulator: the first pod DELETE to arrive finds its pod already replaced."""
-    done: list[Replacement] = []
+def replace_first_victim(rig: Rig, done: list[Replacement]) -> None:
+    """Arm the emulator: the first pod DELETE to arrive finds its pod already replaced (and
+    is appended to `done`)."""
     lock = threading.Lock()
 
     def on_arrival(verb: str, resource: str, namespace: str, name: str) -> None:
@@ -67,7 +67,6 @@ def replace_first_victim(rig: Rig) -> list[Replacement]:
             done.append(Replacement(namespace, name, old["metadata"]["uid"], new_uid))
 
     rig.faults.on_arrival = on_arrival
-    return done
 
 
 @pytest.fixture(scope="module")
@@ -75,12 +74,13 @@ def outcome(
     persistent_temporal: PersistentTemporal, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Outcome]:
     nodes = 2 * scale()
+    replaced: list[Replacement] = []
     with fault_rig(
         persistent_temporal,
         tmp_path_factory.mktemp("replaced-victim"),
         crowded_cluster(nodes, nodes),
+        arm=lambda rig: replace_first_victim(rig, replaced),
     ) as rig:
-        replaced = replace_first_victim(rig)
         rig.settle(timeout=90.0 * scale())
         deleted = {
             str(((r.body or {}).get("preconditions") or {}).get("uid"))

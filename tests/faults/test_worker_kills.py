@@ -33,11 +33,10 @@ from tests.support.temporal_server import PersistentTemporal
 KILL_AT_DELETES = tuple(range(1, 2 * scale(), 2))
 
 
-def kill_after_deletes(rig: Rig, at: tuple[int, ...]) -> threading.Event:
+def kill_after_deletes(rig: Rig, at: tuple[int, ...], killed: threading.Event) -> None:
     """Arm the request log: at the n-th successful DELETE, SIGKILL every worker (whichever
-    sent it dies before reading the answer). The returned event is set after each such kill,
-    for the test to start the workers again."""
-    killed = threading.Event()
+    sent it dies before reading the answer). `killed` is set after each such kill, for the
+    test to start the workers again."""
     seen = 0
     lock = threading.Lock()
 
@@ -52,7 +51,6 @@ def kill_after_deletes(rig: Rig, at: tuple[int, ...]) -> threading.Event:
         killed.set()
 
     rig.requests.on_deleted = on_deleted
-    return killed
 
 
 def chaos(rig: Rig, kills: int, stop: threading.Event) -> None:
@@ -68,10 +66,13 @@ def audit(
     persistent_temporal: PersistentTemporal, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Audit]:
     nodes = 3 * scale()
+    killed = threading.Event()
     with fault_rig(
-        persistent_temporal, tmp_path_factory.mktemp("worker-kills"), crowded_cluster(nodes, nodes)
+        persistent_temporal,
+        tmp_path_factory.mktemp("worker-kills"),
+        crowded_cluster(nodes, nodes),
+        arm=lambda rig: kill_after_deletes(rig, KILL_AT_DELETES, killed),
     ) as rig:
-        killed = kill_after_deletes(rig, KILL_AT_DELETES)
         stop = threading.Event()
         random_kills = threading.Thread(target=chaos, args=(rig, 2 * scale(), stop), daemon=True)
         random_kills.start()

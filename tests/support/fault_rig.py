@@ -408,8 +408,12 @@ def fault_rig(
     share: float = 0.0,
     workers: int = 2,
     extra_env: dict[str, str] | None = None,
+    arm: Callable[[Rig], None] | None = None,
 ) -> Iterator[Rig]:
-    """A rig on `scenario`, workers started and ready, random faults armed when `share` > 0."""
+    """A rig on `scenario`, workers started and ready, random faults armed when `share` > 0.
+
+    `arm` sets the rig's hooks before the first worker starts: a worker that is ready before
+    the others preempts at once, so a hook set after they all are may miss every request."""
     run_seed = seed()
     rng = random.Random(run_seed)
     cluster = SimulatedCluster(max_grace_seconds=0.5)
@@ -442,6 +446,8 @@ def fault_rig(
                 cluster, faults, requests, temporal, proxy, url, task_queue, fleet, rng, run_seed
             )
             try:
+                if arm is not None:
+                    arm(rig)
                 for worker in fleet:
                     worker.start()
                 for worker in fleet:

@@ -497,9 +497,11 @@ def test_deny_delete_fails_the_preemption_once_and_says_how_to_lift_it(tmp_path:
     )
     assert any(line.startswith("other shell   export KUBECONFIG=") for line in lines)
     assert any(line.startswith("default/nginx-a parked: victim default/batch-1a") for line in lines)
+    # A refusal for good fails the victim in its round, not the activity: no retry, no
+    # traceback, and the run closes as failed in Temporal (its result is read as a failure).
+    assert not any("Traceback" in line for line in lines)
     assert any(
-        line.startswith("activity delete_victim of preemption-default-nginx-a-")
-        and "failed (attempt 1): Forbidden: delete pods default/batch-1a" in line
+        line.startswith("preemption failed     default/nginx-a on node-1: victims default/batch-1a")
         for line in lines
     )
 

@@ -35,7 +35,9 @@ async def test_registers_missing_search_attributes_once() -> None:
     )
     try:
         address = env.client.service_client.config.target_host
-        assert len(await missing_search_attributes(env.client, "default")) == 7
+        assert len(await missing_search_attributes(env.client, "default")) == len(
+            search_attributes.ALL
+        )
 
         first = setup_temporal("--address", address)
         second = setup_temporal("--temporal-address", address)
