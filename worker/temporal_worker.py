@@ -26,6 +26,7 @@ from preemptctl.kube.client import KubeClient
 from preemptctl.kube.view import ClusterView
 from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.worker.config import Settings
+from preemptctl.workflows.failures import with_classified_failures
 from preemptctl.workflows.group_preemption import GroupPreemptionWorkflow
 from preemptctl.workflows.preemption import PreemptionWorkflow
 
@@ -201,7 +202,8 @@ def build_worker(
         max_concurrent_local_activities if polls_workflows else 0
     )
     return Worker(
-        with_cached_hints(client),
+        # Failures the activities and workflows classified read in the UI without a trace.
+        with_classified_failures(with_cached_hints(client)),
         task_queue=task_queue,
         workflows=[PreemptionWorkflow, GroupPreemptionWorkflow] if polls_workflows else [],
         activities=activities.all(),
@@ -226,6 +228,7 @@ def preemption_activities(
         view,
         ledger,
         identity=settings.identity,
+        dry_run=settings.dry_run,
         planner_args=planner_args(settings),
         evictions_per_minute=settings.evictions_per_minute,
         inputs_max_bytes=settings.decision_inputs_max_bytes,

@@ -24,10 +24,11 @@ from temporalio.testing import ActivityEnvironment
 
 from preemptctl import migrations
 from preemptctl.activities.contracts import NominationInput, SelectInput, Selection
-from preemptctl.activities.preemption import PreemptionActivities
 from preemptctl.kube.client import connect
 from preemptctl.ledger.claims import open_claims
 from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.worker.config import load_settings
+from preemptctl.worker.temporal_worker import preemption_activities
 from tests.activities.test_preemption_activities import RUN, Cluster, started
 from tests.support.emulator import running_emulator
 from tests.workflows.scenarios import one_full_node
@@ -46,12 +47,12 @@ def ledger(tmp_path: Path) -> Iterator[Engine]:
 
 @pytest.fixture
 def dry(ledger: Engine) -> Iterator[Cluster]:
-    """one_full_node, served by a worker that runs dry."""
+    """one_full_node, served by a worker that runs dry: its activities built from the
+    operator's settings (PREEMPT_DRY_RUN=true) as `preemptctl worker` builds them."""
+    settings = load_settings(environ={"PREEMPT_DRY_RUN": "true"})
     with running_emulator() as emulator, started(emulator, ledger, one_full_node()) as cluster:
         kube = connect(emulator.kubeconfig_path)
-        dry_activities = PreemptionActivities(
-            kube, cluster.view, ledger, identity="test", dry_run=True
-        )
+        dry_activities = preemption_activities(settings, kube, cluster.view, ledger)
         yield dataclasses.replace(cluster, activities=dry_activities)
 
 

@@ -31,7 +31,6 @@ from preemptctl.workflows.contract import (
     PreemptionRequest,
     PreemptionResult,
 )
-from preemptctl.workflows.failures import with_classified_failures
 from preemptctl.workflows.group_preemption import GroupPreemptionWorkflow
 from preemptctl.workflows.preemption import PreemptionWorkflow
 
@@ -201,11 +200,9 @@ async def running_stack(
         if not with_worker:
             yield stack
             return
-        # The worker's client encodes failures as production's does (classified ones
-        # without a stack trace: workflows.failures).
-        async with build_worker(
-            with_classified_failures(client), activities, task_queue=task_queue
-        ):
+        # build_worker encodes failures as production's worker does (classified ones
+        # without a stack trace: workflows.failures); test_ui_story checks it.
+        async with build_worker(client, activities, task_queue=task_queue):
             yield stack
     finally:
         view.stop()
