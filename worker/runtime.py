@@ -287,6 +287,7 @@ async def running_controller(
                     # An eager start hands the first workflow task to a worker of this
                     # process: there is none when the workflows run elsewhere.
                     eager_start=processes is None,
+                    ledger=ledger,
                 )
                 trigger.start(supervisor.spawn)
                 controller.trigger = trigger

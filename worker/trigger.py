@@ -49,11 +49,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlalchemy import Engine
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.vocabulary import Fate, Outcome
+from preemptctl.ledger.writer import record_bound_after_end
 from preemptctl.preemption.decision import PodRef, Strategy
 from preemptctl.preemption.group_decision import GroupRef
 from preemptctl.preemption.objects import Pod
@@ -157,11 +159,14 @@ class TriggerLoop:
         recheck_parked_every: float | None = None,
         recheck_budget: float = RECHECK_BUDGET,
         eager_start: bool = True,
+        ledger: Engine | None = None,
     ) -> None:
         """`recheck_parked_every`: how often the parked pods' workflows are described for a
         run a person started (default: every `resync_every`; dev mode looks every second);
         `recheck_budget`: how long one such pass may take; `eager_start`: ask for the first
-        workflow task in the start's answer (a worker of this process runs the workflows)."""
+        workflow task in the start's answer (a worker of this process runs the workflows);
+        `ledger`: where a parked pod bound after its run ended is recorded bound, so
+        `history` and `explain` stop offering it a retry."""
         self._view = view
         self._client = client
         self._settings = settings
@@ -173,6 +178,7 @@ class TriggerLoop:
         self._recheck_every = resync_every if recheck_parked_every is None else recheck_parked_every
         self._recheck_budget = recheck_budget
         self._eager_start = eager_start
+        self._ledger = ledger
         self._lock = threading.Lock()
         self._pending: dict[str, PendingPod] = {}
         # Groups that need a group preemption, by group UID; the groups the loop has seen,
@@ -513,6 +519,11 @@ class TriggerLoop:
                     description = await handle.describe(rpc_timeout=RPC_TIMEOUT)
                     if description.start_time > parked.since:
                         handle = await self._adopt(parked, workflow_id, description.run_id, pod)
+                    elif description.close_time is not None:
+                        # Bound with no run waiting for it: its latest run ended without
+                        # it (parked), and the ledger says so from now on.
+                        await self._record_bound_after_end(workflow_id, pod)
+                        return
                 except Exception as error:  # gone, or Temporal unavailable: signal anyway
                     log.debug("could not describe %s: %s", workflow_id, error)
             if handle is None:
@@ -523,6 +534,27 @@ class TriggerLoop:
                 )
             except Exception as error:  # finished meanwhile, or Temporal unavailable
                 log.debug("could not signal %s: %s", handle.id, error)
+
+    async def _record_bound_after_end(self, workflow_id: str, pod: Pod) -> None:
+        """Record `pod` bound after its preemption's latest run ended without it; a ledger
+        that cannot take it now costs only the stale retry hint, so it is logged, not raised
+        (the housekeeping task must go on)."""
+        if self._ledger is None or not pod.node_name:
+            return
+        try:
+            recorded = await asyncio.to_thread(
+                record_bound_after_end,
+                self._ledger,
+                workflow_id,
+                PodRef.of(pod),
+                pod.node_name,
+                datetime.now(UTC),
+            )
+        except Exception as error:  # the ledger is down: the next bind of it is not seen
+            log.warning("could not record %s bound after its preemption: %s", pod.key, error)
+            return
+        if recorded:
+            log.info("%s bound to %s after its preemption ended", pod.key, pod.node_name)
 
     async def _signal_member_bound(
         self, slots: asyncio.Semaphore, uid: str, pod: Pod, group_uid: str

@@ -53,7 +53,8 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -64,7 +65,12 @@ from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from preemptctl import migrations
+from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.queries import events_of
 from preemptctl.ledger.vocabulary import Outcome
+from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import PodRef
 from preemptctl.preemption.group_decision import GroupRef
 from preemptctl.preemption.objects import Pod
@@ -81,6 +87,7 @@ from preemptctl.workflows.contract import (
     PreemptionRequest,
     PreemptionResult,
 )
+from tests.ledger.builders import failed_attempt
 from tests.preemption.builders import pod_group
 
 SETTINGS = Settings(min_priority=0, retry_backoff_max_seconds=300)
@@ -189,6 +196,7 @@ class FakeClient:
     options: list[dict[str, Any]] = field(default_factory=list)  # each start's arguments
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     runs: dict[str, PersonRun] = field(default_factory=dict)  # a person's runs, by ID
+    closed: dict[str, datetime] = field(default_factory=dict)  # ended runs: start, by ID
     signals: list[tuple[str, Any]] = field(default_factory=list)  # (workflow ID, argument)
     states: dict[str, Any] = field(default_factory=dict)  # the state query's answer, by ID
     # A Temporal as slow as a test wants: describes of these workflow IDs, and signals,
@@ -215,6 +223,9 @@ class FakeClient:
                 if workflow_id in client.runs:
                     run = client.runs[workflow_id]
                     return Description(None, run.start_time, run.run_id)
+                if workflow_id in client.closed:
+                    start = client.closed[workflow_id]
+                    return Description(start + timedelta(seconds=1), start)
                 raise RPCError("not found", RPCStatusCode.NOT_FOUND, b"")
 
             async def signal(self, signal: Any, argument: Any, **kwargs: Any) -> None:
@@ -609,6 +620,52 @@ async def test_a_parked_pod_bound_after_a_persons_retry_signals_that_run(
     assert harness.client.signals == [(first.id, "node-1")]
     assert [e for e, _ in harness.reports if e == "retried"] == ["retried"]
     assert harness.trigger.in_flight == 1  # and followed to its end
+
+
+async def test_a_parked_pod_bound_with_no_run_waiting_is_recorded_bound(
+    tmp_path: Path,
+) -> None:
+    """The scheduler placed a parked pod on its own: the ledger says so (history and
+    explain stop offering a retry that would only refuse), and no run is signalled."""
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    migrations.upgrade(url)
+    ledger = create_ledger_engine(url)
+    view, client, clock = FakeView(), FakeClient(), Clock()
+    trigger = TriggerLoop(
+        view,  # type: ignore[arg-type]
+        client,  # type: ignore[arg-type]
+        SETTINGS,
+        Metrics(),
+        clock=clock,
+        tick=0.005,
+        ledger=ledger,
+    )
+    harness = Harness(view, client, clock, Metrics(), trigger, [])
+    try:
+        [first] = await park(harness, "web")
+        web = PodRef("default", "web", "uid-web")
+        append_batch(ledger, failed_attempt(first.id, preemptor=web, start=datetime.now(UTC)))
+        client.closed[first.id] = datetime.now(UTC) - timedelta(minutes=1)
+        bound = pending_pod("web", "uid-web")
+        bound["spec"]["nodeName"] = "node-2"
+        view.event("MODIFIED", bound)
+
+        def scheduled() -> list[str | None]:
+            with ledger.connect() as connection:
+                return [
+                    e.node
+                    for e in events_of(connection, [first.id])
+                    if e.kind is EventKind.PREEMPTOR_SCHEDULED
+                ]
+
+        async with asyncio.timeout(5):
+            while not scheduled():
+                await asyncio.sleep(0.01)
+        assert scheduled() == ["node-2"]
+        assert client.signals == []
+    finally:
+        await trigger.stop(drain=False)
+        ledger.dispose()
 
 
 async def test_a_cancellation_landing_as_the_loop_wakes_ends_it() -> None:
