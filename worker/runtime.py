@@ -130,7 +130,14 @@ def upstream_recorder(
     the cluster: the victim as the API server has it now, or, once it is gone, as the view's
     pod watch saw it marked (a `DisruptionWitness` subscribed to the view here)."""
     witness = DisruptionWitness()
-    view.subscribe(witness_listener(witness))
+    saw = witness_listener(witness)
+    view.subscribe(saw)
+    # The list the view synced from reaches no listener: the victims already marked in it
+    # are told to the witness now (after subscribing, so none falls between the two).
+    with ClusterView.read(view) as snapshot:
+        marked = [(uid, pod) for uid, pod in snapshot.pods.items() if pod.disrupted_by_scheduler]
+    for uid, pod in marked:
+        saw("ADDED", uid, pod)
 
     # The view's own snapshot (not ShadowView's read, which lays every remembered victim
     # back as running first): a name lookup needs none of that.

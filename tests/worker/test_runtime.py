@@ -6,25 +6,34 @@ Scenarios:
 - the view's pod watch feeds the recorder's witness: a pod the scheduler marked as its
   victim (DisruptionTarget, PreemptionByScheduler) is remembered with its node, so an Event
   read after the victim is gone is confirmed; an unmarked pod, and a pod the view could
-  not read, are not remembered.
+  not read, are not remembered;
+- a victim already marked in the list the view synced from (which reaches no listener) is
+  remembered too.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from preemptctl.kube.upstream_events import VictimSeen
 from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.objects import Pod
+from preemptctl.preemption.snapshot import ClusterSnapshot
 from preemptctl.worker.runtime import upstream_recorder
 
 
 class FakeView:
-    """The view's subscribe(): the test hands the listeners each pod, decoded."""
+    """The view's subscribe() and its snapshot as the view keeps it (what `ClusterView.read`
+    reads): the test hands the listeners each pod, decoded."""
 
-    def __init__(self) -> None:
+    def __init__(self, *listed: Pod) -> None:
         self.listeners: list[Callable[[str, str, Pod | None], None]] = []
+        self._lock = threading.Lock()
+        self._snapshot = ClusterSnapshot()
+        for pod in listed:
+            self._snapshot.pods[pod.uid] = pod
 
     def subscribe(self, listener: Callable[[str, str, Pod | None], None]) -> None:
         self.listeners.append(listener)
@@ -73,3 +82,13 @@ def test_the_views_pod_watch_feeds_the_recorders_witness() -> None:
     assert recorder.witness.get("uid-low-c") is None
     assert recorder.witness.get("uid-low-d") is None
     assert recorder.witness.get("uid-junk") is None
+
+
+def test_a_victim_marked_before_the_view_synced_is_witnessed() -> None:
+    view = FakeView(victim("low-a", marked=True), victim("low-c", marked=False))
+    recorder = upstream_recorder(None, view, None)  # type: ignore[arg-type]
+    assert recorder.witness is not None
+    assert recorder.witness.get("uid-low-a") == VictimSeen(
+        "team-a", "low-a", "uid-low-a", "node-1", True
+    )
+    assert recorder.witness.get("uid-low-c") is None
