@@ -69,6 +69,7 @@ class ReflectorStatsLike(Protocol):
     listed: int
     list_seconds: float
     synced: bool
+    absent: bool
 
 
 class ReflectorCollector(Collector):
@@ -113,11 +114,18 @@ class ReflectorCollector(Collector):
             "1 once the view holds a complete list of this kind, else 0.",
             labels=["kind"],
         )
+        absent = GaugeMetricFamily(
+            "preemptctl_view_kind_absent",
+            "1 when the API server does not serve this kind (PodGroups without the workload "
+            "API): the view holds none and gangs are known by their label only, else 0.",
+            labels=["kind"],
+        )
         for kind, reflector in sorted(stats.items()):
             listed.add_metric([kind], float(reflector.listed))
             seconds.add_metric([kind], float(reflector.list_seconds))
             synced.add_metric([kind], 1.0 if reflector.synced else 0.0)
-        yield from (listed, seconds, synced)
+            absent.add_metric([kind], 1.0 if reflector.absent else 0.0)
+        yield from (listed, seconds, synced, absent)
 
 
 class UpstreamStatsLike(Protocol):

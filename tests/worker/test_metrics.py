@@ -129,6 +129,7 @@ class Stats:
     listed: int = 0
     list_seconds: float = 0.0
     synced: bool = False
+    absent: bool = False
 
 
 def test_reflector_counters_are_read_at_scrape_time() -> None:
@@ -144,6 +145,14 @@ def test_reflector_counters_are_read_at_scrape_time() -> None:
     assert value("preemptctl_reflector_listed_objects", {"kind": "Pod"}) == 40
     assert value("preemptctl_view_synced", {"kind": "Pod"}) == 1
     assert value("preemptctl_view_synced", {"kind": "Node"}) == 0
+
+
+def test_a_kind_the_cluster_does_not_serve_is_reported_absent() -> None:
+    metrics = Metrics()
+    metrics.watch_view(lambda: {"Pod": Stats(synced=True), "PodGroup": Stats(absent=True)})
+    value = metrics.registry.get_sample_value
+    assert value("preemptctl_view_kind_absent", {"kind": "PodGroup"}) == 1
+    assert value("preemptctl_view_kind_absent", {"kind": "Pod"}) == 0
 
 
 def test_a_rebuilt_view_replaces_the_old_one() -> None:
