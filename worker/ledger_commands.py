@@ -326,16 +326,12 @@ def ui_link(settings: Settings) -> Link | None:
     return link
 
 
-def retry_command(view: PreemptionView) -> str | None:
-    """The command that runs a parked preemption again; None for a group preemption, which
-    `preemptctl retry` (it takes a pod) cannot run: the trigger runs it again once the group
-    or one of its pods changes."""
+def retry_command(view: PreemptionView) -> str:
+    """The command that runs a parked preemption again: a pod's by its name, a group's by
+    the group's (`retry --pod-group`)."""
     if view.pod_group is not None:
-        return None
+        return f"preemptctl retry --pod-group {view.preemptor.key}"
     return f"preemptctl retry {view.preemptor.key}"
-
-
-GROUP_RETRY = "the trigger runs it again once the group or one of its pods changes"
 
 
 def node_cell(attempt: AttemptView) -> str:
@@ -417,9 +413,7 @@ def render_parked(views: Sequence[PreemptionView], link: Link | None) -> str:
             f"{view.preemptor.key}  parked since {format_time(view.latest.finished)}, after "
             f"{count} attempt{'' if count == 1 else 's'} ({view.preemption_id})",
             f"  cause:  {parked_cause(view)}",
-            f"  retry:  {retry_command(view)}  (once the cause is fixed; --reason TEXT says how)"
-            if retry_command(view) is not None
-            else f"  retry:  {GROUP_RETRY}, once the cause is fixed",
+            f"  retry:  {retry_command(view)}  (once the cause is fixed; --reason TEXT says how)",
         ]
         if link is not None:
             lines.append(f"  see:    {link(view.preemption_id, view.run_id)}")

@@ -42,8 +42,7 @@ Scenarios:
   json, -o yaml) and explain: nothing reaches the terminal raw, and JSON reads back the
   same values;
 - a UI address with user info prints its links with the password masked;
-- a parked group preemption offers no `preemptctl retry` (it takes a pod), and says the
-  trigger runs it again once the group changes;
+- a parked group preemption offers `preemptctl retry --pod-group NS/NAME`;
 - a parked pod later bound by the scheduler (recorded in the ledger) is parked no more:
   `--parked` leaves it out, `--outcome failed` says where it was bound and offers no retry,
   explain says nothing is left to retry
@@ -810,8 +809,8 @@ def test_a_parked_group_preemption_offers_no_pod_retry(
     code, out, _ = _run(capsys, "history", "--parked", "--database-url", url)
     assert (code, out.splitlines()[2]) == (
         0,
-        "  retry:  the trigger runs it again once the group or one of its pods changes, "
-        "once the cause is fixed",
+        "  retry:  preemptctl retry --pod-group ml/train-a  (once the cause is fixed; "
+        "--reason TEXT says how)",
     )
     code, out, _ = _run(capsys, "history", "--parked", "--json", "--database-url", url)
-    assert orjson.loads(out)["retryCommand"] is None
+    assert orjson.loads(out)["retryCommand"] == "preemptctl retry --pod-group ml/train-a"
