@@ -12,6 +12,15 @@ Upstream's steps (`pkg/scheduler/schedule_one_podgroup.go`, `algorithm_podgroup.
    node first, else the first that fits). After each, `PlacementFeasible`: once the members
    still to try cannot bring the placed and bound ones up to minCount, the cycle stops with
    `minCount (N) cannot be satisfied: S scheduled, R remaining`.
+   One deliberate difference: a member that does not fit on its nominated node while
+   lower-priority pods are still leaving it (`room_being_made`: the group preemption's
+   victims in their grace period) makes the group wait, unwritten, for the next pass.
+   Upstream may bind it elsewhere if room appears there first (a nomination is no promise),
+   and a group preemption's victims end their grace periods moments apart: another victim
+   of the same preemption, gone first, would decide where the gang lands, and a dev run
+   would not be the same every time. The gang lands where its preemption made room for it.
+   (Room elsewhere while the nominated node is not being freed, a victim not yet deleted
+   among them, is taken as upstream takes it.)
 3. `submitPodGroupAlgorithmResult`: a feasible group binds every placed member together, a
    member that fits nowhere keeps its own FitError; a group that is not feasible binds none,
    and each member carries the group's message (a placed member, or one never tried) or its
@@ -30,7 +39,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from preemptctl.emulator.placement import place
+from preemptctl.emulator.placement import place, room_being_made
 from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.preemption.errors import PlannerInputError, UnknownPodGroupError
 from preemptctl.preemption.objects import Pod
@@ -59,11 +68,12 @@ class GroupCycle:
     placed: dict[str, str] = field(default_factory=dict)  # member uid -> node, in order
     fit_errors: dict[str, str] = field(default_factory=dict)  # uid -> its own FitError
     message: str = ""  # the group's, when it is not feasible
+    waiting_for: str = ""  # a member's nominated node being freed: try again next pass
 
     @property
     def feasible(self) -> bool:
         """Bind the placed members: the gang's minCount met, or a basic group placed one."""
-        return not self.message and bool(self.placed)
+        return not self.message and not self.waiting_for and bool(self.placed)
 
     def message_for(self, member: Pod) -> str:
         """What PodScheduled says of a member that is not bound in this cycle."""
@@ -102,6 +112,10 @@ def run_group_cycle(
     try:
         for member in members:
             placement = place(snapshot, member)
+            being_freed = room_being_made(snapshot, member, placement)
+            if being_freed:
+                cycle.waiting_for = being_freed
+                break
             remaining -= 1
             if placement.node is None:
                 cycle.fit_errors[member.uid] = placement.fit_error

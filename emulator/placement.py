@@ -45,6 +45,21 @@ def choose_node(pod: Pod, statuses: Mapping[str, Status]) -> str | None:
     return next((name for name in sorted(statuses) if statuses[name].ok), None)
 
 
+def room_being_made(snapshot: ClusterSnapshot, pod: Pod, placement: Placement) -> str:
+    """The node `pod` is nominated to, when it was not placed there while pods of lower
+    priority are still leaving that node (a preemption's victims in their grace period);
+    "" otherwise. A gang's member waits for that room (`group_cycle`) rather than taking
+    room that another of its preemption's victims freed first elsewhere."""
+    node = pod.nominated_node_name
+    if not node or placement.node == node:
+        return ""
+    info = snapshot.node_infos.get(node)
+    if info is None:
+        return ""
+    leaving = any(p.terminating and p.priority < pod.priority for p in info.pods.values())
+    return node if leaving else ""
+
+
 def fit_error(num_nodes: int, statuses: Mapping[str, Status]) -> str:
     """`FitError.Error()` without a PostFilter message (the scheduler does not preempt here),
     worded by the planner's own `scheduling_fit_error`."""

@@ -14,7 +14,10 @@
     members that fit are bound together only when at least the gang's minCount of members
     can be placed at once (`basic`: one); otherwise none is bound, and each is marked
     Unschedulable with the GangScheduling plugin's `minCount (N) cannot be satisfied: ...`
-    or its own FitError.
+    or its own FitError. A member whose nominated node is still being freed (lower-priority
+    pods terminating there) makes its group wait for that room rather than bind elsewhere
+    (a deliberate difference, `emulator.group_cycle`), so a gang lands where its
+    preemption made room.
   Fit is the planner's own (`filter_nodes` over a `ClusterSnapshot` with the Namespaces and
   PodGroups, so every filter the planner models judges it: resources, ports, taints, node
   affinity, pod affinity and anti-affinity, topology spread), so nominated pods of at least
@@ -304,6 +307,13 @@ class SimulatedScheduler:
             self._say_once(f"simulated scheduler: pod group {key} waits: {waiting}")
             return 0
         cycle = run_group_cycle(snapshot, group, [pod for _, pod in entries])
+        if cycle.waiting_for:
+            log.debug(
+                "simulated scheduler: pod group %s waits for the room being made on %s",
+                key,
+                cycle.waiting_for,
+            )
+            return 0
         if cycle.feasible:
             changed = 0
             for obj, pod in entries:
