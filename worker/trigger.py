@@ -17,7 +17,9 @@ preemption of its own: its group gets one group preemption (`GroupPreemption`, i
 the group's UID, `pending_group`), started once however many members are pending and
 joined by every trigger for any member (USE_EXISTING), backed off and parked as a pod's is
 (under the group's UID), and told `member_bound` the moment the watch shows one of its
-members bound. `running_preemption` answers upstream's `IsPodRunningPreemption` for a pod,
+members bound. Its reports (started, retried, finished) name the group as their preemptor
+and in `podGroup` (the field `history --json` names it by), and list its members.
+`running_preemption` answers upstream's `IsPodRunningPreemption` for a pod,
 a group's member included, from its workflow's state query.
 
 Housekeeping never holds up a start (issue 20, finding 7): re-checking the parked pods
@@ -246,11 +248,16 @@ class TriggerLoop:
         return list(self._finished)
 
     def caught_up(self) -> bool:
-        """Nothing in flight, and every pod that still needs room has had its preemption:
-        what is left is waiting for a backoff re-check, not for this loop."""
+        """Nothing in flight, no group whose member changed still to be looked at, and every
+        pod and group that still needs room has had its preemption: what is left is waiting
+        for a backoff re-check, not for this loop. (A member's event reaches the loop before
+        its group does: the group is looked at on the loop's next turn, `_refresh_groups`,
+        so until then a gang the scheduler just marked would look like nothing pending.)"""
         with self._lock:
-            return not self._in_flight and all(
-                self._book.tried(uid) for uid in (*self._pending, *self._groups)
+            return (
+                not self._in_flight
+                and not self._dirty_groups
+                and all(self._book.tried(uid) for uid in (*self._pending, *self._groups))
             )
 
     def tracked(self) -> int:
@@ -623,6 +630,7 @@ class TriggerLoop:
                 "workflowId": workflow_id,
                 "runId": run_id,
                 "preemptor": parked.pod,
+                **({"podGroup": parked.pod} if target.group is not None else {}),
                 "startedBy": started_by,
                 "reason": reason,
             },
@@ -708,7 +716,13 @@ class TriggerLoop:
             )
         members = [m.key for m in pending.members]
         self._report(
-            "started", {"workflowId": handle.id, "preemptor": group.key, "members": members}
+            "started",
+            {
+                "workflowId": handle.id,
+                "preemptor": group.key,
+                "podGroup": group.key,
+                "members": members,
+            },
         )
         self._metrics.in_flight.set(len(self._in_flight))
 
@@ -821,6 +835,7 @@ class TriggerLoop:
         record = {
             "workflowId": handle.id,
             "preemptor": target.key,
+            **({"podGroup": target.key} if target.group is not None else {}),
             "outcome": outcome,
             "seconds": round(seconds, 3),
             **fields,

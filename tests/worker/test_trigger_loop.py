@@ -32,7 +32,14 @@ Scenarios:
   reports and follows it, if no re-check found it first);
 - a pending pod group gets one group preemption however many of its members pend (its ID
   from the group's UID, the request naming the group), and no member a preemption of its
-  own; the start is reported with the members;
+  own; the start is reported with the members, the group named as preemptor and
+  `podGroup`, as its end is;
+- a member the scheduler just marked, its group not yet looked at, keeps the loop from being
+  caught up (dev --once would otherwise end before the gang's preemption started);
+- a group preemption that completed while the view still shows its members pending and
+  nominated (their binds not yet seen) is not started again: not within the backoff, a
+  resync meanwhile included, nor after it once the view shows them bound; and the loop is
+  caught up;
 - a member seen bound is signalled to its group's preemption (`member_bound`, its UID and
   node);
 - a group preemption that ends non-retryable parks the group (listed by parked() under its
@@ -712,9 +719,66 @@ async def test_a_pending_group_gets_one_group_preemption(harness: Harness) -> No
         {
             "workflowId": handle.id,
             "preemptor": "default/train",
+            "podGroup": "default/train",
             "members": ["default/train-0", "default/train-1", "default/train-2"],
         },
     )
+
+
+async def test_a_member_marked_before_its_group_is_looked_at_is_not_caught_up(
+    harness: Harness,
+) -> None:
+    train_group(harness)
+    harness.trigger.start()
+    assert harness.trigger.caught_up()  # nothing pending yet
+    # The watch hands the loop the member; its group is looked at on the loop's next turn.
+    harness.view.event("ADDED", member("train-0"))
+    assert not harness.trigger.caught_up()
+    await harness.client.next_start(1)
+    assert not harness.trigger.caught_up()  # in flight
+
+
+def nominated(name: str, node: str) -> dict[str, Any]:
+    """A member the group preemption nominated, still pending and unschedulable."""
+    pod = member(name)
+    pod["status"]["nominatedNodeName"] = node
+    return pod
+
+
+def bound(name: str, node: str) -> dict[str, Any]:
+    pod = member(name)
+    pod["spec"]["nodeName"] = node
+    pod["status"] = {"phase": "Pending", "conditions": []}
+    return pod
+
+
+async def test_a_group_preemption_completed_before_its_binds_are_seen_is_not_run_again(
+    harness: Harness,
+) -> None:
+    train_group(harness)
+    harness.view.event("ADDED", member("train-0"))
+    harness.view.event("ADDED", member("train-1"))
+    harness.trigger.start()
+    first = await harness.client.next_start(1)
+    harness.view.event("MODIFIED", nominated("train-0", "node-1"))
+    harness.view.event("MODIFIED", nominated("train-1", "node-2"))
+    # The run saw its members bound (its poll asks the API server) before the view did.
+    done = GroupPreemptionResult(Outcome.COMPLETED, "default/train: 2 member(s) bound", bound=2)
+    await harness.ended(first, done)  # type: ignore[arg-type]
+    assert harness.trigger.finished[-1]["podGroup"] == "default/train"
+    harness.trigger.resync()  # the view still shows both pending
+    harness.advance(9.9)
+    await asyncio.sleep(0.05)  # ticks enough for a second start, if any would come
+    assert len(harness.client.started) == 1
+    assert harness.trigger.caught_up()
+    harness.view.event("MODIFIED", bound("train-0", "node-1"))
+    harness.view.event("MODIFIED", bound("train-1", "node-2"))
+    harness.advance(100)
+    await asyncio.sleep(0.05)
+    harness.trigger.resync()
+    await asyncio.sleep(0.05)
+    assert len(harness.client.started) == 1
+    assert harness.trigger.caught_up()
 
 
 async def test_a_member_seen_bound_is_signalled_to_its_group_preemption(harness: Harness) -> None:
