@@ -87,7 +87,8 @@ if TYPE_CHECKING:
 
 DEV_EXTRA_HINT = "pip install 'preemptctl[dev]'"
 
-UI_FILTER = 'WorkflowType="Preemption"'
+# The Temporal UI's list of this run's preemptions: a pod's and a pod group's.
+UI_FILTER = 'WorkflowType="Preemption" OR WorkflowType="GroupPreemption"'
 # The names of emulator.faults.DEV_FAULTS, for --help without importing the emulator (the
 # production image has none); a test keeps the two equal.
 FAULT_NAMES = ("deny-delete", "deny-patch", "deny-events")
@@ -350,25 +351,27 @@ def _quiet_expected_failures() -> None:
 
 def _reporter(ui_url: str) -> Any:
     """Dev's lines for the trigger's reports (a start with its UI link, an end), and for a
-    run a person started with `preemptctl retry` (the trigger's `retried`)."""
+    run a person started with `preemptctl retry` (the trigger's `retried`); a group's
+    preemption (`podGroup` in its report) is said to be a pod group's."""
 
     def report(event: str, fields: dict[str, Any]) -> None:
+        group = "pod group " if fields.get("podGroup") else ""
         if event == "started":
-            say(f"preemption started   {fields['preemptor']}  ({fields['workflowId']})")
+            say(f"preemption started   {group}{fields['preemptor']}  ({fields['workflowId']})")
             say(f"  {ui_link(ui_url, 'default', fields['workflowId'])}")
             return
         if event == "retried":
             why = f": {fields['reason']}" if fields.get("reason") else ""
             say(
-                f"preemption retried   {fields['preemptor']}  ({fields['workflowId']}) by a "
-                f"person{why}"
+                f"preemption retried   {group}{fields['preemptor']}  ({fields['workflowId']}) "
+                f"by a person{why}"
             )
             say(f"  {ui_link(ui_url, 'default', fields['workflowId'], fields['runId'])}")
             return
         victims = ", ".join(fields.get("victims") or []) or "none"
         where = f" on {fields['node']}" if fields.get("node") else ""
         say(
-            f"preemption {fields['outcome']:<10} {fields['preemptor']}{where}: victims "
+            f"preemption {fields['outcome']:<10} {group}{fields['preemptor']}{where}: victims "
             f"{victims} ({fields['seconds']:.1f}s) {fields.get('message', '')}"
         )
 

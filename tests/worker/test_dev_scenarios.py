@@ -22,7 +22,13 @@ Scenarios:
 - in upstream-preemption mode (what `dev --shadow` compares with), the simulated
   kube-scheduler takes the same victims and binds train-a on node-1 to node-4;
 - `preemptctl dev --scenario gang` loads it: its PodGroups and pods are served, with new
-  uids, and train-a's trainers are pending, marked by the simulated scheduler.
+  uids, and train-a's trainers are pending, marked by the simulated scheduler;
+- `preemptctl dev --once --scenario gang` waits for the group preemption and reports it
+  (exit 0): one preemption, the group's workflow, ml/train-a its preemptor and `podGroup`
+  (as `history --json` names it), train-b whole and the notebook its victims, train-c
+  kept, its four trainers placed on node-1 to node-4 and bound;
+- while `dev --scenario gang` runs, each trainer is bound on the node the group preemption
+  nominated it to (the simulated scheduler tries a nominated node first).
 Every bundled scenario:
 - its pods are read by the official client (each container status has its imageID).
 """
@@ -30,10 +36,12 @@ Every bundled scenario:
 from __future__ import annotations
 
 import json
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client, config
 from kubernetes.client import V1Pod
 
@@ -42,7 +50,7 @@ from preemptctl.emulator.resources import EVENTS
 from preemptctl.emulator.scenario import read_document, with_fresh_uids
 from preemptctl.worker.cli import main
 from preemptctl.worker.scenarios import BUNDLED, bundled_or_file
-from tests.worker.test_dev_command import dev_running
+from tests.worker.test_dev_command import dev_once, dev_running, preemptctl
 
 GANG = BUNDLED["gang"]
 TRAIN_A = [f"train-a-{i}" for i in range(4)]
@@ -212,6 +220,58 @@ def test_dev_loads_the_gang_scenario(tmp_path: Path) -> None:
         )
         for p in trainers.values()
     )
+
+
+def test_dev_once_reports_the_gangs_group_preemption(tmp_path: Path) -> None:
+    report = dev_once(tmp_path, "--scenario", "gang")
+    [train_a] = report["preemptions"]
+    assert train_a["workflowId"].startswith("group-preemption-ml-train-a-")
+    assert (train_a["preemptor"], train_a["podGroup"]) == ("ml/train-a", "ml/train-a")
+    assert train_a["outcome"] == "completed"
+    assert sorted(train_a["victims"]) == STORY["victims"]
+    assert train_a["members"] == STORY_NOMINATIONS
+    assert (train_a["bound"], train_a["minCount"]) == (4, 4)
+    assert (
+        "preemption started   pod group ml/train-a  (group-preemption-ml-train-a-"
+        in (report["stderr"])
+    )
+    assert (
+        "query=WorkflowType%3D%22Preemption%22%20OR%20WorkflowType%3D%22GroupPreemption%22"
+        in (report["stderr"])
+    )
+    [row] = [json.loads(line) for line in preemptctl(tmp_path, "history", "--json").splitlines()]
+    assert (row["preemptionId"], row["podGroup"]) == (train_a["workflowId"], "ml/train-a")
+
+
+def _ml_pods(kubeconfig: str) -> dict[str, dict[str, Any]]:
+    """The ml namespace's pods by name, listed from the API server the kubeconfig names."""
+    document = yaml.safe_load(Path(kubeconfig).read_text())
+    server = document["clusters"][0]["cluster"]["server"]
+    token = document["users"][0]["user"]["token"]
+    request = urllib.request.Request(
+        f"{server}/api/v1/namespaces/ml/pods", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        items: list[dict[str, Any]] = json.load(answer)["items"]
+    return {item["metadata"]["name"]: item for item in items}
+
+
+def test_while_dev_runs_the_trainers_are_bound_where_they_were_nominated(tmp_path: Path) -> None:
+    seen: list[str] = []
+    with dev_running(tmp_path, "--scenario", "gang") as process:
+        assert process.stderr is not None
+        for line in process.stderr:
+            seen.append(line)
+            if line.startswith("preemption completed  pod group ml/train-a"):
+                break
+        kubeconfig = next(line.split()[1] for line in seen if line.startswith("kubeconfig"))
+        pods = _ml_pods(kubeconfig)
+    placed = {f"ml/{name}": pods[name]["spec"].get("nodeName") for name in TRAIN_A}
+    assert placed == STORY_NOMINATIONS
+    assert sorted(name for name in pods if name.startswith("train-c")) == [
+        f"train-c-{i}" for i in range(4)
+    ]
+    assert len([line for line in seen if line.startswith("preemption started")]) == 1
 
 
 @pytest.mark.parametrize("name", sorted(BUNDLED))
