@@ -13,9 +13,9 @@ and Temporal:
 - only victims of the decision (train-b whole, on three nodes, and the notebook) are
   deleted, none twice, and each DELETE the API server carried out is in the ledger, even
   when its answer was lost with the worker;
-- the gang is bound (where the simulated scheduler puts it: it does not prefer the
-  nominated nodes, so with train-b gone it may bind a trainer on node-5 before the notebook
-  on node-3 is deleted);
+- the gang is bound (where the simulated scheduler puts it: it tries the nominated nodes
+  first and waits while one is being freed, but with the workers killed the notebook on
+  node-3 may not be deleted yet when train-b is gone, and a trainer then binds on node-5);
 - the group preemption completed with its four members bound, every victim deleted; or, when
   the gang was bound elsewhere first, it stopped deleting (aborted: the victims not deleted
   yet are spared and still there);
