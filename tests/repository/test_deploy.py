@@ -706,6 +706,7 @@ class _FakeStats:
     lists = relists_after_gone = reconnects = events = errors = rejected = listed = 0
     list_seconds = 0.0
     synced = True
+    absent = False
 
 
 class _FakeRecorderStats:
