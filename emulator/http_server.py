@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -62,6 +63,14 @@ class EmulatorServer(ThreadingHTTPServer):
         self.stopping = threading.Event()
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up before its answer was written (a test's timeout, a killed
+        worker, a closed watch) is what an API server sees every day: nothing to report.
+        Anything else is the emulator's own error, printed as the standard library does."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:

@@ -181,3 +181,22 @@ def test_lifting_one_dev_fault_leaves_the_others_on(core: Any, emulator: Emulato
         core.patch_namespaced_pod_status("web", "default", {"status": {}})
     assert raised.value.status == 403
     core.delete_namespaced_pod("web", "default")
+
+
+def test_a_client_that_hung_up_is_not_reported_as_an_error(
+    emulator: Emulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A client gone before its answer is written (a timeout, a killed worker) is routine for
+    an API server: no traceback on the terminal; the emulator's own errors still print."""
+    server = emulator._server
+    assert server is not None
+    try:
+        raise BrokenPipeError(32, "Broken pipe")
+    except BrokenPipeError:
+        server.handle_error(None, ("127.0.0.1", 1))
+    assert capsys.readouterr().err == ""
+    try:
+        raise KeyError("a bug of the emulator's")
+    except KeyError:
+        server.handle_error(None, ("127.0.0.1", 1))
+    assert "KeyError" in capsys.readouterr().err
