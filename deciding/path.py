@@ -508,6 +508,25 @@ class DecisionPath:
             waiting.error = error
             return None
 
+    def _hold_back(
+        self,
+        db: Connection,
+        request: DecisionRequest | GroupDecisionRequest,
+        preemptor: PodRef,
+        node: str | None,
+        decision: Decision | GroupDecision,
+    ) -> tuple[float, str] | None:
+        """5) for a pod's or a group's decision alike: None when the eviction budget lets it
+        go on; else how long it waits and why, its `throttled` event appended."""
+        wait = self._budget(db, request, decision.verdict, len(decision.victims))
+        if not wait:
+            return None
+        message = _held_back(self._evictions_per_minute, len(decision.victims), wait)
+        message += decision.message
+        throttled = Throttled(message, wait, [v.key for v in decision.victims])
+        append_batch_on(db, [_throttled(request, preemptor, node, throttled)])
+        return wait, message
+
     def _decide_pod(
         self,
         db: Connection,
@@ -519,14 +538,9 @@ class DecisionPath:
         request = job.request
         names = [claim.holder for claim in respected]
         decision = self._plan(snapshot, job, [claim.preemptor_uid for claim in respected])
-        wait = self._budget(db, request, decision.verdict, len(decision.victims))
-        if wait:
-            message = _held_back(self._evictions_per_minute, len(decision.victims), wait)
-            message += decision.message
-            throttled = Throttled(message, wait, [v.key for v in decision.victims])
-            append_batch_on(
-                db, [_throttled(request, request.preemptor, decision.nominated_node, throttled)]
-            )
+        held = self._hold_back(db, request, request.preemptor, decision.nominated_node, decision)
+        if held is not None:
+            wait, message = held
             waiting.answer = Decided(decision, wait, message, names, job.scheduler_name)
             return None
         context = {"worker": self._identity, "sequence": self._decisions, "claims": names}
@@ -545,14 +559,9 @@ class DecisionPath:
         request = job.request
         names = [claim.holder for claim in respected]
         decision = self._plan_group(snapshot, job, [claim.preemptor_uid for claim in respected])
-        wait = self._budget(db, request, decision.verdict, len(decision.victims))
-        if wait:
-            message = _held_back(self._evictions_per_minute, len(decision.victims), wait)
-            message += decision.message
-            throttled = Throttled(message, wait, [v.key for v in decision.victims])
-            append_batch_on(
-                db, [_throttled(request, request.group.as_preemptor(), None, throttled)]
-            )
+        held = self._hold_back(db, request, request.group.as_preemptor(), None, decision)
+        if held is not None:
+            wait, message = held
             waiting.answer = DecidedGroup(decision, "", wait, message, names)
             return None
         context = {"worker": self._identity, "sequence": self._decisions, "claims": names}
