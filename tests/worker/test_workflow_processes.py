@@ -42,6 +42,8 @@ from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.worker.config import Settings, load_settings
 from preemptctl.worker.connections import connect_cluster
 from preemptctl.worker.dev_command import free_port
+from preemptctl.worker.metrics import Metrics
+from preemptctl.worker.probes import ProbeServer
 from preemptctl.worker.runtime import Controller, running_controller
 from preemptctl.worker.scenarios import ONLINE_OFFLINE
 from preemptctl.worker.workflow_processes import available_cores, workflow_process_count
@@ -126,12 +128,15 @@ async def until_answer(port: int, path: str, code: int, timeout: float = 60.0) -
 async def controller_with_processes(
     temporal, cluster: SimulatedCluster, url: str, queue: str, count: int
 ) -> AsyncIterator[tuple[Controller, int]]:
-    port = free_port()
+    # Ports the kernel gives the listeners themselves: a port found free and bound later
+    # can be taken meanwhile (once in CI, by another process's outgoing connection).
     settings = load_settings(
         overrides={
             "kubeconfig": str(cluster.kubeconfig_path),
             "database_url": url,
-            "metrics_port": port,
+            "http_bind_address": "127.0.0.1",
+            # never bound: the probe server below is opened on port 0 and handed over
+            "metrics_port": free_port(),
             "probe_port": free_port(),
             "task_queue": queue,
             "temporal_address": temporal.client.service_client.config.target_host,
@@ -139,6 +144,8 @@ async def controller_with_processes(
         },
         environ={},
     )
+    probes = ProbeServer("127.0.0.1", 0, 0, Metrics())
+    probes.start()
     ledger = create_ledger_engine(url)
     try:
         async with running_controller(
@@ -146,11 +153,13 @@ async def controller_with_processes(
             temporal.client,
             connect_cluster(settings),
             ledger,
+            probes=probes,
             workflow_processes=count,
         ) as controller:
-            yield controller, port
+            yield controller, probes.server_address[1]
     finally:
         ledger.dispose()
+        probes.close()
 
 
 def deleted(cluster: SimulatedCluster) -> list[str]:
