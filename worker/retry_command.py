@@ -54,6 +54,7 @@ from temporalio.client import (
     WorkflowHandle,
 )
 from temporalio.common import (
+    TypedSearchAttributes,
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
@@ -233,18 +234,17 @@ async def _retry_pod(
     outcome = _outcome(settings, description, pod.key, request.dry_run)
     if dry_run:
         return outcome
-    new = await client.start_workflow(
+    new_run = await _start_again(
+        client,
         PreemptionWorkflow.run,
         request,
-        id=workflow_id,
-        task_queue=description.task_queue or settings.task_queue,
-        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-        search_attributes=search_attributes_at_start(request),
-        static_summary=f"Preempt for {pod.key} (priority {pod.priority}), retried",
-        static_details=_details(run_id, reason, request.dry_run),
+        description,
+        settings,
+        search_attributes_at_start(request),
+        summary=f"Preempt for {pod.key} (priority {pod.priority}), retried",
+        details=_details(run_id, reason, request.dry_run),
     )
-    return _started(settings, outcome, new.result_run_id)
+    return _started(settings, outcome, new_run)
 
 
 async def _retry_group(
@@ -281,18 +281,44 @@ async def _retry_group(
     if dry_run:
         return outcome
     kind = "label-named group" if group.label_named else "pod group"
-    new = await client.start_workflow(
+    new_run = await _start_again(
+        client,
         GroupPreemptionWorkflow.run,
         request,
-        id=workflow_id,
+        description,
+        settings,
+        group_search_attributes_at_start(request),
+        summary=f"Preempt for {kind} {group.key} (priority {group.priority}), retried",
+        details=_details(run_id, reason, request.dry_run),
+    )
+    return _started(settings, outcome, new_run)
+
+
+async def _start_again(
+    client: Client,
+    run: Any,
+    request: PreemptionRequest | GroupPreemptionRequest,
+    description: WorkflowExecutionDescription,
+    settings: Settings,
+    search_attributes: TypedSearchAttributes,
+    *,
+    summary: str,
+    details: str,
+) -> str | None:
+    """A new run under the closed run's workflow ID and on its task queue (a run still
+    open makes the start fail: the check before it may have lost a race); its run ID."""
+    new = await client.start_workflow(
+        run,
+        request,
+        id=description.id,
         task_queue=description.task_queue or settings.task_queue,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-        search_attributes=group_search_attributes_at_start(request),
-        static_summary=f"Preempt for {kind} {group.key} (priority {group.priority}), retried",
-        static_details=_details(run_id, reason, request.dry_run),
+        search_attributes=search_attributes,
+        static_summary=summary,
+        static_details=details,
     )
-    return _started(settings, outcome, new.result_run_id)
+    return new.result_run_id
 
 
 def _outcome(

@@ -306,7 +306,9 @@ class Harness:
     def gauge(self, name: str) -> float | None:
         return self.metrics.registry.get_sample_value(name)
 
-    async def ended(self, handle: FakeHandle, result: PreemptionResult) -> None:
+    async def ended(
+        self, handle: FakeHandle, result: PreemptionResult | GroupPreemptionResult
+    ) -> None:
         """End `handle`'s preemption and wait until the loop has booked it."""
         before = len(self.trigger.finished)
         handle.outcome.set_result(result)
@@ -764,7 +766,7 @@ async def test_a_group_preemption_completed_before_its_binds_are_seen_is_not_run
     harness.view.event("MODIFIED", nominated("train-1", "node-2"))
     # The run saw its members bound (its poll asks the API server) before the view did.
     done = GroupPreemptionResult(Outcome.COMPLETED, "default/train: 2 member(s) bound", bound=2)
-    await harness.ended(first, done)  # type: ignore[arg-type]
+    await harness.ended(first, done)
     assert harness.trigger.finished[-1]["podGroup"] == "default/train"
     harness.trigger.resync()  # the view still shows both pending
     harness.advance(9.9)
@@ -800,7 +802,7 @@ async def test_a_group_preemption_ended_non_retryable_parks_the_group(harness: H
     harness.trigger.start()
     first = await harness.client.next_start(1)
     refused = GroupPreemptionResult(Outcome.FAILED, "Unsupported: topology", retryable=False)
-    await harness.ended(first, refused)  # type: ignore[arg-type]
+    await harness.ended(first, refused)
     [parked] = harness.trigger.parked()
     assert (parked.uid, parked.pod, parked.reason) == (
         "pg-train",
@@ -821,7 +823,7 @@ async def test_a_group_preemption_ended_retryable_backs_off(harness: Harness) ->
     harness.view.event("ADDED", member("train-0"))
     harness.trigger.start()
     first = await harness.client.next_start(1)
-    await harness.ended(first, GroupPreemptionResult(Outcome.NO_CANDIDATE, "no room"))  # type: ignore[arg-type]
+    await harness.ended(first, GroupPreemptionResult(Outcome.NO_CANDIDATE, "no room"))
     book, now = harness.trigger._book, harness.clock.now
     assert not book.due("pg-train", now + 9.9) and book.due("pg-train", now + 10)
     assert harness.trigger.finished[-1]["preemptor"] == "default/train"
