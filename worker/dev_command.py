@@ -75,6 +75,7 @@ from preemptctl.worker.cancellation import cancel_and_wait
 from preemptctl.worker.config import ConfigError, Settings, load_settings
 from preemptctl.worker.connections import StartupError, connect_cluster
 from preemptctl.worker.errors import UsageError
+from preemptctl.worker.ports import free_port
 from preemptctl.worker.retry_command import ui_link
 from preemptctl.worker.runtime import running_controller
 from preemptctl.worker.scenarios import BUNDLED, ONLINE_OFFLINE, bundled_or_file
@@ -565,12 +566,6 @@ async def _watching(faults: FaultSwitch | None) -> AsyncIterator[None]:
         yield
     finally:
         await cancel_and_wait(tasks, what="dev's watchers")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextmanager

@@ -44,10 +44,11 @@ from preemptctl.emulator.faults import Action, Decision, Fault, Faults
 from preemptctl.emulator.resources import PODS
 from preemptctl.ledger.models import events as events_table
 from preemptctl.migrations import upgrade
+from preemptctl.worker.ports import free_port
 from tests.support.emulator import as_list, node, pod
 from tests.support.postgres import fresh_database
 from tests.support.tcp_proxy import TcpProxy
-from tests.support.temporal_server import PersistentTemporal, free_port
+from tests.support.temporal_server import PersistentTemporal
 
 PREEMPTCTL = str(Path(sys.executable).parent / "preemptctl")
 PREEMPTOR_PRIORITY = 1000

@@ -38,6 +38,7 @@ from preemptctl.emulator.kubeconfig import write_kubeconfig
 from preemptctl.ledger.models import events as events_table
 from preemptctl.ledger.models import upstream_preemptions
 from preemptctl.migrations import upgrade
+from preemptctl.worker.ports import free_port
 from tests.support.fault_rig import (
     PREEMPTCTL,
     PREEMPTOR_PRIORITY,
@@ -49,7 +50,7 @@ from tests.support.fault_rig import (
 )
 from tests.support.postgres import fresh_database
 from tests.support.tcp_proxy import TcpProxy
-from tests.support.temporal_server import PersistentTemporal, free_port
+from tests.support.temporal_server import PersistentTemporal
 from tests.support.wire_log import WireLog
 
 

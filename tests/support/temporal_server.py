@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from types import TracebackType
 
 from temporalio.common import SearchAttributeIndexedValueType
 
+from preemptctl.worker.ports import free_port
 from preemptctl.worker.temporal_binary import temporal_cli
 from preemptctl.workflows import search_attributes
 
@@ -34,12 +34,6 @@ _TYPE_NAMES = {
     SearchAttributeIndexedValueType.BOOL: "Bool",
     SearchAttributeIndexedValueType.DATETIME: "Datetime",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class PersistentTemporal:

@@ -82,7 +82,7 @@ from preemptctl.preemption.upstream import UpstreamPreemption
 from preemptctl.worker.cli import main
 from preemptctl.worker.config import load_settings
 from preemptctl.worker.connections import connect_cluster
-from preemptctl.worker.dev_command import free_port
+from preemptctl.worker.ports import free_port
 from preemptctl.worker.runtime import running_controller
 from preemptctl.worker.scenarios import BUNDLED
 from preemptctl.worker.terminal import printable

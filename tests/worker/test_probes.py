@@ -46,8 +46,8 @@ from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.migrations import upgrade
 from preemptctl.worker.config import Settings, load_settings
 from preemptctl.worker.connections import StartupError, connect_cluster
-from preemptctl.worker.dev_command import free_port
 from preemptctl.worker.metrics import Metrics
+from preemptctl.worker.ports import free_port
 from preemptctl.worker.probes import Limits, ProbeServer, open_probe_server
 from preemptctl.worker.runtime import running_controller
 from preemptctl.worker.scenarios import ONLINE_OFFLINE

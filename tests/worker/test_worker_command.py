@@ -27,7 +27,7 @@ import pytest
 
 from preemptctl.emulator import SimulatedCluster
 from preemptctl.migrations import upgrade
-from preemptctl.worker.dev_command import free_port
+from preemptctl.worker.ports import free_port
 from preemptctl.worker.scenarios import ONLINE_OFFLINE
 from preemptctl.workflows.contract import workflow_id_for
 from tests.support.temporal import wait_until_closed

@@ -41,8 +41,8 @@ from preemptctl.emulator import SimulatedCluster
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.worker.config import Settings, load_settings
 from preemptctl.worker.connections import connect_cluster
-from preemptctl.worker.dev_command import free_port
 from preemptctl.worker.metrics import Metrics
+from preemptctl.worker.ports import free_port
 from preemptctl.worker.probes import ProbeServer
 from preemptctl.worker.runtime import Controller, running_controller
 from preemptctl.worker.scenarios import ONLINE_OFFLINE

@@ -39,9 +39,9 @@ from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
 from preemptctl.emulator import Emulator
+from preemptctl.worker.ports import free_port
 from preemptctl.workflows import search_attributes
 from tests.support.temporal import temporal_cli
-from tests.support.temporal_server import free_port
 from tests.workflows.harness import Stack, bind_when_room, keep_history, running_stack
 from tests.workflows.scenarios import one_full_node
 
