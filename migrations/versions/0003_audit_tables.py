@@ -16,26 +16,16 @@ once. Append-only like preemption_events (UPDATE, DELETE and TRUNCATE refused). 
 that may append to preemption_events may append to and read this table; those that may read
 it may read this.
 
-**decision_inputs** and **decision_input_packs**: one row per decision (a `decide` activity
-that reached the planner) in decision_inputs: what is the decision's own (the preemptor, the
-planner's arguments, the claims, the decision) with references to the objects it read,
-which `preemptctl replay --decision` plans again; each object (pod, node, PDB, ...) is stored
-once, in a pack of decision_input_packs, by the first decision that read it. Rows are never
-updated and never truncated. Unlike preemption_events they are deleted, but only by
-retention: `prune_decision_inputs(retention_days)` is a SECURITY DEFINER function owned by
-the tables' owner that deletes the decisions older than `retention_days` days (at least 1,
-and at least `decision_inputs_retention.minimum_days`, 30 as migrated, a one-row table only
-the owner may change) and the packs no kept decision can reference. The refusing trigger
-lets a DELETE through only when it is that function's own statement running as the owner
-(the current user and the call stack, which no session can forge; no setting a session could
-set). No login holds DELETE on the tables; the writers (INSERT on preemption_events) may
-EXECUTE the function, nobody else. So a writer can prune old inputs but never erase a fresh
-one, and an UPDATE or an ad-hoc DELETE is refused even to the owner. On SQLite (one machine,
-one user) UPDATE is refused and DELETE allowed.
-
-**Indexes for the shadow recorder** at scale: upstream_preemptions by `victim_uid` (is this
-victim already known?) and by `(victim_namespace, observed_at)` (rows per namespace in the
-last hour).
+**decision_inputs**: one row per decision (a `decide` activity that reached the planner): the
+planner's inputs, serialised and compressed, which `preemptctl replay --decision` plans again.
+Rows are never updated and never truncated. Unlike preemption_events they are deleted, but
+only by retention: `prune_decision_inputs(retention_days)` is a SECURITY DEFINER function
+owned by the table's owner that deletes rows older than `retention_days` (at least 1) days,
+setting a transaction-local flag the refusing trigger honours. No login holds DELETE on the
+table; the writers (INSERT on preemption_events) may EXECUTE the function, nobody else. So a
+writer can prune old inputs but never erase a fresh one, and an UPDATE or an ad-hoc DELETE is
+refused even to the owner. On SQLite (one machine, one user) UPDATE is refused and DELETE
+allowed.
 """
 
 from __future__ import annotations
@@ -135,10 +125,6 @@ def _upgrade_upstream_preemptions() -> None:
     )
     op.create_index("ix_upstream_preemptions_occurred_at", UPSTREAM_TABLE, ["occurred_at"])
     op.create_index("ix_upstream_preemptions_preemptor_uid", UPSTREAM_TABLE, ["preemptor_uid"])
-    op.create_index("ix_upstream_preemptions_victim_uid", UPSTREAM_TABLE, ["victim_uid"])
-    op.create_index(
-        "ix_upstream_preemptions_victim", UPSTREAM_TABLE, ["victim_namespace", "observed_at"]
-    )
 
     if op.get_bind().dialect.name == "postgresql":
         op.execute(UPSTREAM_POSTGRES_REFUSE_FUNCTION)
@@ -156,90 +142,60 @@ def _downgrade_upstream_preemptions() -> None:
         op.execute("DROP FUNCTION upstream_preemptions_refuse_change()")
 
 
-# -- decision_inputs, decision_input_packs, decision_inputs_retention -----------------------------
+# -- decision_inputs ---------------------------------------------------------------------------
 
 INPUTS_TABLE = "decision_inputs"
-PACKS_TABLE = "decision_input_packs"
-RETENTION_TABLE = "decision_inputs_retention"
-MINIMUM_RETENTION_DAYS = 30
-PACK_SLACK = "1 hour"
+INPUTS_PRUNING_FLAG = "preemptctl.pruning_decision_inputs"
 
-# A DELETE passes only as the tables' owner (the SECURITY DEFINER function runs as it) and
-# only as the statement of prune_decision_inputs itself: the third line of the call stack
-# (after this function and the DELETE's text) is that function. Neither can a session set.
-INPUTS_POSTGRES_REFUSE_FUNCTION = """
+INPUTS_POSTGRES_REFUSE_FUNCTION = f"""
 CREATE FUNCTION decision_inputs_refuse_change() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    stack text;
-    caller text;
-    pruner text := 'PL/pgSQL function ' || quote_ident(TG_TABLE_SCHEMA)
-        || '.prune_decision_inputs(integer) line ';
+LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'DELETE' AND current_user = (
-        SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = TG_RELID
-    ) THEN
-        GET DIAGNOSTICS stack = PG_CONTEXT;
-        caller := split_part(stack, E'\\n', 3);
-        IF left(caller, length(pruner)) = pruner AND right(caller, 17) = ' at SQL statement'
-        THEN
-            RETURN OLD;
-        END IF;
+    IF TG_OP = 'DELETE' AND current_setting('{INPUTS_PRUNING_FLAG}', true) = 'on' THEN
+        RETURN OLD;
     END IF;
-    RAISE EXCEPTION '% is append-only: % refused', TG_TABLE_NAME, TG_OP
+    RAISE EXCEPTION 'decision_inputs is append-only: % refused', TG_OP
         USING ERRCODE = 'integrity_constraint_violation',
               HINT = 'recorded inputs are only removed by prune_decision_inputs(retention_days)';
 END;
 $$
 """
 
-INPUTS_POSTGRES_TRIGGERS = tuple(
-    trigger
-    for table in (INPUTS_TABLE, PACKS_TABLE)
-    for trigger in (
-        f"""
-        CREATE TRIGGER {table}_append_only
-        BEFORE UPDATE OR DELETE ON {table}
-        FOR EACH ROW EXECUTE FUNCTION decision_inputs_refuse_change()
-        """,
-        f"""
-        CREATE TRIGGER {table}_no_truncate
-        BEFORE TRUNCATE ON {table}
-        FOR EACH STATEMENT EXECUTE FUNCTION decision_inputs_refuse_change()
-        """,
-    )
+INPUTS_POSTGRES_TRIGGERS = (
+    """
+    CREATE TRIGGER decision_inputs_append_only
+    BEFORE UPDATE OR DELETE ON decision_inputs
+    FOR EACH ROW EXECUTE FUNCTION decision_inputs_refuse_change()
+    """,
+    """
+    CREATE TRIGGER decision_inputs_no_truncate
+    BEFORE TRUNCATE ON decision_inputs
+    FOR EACH STATEMENT EXECUTE FUNCTION decision_inputs_refuse_change()
+    """,
 )
 
-# `{inputs}`, `{packs}`, `{retention}` are the schema-qualified tables: the function's
-# search_path is pg_catalog only, so a login cannot redirect it to tables of its own. Each
-# DELETE on one line: the refusing trigger reads the call stack line by line.
+# `{table}` is the schema-qualified table: the function's search_path is pg_catalog only,
+# so a login cannot redirect it to a table of its own.
 INPUTS_POSTGRES_PRUNE_FUNCTION = f"""
 CREATE FUNCTION prune_decision_inputs(retention_days integer) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    pruned bigint;
-    kept integer;
-    cutoff timestamptz;
+DECLARE pruned bigint;
 BEGIN
     IF retention_days IS NULL OR retention_days < 1 THEN
         RAISE EXCEPTION 'prune_decision_inputs: retention_days must be at least 1, not %',
             retention_days USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    SELECT minimum_days INTO kept FROM {{retention}} WHERE id = 1;
-    kept := greatest(retention_days, coalesce(kept, {MINIMUM_RETENTION_DAYS}));
-    cutoff := now() - make_interval(days => kept);
-    DELETE FROM {{inputs}} WHERE recorded_at < cutoff;
+    PERFORM set_config('{INPUTS_PRUNING_FLAG}', 'on', true);
+    DELETE FROM {{table}} WHERE recorded_at < now() - make_interval(days => retention_days);
     GET DIAGNOSTICS pruned = ROW_COUNT;
-    DELETE FROM {{packs}} WHERE referenced_until < cutoff - interval '{PACK_SLACK}';
+    PERFORM set_config('{INPUTS_PRUNING_FLAG}', 'off', true);
     RETURN pruned;
 END;
 $$
 """
 
-# Writers (INSERT on preemption_events) append, read and prune; readers (SELECT) read; both
-# read the minimum retention, which nobody but the owner may change (the default privileges
-# of docs/ledger.md would give the worker INSERT on it: taken back).
-INPUTS_GRANTS = f"""
+# Writers (INSERT on preemption_events) append, read and prune; readers (SELECT) read.
+INPUTS_GRANTS = """
 DO $$
 DECLARE grant_row record;
 BEGIN
@@ -250,38 +206,24 @@ BEGIN
           AND table_schema = current_schema() AND grantee <> current_user
     LOOP
         IF grant_row.privilege_type = 'INSERT' THEN
-            EXECUTE format('GRANT SELECT, INSERT ON {INPUTS_TABLE} TO %I', grant_row.grantee);
-            EXECUTE format('GRANT SELECT, INSERT ON {PACKS_TABLE} TO %I', grant_row.grantee);
+            EXECUTE format('GRANT SELECT, INSERT ON decision_inputs TO %I', grant_row.grantee);
             EXECUTE format(
                 'GRANT EXECUTE ON FUNCTION prune_decision_inputs(integer) TO %I',
                 grant_row.grantee
             );
         ELSE
-            EXECUTE format('GRANT SELECT ON {INPUTS_TABLE} TO %I', grant_row.grantee);
-            EXECUTE format('GRANT SELECT ON {PACKS_TABLE} TO %I', grant_row.grantee);
+            EXECUTE format('GRANT SELECT ON decision_inputs TO %I', grant_row.grantee);
         END IF;
-        EXECUTE format('GRANT SELECT ON {RETENTION_TABLE} TO %I', grant_row.grantee);
-    END LOOP;
-    FOR grant_row IN
-        SELECT DISTINCT grantee FROM information_schema.role_table_grants
-        WHERE table_name = '{RETENTION_TABLE}' AND privilege_type <> 'SELECT'
-          AND table_schema = current_schema() AND grantee <> current_user
-    LOOP
-        EXECUTE format(
-            'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {RETENTION_TABLE} FROM %I',
-            grant_row.grantee
-        );
     END LOOP;
 END
 $$
 """
 
-INPUTS_SQLITE_TRIGGERS = tuple(
-    f"""
-    CREATE TRIGGER {table}_no_update BEFORE UPDATE ON {table}
-    BEGIN SELECT RAISE(ABORT, '{table} is append-only: UPDATE refused'); END
+INPUTS_SQLITE_TRIGGERS = (
     """
-    for table in (INPUTS_TABLE, PACKS_TABLE)
+    CREATE TRIGGER decision_inputs_no_update BEFORE UPDATE ON decision_inputs
+    BEGIN SELECT RAISE(ABORT, 'decision_inputs is append-only: UPDATE refused'); END
+    """,
 )
 
 
@@ -313,31 +255,6 @@ def _upgrade_decision_inputs() -> None:
     op.create_index("ix_decision_inputs_preemption", INPUTS_TABLE, ["preemption_id", "id"])
     op.create_index("ix_decision_inputs_run_id", INPUTS_TABLE, ["run_id"])
     op.create_index("ix_decision_inputs_recorded_at", INPUTS_TABLE, ["recorded_at"])
-    op.create_table(
-        PACKS_TABLE,
-        sa.Column("id", sa.BigInteger(), autoincrement=False, nullable=False),
-        sa.Column("referenced_until", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("objects", sa.Integer(), nullable=False),
-        sa.Column("encoding", sa.String(32), nullable=False),
-        sa.Column("raw_bytes", sa.BigInteger(), nullable=False),
-        sa.Column("stored_bytes", sa.BigInteger(), nullable=False),
-        sa.Column("body", sa.LargeBinary(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_decision_input_packs"),
-    )
-    op.create_index("ix_decision_input_packs_referenced_until", PACKS_TABLE, ["referenced_until"])
-    op.create_table(
-        RETENTION_TABLE,
-        sa.Column("id", sa.SmallInteger(), autoincrement=False, nullable=False),
-        sa.Column("minimum_days", sa.Integer(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_decision_inputs_retention"),
-        sa.CheckConstraint("id = 1", name="ck_decision_inputs_retention_one_row"),
-        sa.CheckConstraint("minimum_days >= 1", name="ck_decision_inputs_retention_at_least_a_day"),
-    )
-    op.execute(
-        sa.text(
-            f"INSERT INTO {RETENTION_TABLE} (id, minimum_days) VALUES (1, {MINIMUM_RETENTION_DAYS})"
-        )
-    )
 
     bind = op.get_bind()
     if bind.dialect.name == "postgresql":
@@ -346,14 +263,11 @@ def _upgrade_decision_inputs() -> None:
         op.execute(INPUTS_POSTGRES_REFUSE_FUNCTION)
         for trigger in INPUTS_POSTGRES_TRIGGERS:
             op.execute(trigger)
-        prune = INPUTS_POSTGRES_PRUNE_FUNCTION
-        for placeholder, table in (
-            ("{inputs}", INPUTS_TABLE),
-            ("{packs}", PACKS_TABLE),
-            ("{retention}", RETENTION_TABLE),
-        ):
-            prune = prune.replace(placeholder, f"{quote(schema)}.{quote(table)}")
-        op.execute(prune)
+        op.execute(
+            INPUTS_POSTGRES_PRUNE_FUNCTION.replace(
+                "{table}", f"{quote(schema)}.{quote(INPUTS_TABLE)}"
+            )
+        )
         op.execute(INPUTS_GRANTS)
     else:
         for trigger in INPUTS_SQLITE_TRIGGERS:
@@ -361,8 +275,6 @@ def _upgrade_decision_inputs() -> None:
 
 
 def _downgrade_decision_inputs() -> None:
-    op.drop_table(RETENTION_TABLE)
-    op.drop_table(PACKS_TABLE)
     op.drop_table(INPUTS_TABLE)
     if op.get_bind().dialect.name == "postgresql":
         op.execute("DROP FUNCTION prune_decision_inputs(integer)")

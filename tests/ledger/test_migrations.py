@@ -7,31 +7,36 @@ Scenarios:
 - the models and the migrations agree on Postgres (autogenerate diff is empty)
 - the models and the migrations agree on SQLite (autogenerate diff is empty)
 - the migration's config works without an alembic.ini in the working directory
+- a released migration (0001 to 0003) is never edited: its file is byte for byte as released
 - the support window: revisions are numbered in sequence; this code runs against its head
   and the next revision (a rollback after a migration), refuses an unmigrated, older, or two
   migrations newer schema, each in one line that says what to do
 - `preemptctl history` of a release runs against a ledger one migration ahead of it
 - upstream_preemptions (0003) is append-only on Postgres (UPDATE, DELETE, TRUNCATE refused)
   and SQLite (UPDATE, DELETE refused); a second row for the same Event UID is refused
-- decision_inputs and decision_input_packs (0003) refuse UPDATE, TRUNCATE and an ad-hoc
-  DELETE on Postgres, even to their owner, and even with the session setting the first guard
-  honoured (`preemptctl.pruning_decision_inputs`: any session could set it);
+- decision_inputs (0003) and decision_input_packs (0004) refuse UPDATE, TRUNCATE and an
+  ad-hoc DELETE on Postgres, even to their owner, and even with the session setting 0003's
+  guard honoured (`preemptctl.pruning_decision_inputs`: any session could set it);
   `prune_decision_inputs(days)` deletes exactly the rows older than that, refuses fewer
   than one day, keeps at least the ledger's minimum retention (30 days as migrated), and a
   DELETE after it in the same transaction is refused again
 - on SQLite decision_inputs and decision_input_packs refuse UPDATE and allow the pruning
   DELETE
-- 0003 grants what 0002 does: a role that appends to preemption_events appends to and
-  reads the new tables and may prune; a role that reads it reads them; both read the
+- 0003 and 0004 grant what 0002 does: a role that appends to preemption_events appends to
+  and reads the new tables and may prune; a role that reads it reads them; both read the
   minimum retention and neither may change it; nobody else may prune
-- upstream_preemptions is indexed for the shadow recorder: by victim UID, and by victim
-  namespace and observation time
-- downgrading 0003 removes its tables and functions, and upgrading again works
-- the last release (head 0002) still starts against this release's schema (one migration ahead)
+- upstream_preemptions is indexed for the shadow recorder (0004): by victim UID, and by
+  victim namespace and observation time
+- a ledger at the last release's head (0003, as released) upgrades to 0004 with its rows
+  kept, and prunes under the new guard; downgrading to 0003 brings back the released guard
+  and pruning function, which prune as they did
+- downgrading 0004 and 0003 removes their tables and functions, and upgrading again works
+- the last release (head 0003) still starts against this release's schema (one migration ahead)
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -161,15 +166,30 @@ def test_revisions_are_numbered_in_sequence() -> None:
             assert migrations.next_revision(str(revision.down_revision)) == revision.revision
 
 
+RELEASED = {
+    "0001_preemption_events.py": "c8083dbc247e6d5f3313637bb9e56516abccb2fa30e379b23f44fd27e78a0690",
+    "0002_decision_lock.py": "22dc379e0a04594fa124dfff5c8eda8cf4a3c4b3dd4e90e1fdf63b74b5464ace",
+    "0003_audit_tables.py": "336602d45f463f1d8a9b69a52de9388d0eda46f099f8431a5b21e5f2890ec4de",
+}
+"""Each released migration's SHA-256: ledgers already at its revision never run it again, so
+a change to it would reach new ledgers only. A change goes in a new migration."""
+
+
+@pytest.mark.parametrize("name", sorted(RELEASED))
+def test_a_released_migration_is_never_edited(name: str) -> None:
+    script = Path(migrations.SCRIPT_LOCATION) / "versions" / name
+    assert hashlib.sha256(script.read_bytes()).hexdigest() == RELEASED[name]
+
+
 def test_the_support_window_is_head_and_the_next_revision() -> None:
     assert migrations.supported_revisions("0007") == ("0007", "0008")
 
 
 def test_the_last_release_still_starts_against_this_releases_schema() -> None:
-    """0002 was the last release's head: this release adds one migration, not more, so a
+    """0003 was the last release's head: this release adds one migration, not more, so a
     `kubectl rollout undo` after `migrate` keeps working."""
-    assert migrations.head_revision() == "0003"
-    assert migrations.schema_problem(migrations.head_revision(), head="0002") is None
+    assert migrations.head_revision() == "0004"
+    assert migrations.schema_problem(migrations.head_revision(), head="0003") is None
 
 
 @pytest.mark.parametrize(
@@ -435,6 +455,64 @@ def test_sqlite_decision_inputs_refuse_update_and_allow_pruning(
     with sqlite_engine.begin() as connection:
         connection.execute(text(f"DELETE FROM {table}"))
     assert _count(sqlite_engine, table) == 0
+
+
+def test_a_ledger_at_the_last_releases_head_upgrades_with_its_rows(postgres_url: str) -> None:
+    migrations.upgrade(postgres_url, "0003")
+    engine = create_ledger_engine(postgres_url)
+    try:
+        with engine.begin() as connection:  # written whole, as the last release writes
+            connection.execute(
+                insert(decision_inputs),
+                [_inputs_row("kept"), _inputs_row("old", NOW - timedelta(days=31))],
+            )
+        migrations.upgrade(postgres_url)
+        with engine.begin() as connection:
+            pruned = connection.execute(text("SELECT prune_decision_inputs(1)")).scalar_one()
+        with engine.connect() as connection:
+            kept = list(connection.execute(select(decision_inputs.c.idempotency_key)).scalars())
+            packs = _count(engine, "decision_input_packs")
+        with pytest.raises(DBAPIError, match="append-only"), engine.begin() as connection:
+            connection.execute(text("SET LOCAL preemptctl.pruning_decision_inputs = 'on'"))
+            connection.execute(text("DELETE FROM decision_inputs"))
+    finally:
+        engine.dispose()
+    assert (pruned, kept, packs) == (1, ["kept"], 0)  # the minimum retention holds the rest
+
+
+def test_downgrading_to_the_last_releases_head_restores_its_pruning(postgres_url: str) -> None:
+    migrations.upgrade(postgres_url)
+    migrations.downgrade(postgres_url, "0003")
+    engine = create_ledger_engine(postgres_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                insert(decision_inputs),
+                [_inputs_row("new"), _inputs_row("two-days", NOW - DAY * 2)],
+            )
+        with engine.begin() as connection:  # 0003's function: one day is enough
+            pruned = connection.execute(text("SELECT prune_decision_inputs(1)")).scalar_one()
+        with pytest.raises(DBAPIError, match="append-only"), engine.begin() as connection:
+            connection.execute(text("DELETE FROM decision_inputs"))
+        with engine.connect() as connection:
+            tables = set(inspect(connection).get_table_names())
+            indexes = {index["name"] for index in inspect(connection).get_indexes(UPSTREAM)}
+    finally:
+        engine.dispose()
+    assert (pruned, _count_at(postgres_url, "decision_inputs")) == (1, 1)
+    assert not tables & {"decision_input_packs", "decision_inputs_retention"}
+    assert not indexes & {"ix_upstream_preemptions_victim_uid", "ix_upstream_preemptions_victim"}
+
+
+UPSTREAM = "upstream_preemptions"
+
+
+def _count_at(url: str, table: str) -> int:
+    engine = create_ledger_engine(url)
+    try:
+        return _count(engine, table)
+    finally:
+        engine.dispose()
 
 
 @pytest.fixture
