@@ -35,6 +35,7 @@ from preemptctl.worker.logs import configure_logging
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.probes import open_probe_server
 from preemptctl.worker.runtime import running_controller
+from preemptctl.worker.temporal_setup import check_search_attributes
 from preemptctl.worker.workflow_processes import (
     Forked,
     fork_workflow_processes,
@@ -123,6 +124,8 @@ async def serve(settings: Settings, forked: Sequence[Forked] = ()) -> None:
             client = await connect_temporal(
                 settings, sdk_runtime(settings.sdk_metrics_port, settings.http_bind_address)
             )
+            if settings.search_attributes:
+                await check_search_attributes(client, settings.temporal_namespace)
 
             def report(event: str, fields: dict[str, Any]) -> None:
                 log.info(

@@ -2,7 +2,8 @@
 
 Scenarios:
 - a wrong Temporal address, a missing kubeconfig, an unmigrated ledger, a taken SDK metrics
-  port: each one line on stderr and exit code 2, before anything runs;
+  port, a Temporal namespace without the search attributes the preemptions carry (it would
+  refuse every start): each one line on stderr, before anything runs;
 - with its ledger database down, the worker waits instead of exiting: one log line per
   attempt (no password, no traceback), /readyz 503 saying it waits for the ledger,
   /healthz 200, and SIGTERM ends it with exit 0;
@@ -24,11 +25,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from temporalio.testing import WorkflowEnvironment
 
 from preemptctl.emulator import SimulatedCluster
 from preemptctl.migrations import upgrade
 from preemptctl.worker.ports import free_port
 from preemptctl.worker.scenarios import ONLINE_OFFLINE
+from preemptctl.worker.temporal_binary import temporal_cli
+from preemptctl.workflows import search_attributes
 from preemptctl.workflows.contract import workflow_id_for
 from tests.support.temporal import wait_until_closed
 
@@ -179,6 +183,35 @@ def test_sdk_metrics_port_in_use_is_one_line(cluster, tmp_path: Path) -> None:
     assert last.startswith(
         f"preemptctl worker: cannot serve the Temporal SDK's metrics on port {port}"
     )
+    assert "Traceback" not in completed.stderr
+
+
+async def test_a_namespace_without_the_search_attributes_is_one_line(
+    cluster, tmp_path: Path
+) -> None:
+    bare = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli(), dev_server_log_level="error"
+    )
+    try:
+        completed = await asyncio.to_thread(
+            start_worker,
+            "--kubeconfig",
+            str(cluster.kubeconfig_path),
+            env={
+                "PREEMPT_DATABASE_URL": migrated_sqlite(tmp_path),
+                "PREEMPT_TEMPORAL_ADDRESS": bare.client.service_client.config.target_host,
+                "PREEMPT_SDK_METRICS_PORT": "0",
+            },
+        )
+    finally:
+        await bare.shutdown()
+    assert completed.returncode == 2
+    last = completed.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "preemptctl worker: Temporal namespace default lacks the search attribute(s) "
+    )
+    assert all(key.name in last for key in search_attributes.ALL)
+    assert "run `preemptctl setup-temporal` once" in last
     assert "Traceback" not in completed.stderr
 
 
