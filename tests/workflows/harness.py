@@ -23,8 +23,9 @@ from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.models import events as events_table
 from preemptctl.preemption.decision import PodRef
 from preemptctl.preemption.group_decision import GroupRef
+from preemptctl.worker.config import Settings
 from preemptctl.worker.starter import start_group_preemption, start_preemption
-from preemptctl.worker.temporal_worker import build_worker
+from preemptctl.worker.temporal_worker import build_worker, preemption_activities
 from preemptctl.workflows.contract import (
     GroupPreemptionRequest,
     GroupPreemptionResult,
@@ -184,17 +185,23 @@ async def running_stack(
     scenario: Mapping[str, Any],
     *,
     with_worker: bool = True,
+    settings: Settings | None = None,
     **activity_options: Any,
 ) -> AsyncIterator[Stack]:
     """The stack; `with_worker=False` leaves the task queue unserved, for a test that runs
-    its workers itself."""
+    its workers itself. With `settings`, the view and the activities are wired from them as
+    `worker.runtime` does (`view_options`, `preemption_activities`)."""
     emulator.load(scenario)
     kube = connect(emulator.kubeconfig_path)
-    view = ClusterView(kube)
+    view = ClusterView(kube, **(settings.view_options() if settings else {}))
     view.start()
     try:
         assert view.wait_ready(10), "the cluster view did not sync"
-        activities = PreemptionActivities(kube, view, ledger, **activity_options)
+        activities = (
+            preemption_activities(settings, kube, view, ledger)
+            if settings
+            else PreemptionActivities(kube, view, ledger, **activity_options)
+        )
         task_queue = f"preemption-test-{uuid.uuid4()}"
         stack = Stack(emulator, kube, view, activities, client, ledger, task_queue)
         if not with_worker:

@@ -27,8 +27,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -36,8 +34,6 @@ from sqlalchemy import Engine, select
 from temporalio.client import Client, WorkflowHandle
 
 from preemptctl.emulator import Emulator
-from preemptctl.kube.client import connect
-from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.models import events as events_table
 from preemptctl.preemption.group_decision import GroupRef, label_group_uid
 from preemptctl.worker.config import Settings
@@ -47,7 +43,6 @@ from preemptctl.worker.starter import (
     start_group_preemption,
     start_preemption,
 )
-from preemptctl.worker.temporal_worker import build_worker, preemption_activities
 from preemptctl.worker.trigger_rules import pending_groups
 from preemptctl.workflows.contract import (
     GroupPreemptionResult,
@@ -57,7 +52,7 @@ from preemptctl.workflows.contract import (
 from preemptctl.workflows.group_preemption import GroupPreemptionWorkflow
 from preemptctl.workflows.preemption import PreemptionWorkflow
 from tests.support.emulator import as_list, node, pod
-from tests.workflows.harness import Stack, bind_group_when_room, bind_when_room
+from tests.workflows.harness import Stack, bind_group_when_room, bind_when_room, running_stack
 from tests.workflows.scenarios import started
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -176,33 +171,6 @@ def a_loose_pod_costs_less(namespace: str) -> dict[str, Any]:
     return as_list(*items)
 
 
-@asynccontextmanager
-async def label_stack(
-    client: Client,
-    ledger: Engine,
-    emulator: Emulator,
-    scenario: Mapping[str, Any],
-    settings: Settings = SETTINGS,
-) -> AsyncIterator[Stack]:
-    """`harness.running_stack` with the settings' wiring, as `worker.runtime` does it: the
-    view keeps the group label and the size annotation (`view_options`), the activities
-    plan with the label (`preemption_activities`)."""
-    emulator.load(scenario)
-    kube = connect(emulator.kubeconfig_path)
-    view = ClusterView(kube, **settings.view_options())
-    view.start()
-    try:
-        assert view.wait_ready(10), "the cluster view did not sync"
-        activities = preemption_activities(settings, kube, view, ledger)
-        task_queue = f"preemption-test-{uuid.uuid4()}"
-        stack = Stack(emulator, kube, view, activities, client, ledger, task_queue)
-        async with build_worker(client, activities, task_queue=task_queue):
-            yield stack
-        await asyncio.to_thread(activities.close)
-    finally:
-        view.stop()
-
-
 def the_pending_group(stack: Stack) -> GroupRef:
     """The one group the trigger's resync finds pending, as it would start its run."""
     with stack.view.read() as snapshot:
@@ -268,7 +236,9 @@ async def test_a_label_named_gang_preempts_for_itself_and_takes_a_label_named_ga
     ns = fresh_namespace()
     trainers = [f"{ns}/train-x-{i}" for i in range(3)]
     victims = [f"{ns}/{name}" for name in ("notebook", "train-y-0", "train-y-1", "train-y-2")]
-    async with label_stack(client, ledger, emulator, two_gangs(ns)) as stack:
+    async with running_stack(
+        client, ledger, emulator, settings=SETTINGS, scenario=two_gangs(ns)
+    ) as stack:
         group = the_pending_group(stack)
         handle = await start_the_group(stack, group)
         scheduler = asyncio.create_task(bind_group_when_room(stack, trainers, victims))
@@ -335,7 +305,9 @@ async def test_a_label_named_gang_short_of_its_size_preempts_nothing(
     client: Client, ledger: Engine, emulator: Emulator
 ) -> None:
     ns = fresh_namespace()
-    async with label_stack(client, ledger, emulator, gang_not_yet_whole(ns)) as stack:
+    async with running_stack(
+        client, ledger, emulator, settings=SETTINGS, scenario=gang_not_yet_whole(ns)
+    ) as stack:
         group = the_pending_group(stack)
         handle = await start_the_group(stack, group)
         result = await handle.result()
@@ -356,7 +328,9 @@ async def test_a_single_pod_takes_a_label_named_gang_whole(
 ) -> None:
     ns = fresh_namespace()
     gang = [f"{ns}/train-y-{i}" for i in range(3)]
-    async with label_stack(client, ledger, emulator, one_member_in_the_way(ns)) as stack:
+    async with running_stack(
+        client, ledger, emulator, settings=SETTINGS, scenario=one_member_in_the_way(ns)
+    ) as stack:
         handle = await start_the_pod(stack, f"{ns}/urgent")
         scheduler = asyncio.create_task(bind_when_room(stack, f"{ns}/urgent", "node-1", gang))
         result = await handle.result()
@@ -393,7 +367,9 @@ async def test_a_single_pod_does_not_split_a_label_named_gang(
 ) -> None:
     ns = fresh_namespace()
     batch = [f"{ns}/batch"]
-    async with label_stack(client, ledger, emulator, a_loose_pod_costs_less(ns)) as stack:
+    async with running_stack(
+        client, ledger, emulator, settings=SETTINGS, scenario=a_loose_pod_costs_less(ns)
+    ) as stack:
         handle = await start_the_pod(stack, f"{ns}/urgent")
         scheduler = asyncio.create_task(bind_when_room(stack, f"{ns}/urgent", "node-3", batch))
         result = await handle.result()
