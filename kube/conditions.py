@@ -4,12 +4,13 @@ victim the preemption spared.
 Upstream (`prepareCandidate` in the scheduler's preemption executor) sets it so that the
 victim's controllers and the kubelet know why the pod goes away, with server-side apply on
 the status subresource (`ApplyStatus`, a field manager, force): `managedFields` then shows
-who marked the pod. This does the same under the field manager `preemptctl`. Like upstream's
-`UpdatePodCondition`, nothing is sent when an identical condition is already there: a
-retried activity then costs one GET, and the condition's lastTransitionTime is not bumped.
-
-The applied object carries the victim's UID, so a pod replaced under the same name since the
-GET is refused by the API server (UID precondition) rather than marked.
+who marked the pod. This does the same under the field manager `preemptctl`, with no read
+first: the applied object carries the victim's UID, so a pod replaced under the same name is
+refused by the API server (UID precondition) rather than marked, and the answer is the pod
+as it is now, so a victim already terminating (its deletionTimestamp set: deleted already,
+by this preemption's earlier attempt or by anyone) is told apart without a GET. The price,
+paid only when a step is run again: the condition's lastTransitionTime is bumped, where
+upstream's `UpdatePodCondition` (which compares against its cache first) leaves it.
 
 Removal applies the same manager's configuration without the condition: server-side apply
 removes what its manager no longer applies. A condition this manager does not own (another
@@ -54,34 +55,24 @@ def preemption_message(scheduler_name: str) -> str:
     return f"{scheduler_name}: preempting to accommodate a higher priority pod"
 
 
-def _identical(condition: dict[str, Any], wanted: dict[str, Any]) -> bool:
-    return all(condition.get(key) == wanted[key] for key in ("type", "status", "reason", "message"))
-
-
 def add_disruption_target(kube: KubeClient, victim: PodRef, scheduler_name: str) -> WriteResult:
     """Mark `victim` as about to be preempted by a scheduler named `scheduler_name` (the
-    preemptor's `spec.schedulerName`, as upstream). A victim already terminating is left
-    as it is: it is on its way out."""
+    preemptor's `spec.schedulerName`, as upstream), in one request. A victim the answer
+    shows terminating is reported so (`TERMINATING`): it needs no DELETE."""
     wanted = {
         "type": DISRUPTION_TARGET,
         "status": "True",
         "reason": PREEMPTION_BY_SCHEDULER,
         "message": preemption_message(scheduler_name),
+        "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-    lookup = read_before_write(kube, victim, "victim")
-    if isinstance(lookup, WriteResult):
-        return lookup
-    if lookup.terminating:
-        return WriteResult(WriteEffect.TERMINATING, victim.key, "victim is already terminating")
-    conditions = lookup.conditions
-    if any(_identical(condition, wanted) for condition in conditions):
-        return WriteResult(WriteEffect.UNCHANGED, victim.key, "DisruptionTarget already set")
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     call = Call("patch", "pods/status", victim.key)
     try:
-        _apply_status(kube, victim, [dict(wanted, lastTransitionTime=now)], call)
+        answer = _apply_status(kube, victim, [wanted], call)
     except ApiException as error:
         return _refused(kube, victim, api_status(error), call)
+    if ((answer or {}).get("metadata") or {}).get("deletionTimestamp"):
+        return WriteResult(WriteEffect.TERMINATING, victim.key, "victim is already terminating")
     return WriteResult(WriteEffect.DONE, victim.key, "DisruptionTarget condition added")
 
 

@@ -3,14 +3,14 @@
 Scenarios:
 - the condition is added through the status subresource with upstream's type, status, reason
   and message, and the pod's other conditions are kept;
-- an identical condition already there means no PATCH is sent (unchanged);
+- the mark is one request, never a read first (issue 29): applied again, it is one more
+  PATCH and the condition stays one;
 - a condition from another scheduler is replaced by ours;
-- a victim already gone is reported as such, without a PATCH;
+- a victim already gone is reported as such (the PATCH's 404);
 - a victim replaced by a same-named pod is left alone, and the result names the replacement's
-  UID;
-- a victim already terminating is left alone: nothing is written (terminating);
-- an apply the API server refuses for the victim's UID is the replacement, named by the
-  answer itself;
+  UID (the API server refuses the apply for the UID, and its answer names the pod there now);
+- a victim already terminating is told by the apply's answer (terminating): it needs no
+  DELETE;
 - the condition is written with server-side apply (field manager preemptctl, force) and
   managedFields show preemptctl owning it on the status subresource;
 - the applied object carries the victim's UID, and a conflict from the server with the pod
@@ -68,13 +68,16 @@ def test_condition_is_added_as_upstream_words_it(
     assert [r.resource for r in emulator.requests.matching("patch")] == ["pods/status"]
 
 
-def test_identical_condition_sends_no_patch(
+def test_marking_again_is_one_more_patch_and_no_read(
     kube: KubeClient, emulator: Emulator, victim: PodRef
 ) -> None:
     add_disruption_target(kube, victim, "default-scheduler")
     again = add_disruption_target(kube, victim, "default-scheduler")
-    assert again.effect is WriteEffect.UNCHANGED
-    assert len(emulator.requests.matching("patch")) == 1
+    assert again.effect is WriteEffect.DONE
+    assert len(emulator.requests.matching("patch")) == 2
+    assert emulator.requests.matching("get") == []
+    targets = [c for c in _conditions(emulator) if c["type"] == "DisruptionTarget"]
+    assert len(targets) == 1
 
 
 def test_condition_from_another_scheduler_is_replaced(
@@ -87,10 +90,10 @@ def test_condition_from_another_scheduler_is_replaced(
     assert [c["message"] for c in targets] == [UPSTREAM["message"]]
 
 
-def test_gone_victim_is_reported_without_patch(kube: KubeClient, emulator: Emulator) -> None:
+def test_gone_victim_is_reported(kube: KubeClient, emulator: Emulator) -> None:
     outcome = add_disruption_target(kube, PodRef("default", "victim", "u1"), "default-scheduler")
     assert outcome.effect is WriteEffect.ALREADY_GONE
-    assert emulator.requests.matching("patch") == []
+    assert emulator.requests.matching("get") == []
 
 
 def test_replaced_victim_is_left_alone(kube: KubeClient, emulator: Emulator) -> None:
@@ -98,10 +101,14 @@ def test_replaced_victim_is_left_alone(kube: KubeClient, emulator: Emulator) -> 
     outcome = add_disruption_target(kube, PodRef("default", "victim", "old-uid"), "s")
     assert outcome.effect is WriteEffect.REPLACED
     assert outcome.replaced_by_uid == "new-uid"
-    assert emulator.requests.matching("patch") == []
+    stored = emulator.pod("default/victim")
+    assert stored is not None
+    assert "conditions" not in stored["status"] or not any(
+        c["type"] == "DisruptionTarget" for c in stored["status"]["conditions"]
+    )
 
 
-def test_terminating_victim_is_left_alone(kube: KubeClient, emulator: Emulator) -> None:
+def test_terminating_victim_is_told_by_the_answer(kube: KubeClient, emulator: Emulator) -> None:
     emulator.load(pod("victim", node_name="n1", grace_period=600))
     emulator.store.delete(PODS, "default", "victim", grace_period=600)
     outcome = add_disruption_target(kube, ref_of(emulator, "default/victim"), "s")
@@ -109,7 +116,7 @@ def test_terminating_victim_is_left_alone(kube: KubeClient, emulator: Emulator) 
         WriteEffect.TERMINATING,
         "victim is already terminating",
     )
-    assert emulator.requests.matching("patch") == []
+    assert emulator.requests.matching("get") == []
 
 
 def test_an_apply_refused_for_the_uid_names_the_replacement(
@@ -123,7 +130,7 @@ def test_an_apply_refused_for_the_uid_names_the_replacement(
     emulator.faults.on_arrival = replace_before_the_apply
     outcome = add_disruption_target(kube, victim, "default-scheduler")
     assert (outcome.effect, outcome.replaced_by_uid) == (WriteEffect.REPLACED, "new-uid")
-    assert len(emulator.requests.matching("get", "pods")) == 1  # its read before the apply
+    assert emulator.requests.matching("get", "pods") == []  # no read: the answer names it
 
 
 def test_conflict_with_the_pod_still_there_is_retryable(

@@ -5,11 +5,14 @@ Scenarios:
 - nominating to the node it is already nominated to sends no patch;
 - a nomination to another node, set by another component, is kept unless the decision
   requires overwriting it, and the outcome names it either way;
-- with overwrite, the other nomination is replaced and the outcome names what was there;
+- with overwrite, one patch and no read (issue 29): the other nomination is replaced, and
+  the outcome names what the decision saw there;
 - clearing removes a nomination to the decision's node;
 - a nomination that has moved to another node since is not cleared;
 - a pod without a nomination needs no clearing;
-- a preemptor gone or replaced is reported, not patched.
+- a preemptor gone or replaced is reported: read first when keeping another's nomination;
+  with overwrite, by the patch's own answer (404, or the UID it carries refused), and the
+  pod now under the name is left as it was.
 """
 
 from __future__ import annotations
@@ -54,9 +57,11 @@ def test_other_components_nomination_is_kept(kube: KubeClient, emulator: Emulato
 
 def test_overwrite_replaces_and_names_the_previous(kube: KubeClient, emulator: Emulator) -> None:
     emulator.load(pod("urgent", nominated_node="n9"))
-    outcome = nominate(kube, ref_of(emulator, "default/urgent"), "n1", overwrite=True)
+    outcome = nominate(kube, ref_of(emulator, "default/urgent"), "n1", overwrite=True, seen="n9")
     assert (outcome.effect, outcome.previous) == (WriteEffect.DONE, "n9")
+    assert outcome.message == "nominated to n1, overwriting the nomination to n9"
     assert _nominated(emulator, "default/urgent") == "n1"
+    assert emulator.requests.matching("get") == []
 
 
 def test_clearing_removes_nomination_to_the_node(kube: KubeClient, emulator: Emulator) -> None:
@@ -81,8 +86,19 @@ def test_pod_without_nomination_needs_no_clearing(kube: KubeClient, emulator: Em
 
 
 def test_gone_or_replaced_preemptor_is_not_patched(kube: KubeClient, emulator: Emulator) -> None:
+    gone = nominate(kube, PodRef("default", "urgent", "u1"), "n1", overwrite=False)
+    emulator.load(pod("urgent", uid="u2"))
+    replaced = nominate(kube, PodRef("default", "urgent", "u1"), "n1", overwrite=False)
+    assert (gone.effect, replaced.effect) == (WriteEffect.ALREADY_GONE, WriteEffect.REPLACED)
+    assert emulator.requests.matching("patch") == []
+
+
+def test_overwriting_a_gone_or_replaced_preemptor_leaves_the_pod_there_alone(
+    kube: KubeClient, emulator: Emulator
+) -> None:
     gone = nominate(kube, PodRef("default", "urgent", "u1"), "n1", overwrite=True)
     emulator.load(pod("urgent", uid="u2"))
     replaced = nominate(kube, PodRef("default", "urgent", "u1"), "n1", overwrite=True)
     assert (gone.effect, replaced.effect) == (WriteEffect.ALREADY_GONE, WriteEffect.REPLACED)
-    assert emulator.requests.matching("patch") == []
+    assert _nominated(emulator, "default/urgent") is None
+    assert emulator.requests.matching("get") == []
