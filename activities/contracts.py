@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from preemptctl.ledger.vocabulary import WORKFLOW_OUTCOMES, Fate, Outcome
 from preemptctl.preemption.decision import PodRef, Strategy, Verdict
+from preemptctl.preemption.group_decision import GroupRef
 
 
 @dataclass
@@ -99,6 +100,39 @@ class Selection:
     retry_after_seconds: float = 0.0
     dry_run: bool = False
     story: DecisionStory | None = None  # the decision in words (none before it was told)
+    # The UIDs of the victims the view showed terminating when the decision was made: their
+    # deletion has begun, so no call is sent for them (upstream's prepareCandidate skips
+    # them too), and the step that finds a victim terminating knows it was not so before.
+    terminating: list[str] = field(default_factory=list)
+    # The preemptor's nomination as the decision saw it: what nominating it overwrites.
+    nominated_node_seen: str | None = None
+
+
+@dataclass
+class Nomination:
+    """A pod's nomination to a node: a placed member's, to set (the node the decision placed
+    it on; `seen`: its nomination as the decision saw it), or a lower-priority pod's, to
+    clear (the node it is nominated to)."""
+
+    pod: PodRef
+    node: str
+    seen: str | None = None
+
+
+@dataclass
+class Written:
+    """A nomination write as the API server settled it (`effect`, a `WriteEffect` value; or
+    `error` when it could not be made), kept for the ledger: `kind` is the event it is
+    recorded as (`nominated`, `member_nominated`, `nomination_cleared`). A run of the one
+    runbook (`workflows.runbook`) appends them with its end, in one statement."""
+
+    kind: str
+    pod: PodRef
+    node: str
+    effect: str = ""
+    message: str = ""
+    previous: str | None = None
+    error: str | None = None
 
 
 @dataclass
@@ -107,18 +141,24 @@ class NominationInput:
     preemptor: PodRef
     node: str
     clear: list[PodRef] = field(default_factory=list)  # lower-priority nominations to `node`
+    # False (the one runbook): the writes are returned (`NominationResult.writes`) for the
+    # run's end to record, not appended here.
+    record: bool = True
+    seen: str | None = None  # the preemptor's nomination as the decision saw it
 
 
 @dataclass
 class NominationResult:
     """The nomination as the API server settled it (`effect`, a `WriteEffect` value);
     `error` when it could not be made (the preemption goes on, as upstream's does). Histories
-    recorded before the rename carry the effect as `verdict`, which the workflow never read."""
+    recorded before the rename carry the effect as `verdict`, which the workflow never read.
+    `writes`: every write of the step, for the ledger, when the step did not record them."""
 
     effect: str = ""
     message: str = ""
     previous: str | None = None
     error: str | None = None
+    writes: list[Written] = field(default_factory=list)
 
 
 @dataclass
@@ -179,6 +219,27 @@ class VictimResult:
     stopped: str = ""
     answer_lost: bool = False  # deleted by an earlier attempt whose answer never arrived
     terminating: bool = False  # already gone: it was on its way out when marked
+    marked: bool = False  # its DisruptionTarget condition was set (to remove, if spared)
+
+
+@dataclass
+class PreemptVictimInput:
+    """One victim's own step (`preempt_victim`: mark, then delete with the UID precondition)
+    and what the room is for: a pod (`step.preemptor`), or a pod group (`group`, with each
+    placed member and the node it was placed on)."""
+
+    step: VictimInput
+    group: GroupRef | None = None
+    placements: list[Nomination] = field(default_factory=list)
+
+
+@dataclass
+class VictimFate:
+    """A victim, the node it is on, and what became of it: what a run's end records."""
+
+    pod: PodRef
+    node: str
+    result: VictimResult
 
 
 @dataclass
@@ -200,6 +261,10 @@ class EndInput:
     seconds_to_schedule: float | None = None
     failed_victim: PodRef | None = None  # a victim whose write failed for good
     retryable: bool = True  # a failure retrying cannot cure (RBAC): the preemptor's event says
+    # A run of the one runbook records its victims' fates and its nomination's writes with
+    # its end, in one statement (earlier runs had each step append its own).
+    victims: list[VictimFate] = field(default_factory=list)
+    writes: list[Written] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.outcome not in WORKFLOW_OUTCOMES:

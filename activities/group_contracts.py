@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from preemptctl.activities.contracts import DecisionStory, RunRef, VictimInput, VictimRound
+from preemptctl.activities.contracts import (
+    DecisionStory,
+    Nomination,
+    RunRef,
+    VictimFate,
+    VictimInput,
+    VictimRound,
+    Written,
+)
 from preemptctl.ledger.vocabulary import WORKFLOW_OUTCOMES, Outcome
 from preemptctl.preemption.decision import PodRef, Verdict
 from preemptctl.preemption.group_decision import GroupRef
@@ -26,15 +34,6 @@ class SelectGroupInput:
     throttled: int = 0  # how many times the eviction budget held this run back already
     started_by: str = "trigger"  # the workflow's GroupPreemptionRequest.started_by
     retry_reason: str = ""
-
-
-@dataclass
-class Nomination:
-    """A pod's nomination to a node: a placed member's, to set (the node the decision placed
-    it on), or a lower-priority pod's, to clear (the node it is nominated to)."""
-
-    pod: PodRef
-    node: str
 
 
 @dataclass
@@ -70,6 +69,7 @@ class GroupSelection:
     retry_after_seconds: float = 0.0
     dry_run: bool = False
     story: DecisionStory | None = None
+    terminating: list[str] = field(default_factory=list)  # as `Selection.terminating`
 
 
 @dataclass
@@ -81,15 +81,18 @@ class MembersNomination:
     group: GroupRef
     placements: list[Nomination]
     clear: list[Nomination] = field(default_factory=list)
+    record: bool = True  # as `NominationInput.record`
 
 
 @dataclass
 class MembersNominated:
     """How many nominations the API server settled, and each one that could not be made
-    (the preemption goes on without it, as upstream's does)."""
+    (the preemption goes on without it, as upstream's does); `writes` as
+    `NominationResult.writes`."""
 
     nominated: int = 0
     errors: list[str] = field(default_factory=list)
+    writes: list[Written] = field(default_factory=list)
 
 
 @dataclass
@@ -135,6 +138,8 @@ class GroupEndInput:
     failed_victim: PodRef | None = None
     failed_victim_node: str | None = None
     retryable: bool = True
+    victims: list[VictimFate] = field(default_factory=list)  # as `EndInput.victims`
+    writes: list[Written] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.outcome not in WORKFLOW_OUTCOMES:

@@ -25,7 +25,14 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from preemptctl.activities.contracts import RunRef, VictimInput, VictimResult
+from preemptctl.activities.contracts import (
+    Nomination,
+    PreemptVictimInput,
+    RunRef,
+    VictimInput,
+    VictimResult,
+    Written,
+)
 from preemptctl.activities.errors import decision_errors, kube_errors
 from preemptctl.activities.group_contracts import (
     GroupCheck,
@@ -35,22 +42,20 @@ from preemptctl.activities.group_contracts import (
     GroupVictimRound,
     MembersNominated,
     MembersNomination,
-    Nomination,
     SelectGroupInput,
     VictimPlacement,
 )
 from preemptctl.activities.recording import Recorder, event, failure_note, when
 from preemptctl.activities.story import group_story
-from preemptctl.activities.victim_steps import VictimSteps
+from preemptctl.activities.victim_steps import VictimSteps, write_events, written
 from preemptctl.deciding.path import DecidedGroup, DecisionPath, GroupDecisionRequest
 from preemptctl.kube import events, nomination
 from preemptctl.kube.events import ObjectRef
 from preemptctl.kube.pods import Presence, get_pod, get_pod_group
 from preemptctl.kube.results import KubeCallError
 from preemptctl.kube.view import ClusterView
-from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.payloads import Scheduled, Terminal, VictimStep, Write
+from preemptctl.ledger.payloads import Scheduled, Terminal, VictimStep
 from preemptctl.ledger.vocabulary import KIND_OF_OUTCOME, Outcome
 from preemptctl.preemption.decision import PodRef, Verdict
 from preemptctl.preemption.errors import PlannerInputError
@@ -135,7 +140,8 @@ class GroupPreemptionActivities:
             for key, node in sorted(decision.nominations.items()):
                 member = snapshot.pod_by_key(key)
                 if member is not None:
-                    placements.append(Nomination(PodRef.of(member), node))
+                    seen = member.nominated_node_name or None
+                    placements.append(Nomination(PodRef.of(member), node, seen))
             for victim in decision.victims:
                 unit = decision.unit_of(victim)
                 pod = snapshot.pods.get(victim.uid)
@@ -161,6 +167,7 @@ class GroupPreemptionActivities:
             retry_after_seconds=decided.retry_after_seconds,
             dry_run=dry_run,
             story=group_story(group, decision, placements, victims, min_count, dry_run=dry_run),
+            terminating=list(decided.terminating),
         )
 
     def _tell_the_group_the_decision(self, run: RunRef, selection: GroupSelection) -> None:
@@ -206,63 +213,44 @@ class GroupPreemptionActivities:
     def nominate_members(self, request: MembersNomination) -> MembersNominated:
         """Set each placed member's nominatedNodeName to its node (overwriting another's:
         the decision requires it), clear the lower-priority nominations to those nodes, and
-        record each write, all in one append. A write refused for good is recorded and the
-        preemption goes on, as upstream's does; one that may succeed later is retried (the
-        writes are idempotent: a retry finds what the first attempt did unchanged)."""
+        record each write, all in one append (or, with `record` off, return them for the
+        run's end to record). A write refused for good is recorded and the preemption goes
+        on, as upstream's does; one that may succeed later is retried (the writes are
+        idempotent: a retry finds what the first attempt did unchanged)."""
         run, group = request.run, request.group
         preemptor = group.as_preemptor()
         self._recorder.refuse_if_dry("nominate the members of", preemptor)
-        batch: list[LedgerEvent] = []
+        writes: list[Written] = []
         result = MembersNominated()
         for placed in request.placements:
             pod = placed.pod
             try:
                 with kube_errors():
-                    written = nomination.nominate(self._kube, pod, placed.node, overwrite=True)
-                payload = Write(
-                    written.effect.value,
-                    written.message,
-                    written.previous,
-                    pod=pod.key,
-                    uid=pod.uid,
-                )
+                    settled = nomination.nominate(
+                        self._kube, pod, placed.node, overwrite=True, seen=placed.seen
+                    )
+                writes.append(written(EventKind.MEMBER_NOMINATED, pod, placed.node, settled))
                 result.nominated += 1
             except ApplicationError as error:
                 if not error.non_retryable:
                     raise
-                payload = Write(error=error.message, pod=pod.key, uid=pod.uid)
+                writes.append(written(EventKind.MEMBER_NOMINATED, pod, placed.node, error.message))
                 result.errors.append(f"{pod.key}: {error.message}")
-            batch.append(
-                event(
-                    run,
-                    EventKind.MEMBER_NOMINATED,
-                    preemptor,
-                    placed.node,
-                    payload.to_json(),
-                    step=pod.uid,
-                )
-            )
         for nominated in request.clear:
             pod = nominated.pod
             try:
                 with kube_errors():
                     cleared = nomination.clear_nomination(self._kube, pod, nominated.node)
-                payload = Write(cleared.effect.value, cleared.message, pod=pod.key, uid=pod.uid)
+                writes.append(written(EventKind.NOMINATION_CLEARED, pod, nominated.node, cleared))
             except ApplicationError as error:
                 if not error.non_retryable:
                     raise
-                payload = Write(error=error.message, pod=pod.key, uid=pod.uid)
-            batch.append(
-                event(
-                    run,
-                    EventKind.NOMINATION_CLEARED,
-                    preemptor,
-                    nominated.node,
-                    payload.to_json(),
-                    step=pod.uid,
-                )
-            )
-        self._recorder.append(batch)
+                refused = written(EventKind.NOMINATION_CLEARED, pod, nominated.node, error.message)
+                writes.append(refused)
+        if request.record:
+            self._recorder.append(write_events(run, preemptor, writes))
+        else:
+            result.writes = writes
         return result
 
     @activity.defn(name="delete_group_victim")
@@ -291,6 +279,20 @@ class GroupPreemptionActivities:
         nominations = {placed.pod.key: placed.node for placed in request.placements}
         return self._victims.delete_round(
             request.round.steps(),
+            lambda: reason_to_stop_group(self._standing(group, members), group.key, nominations),
+            lambda step: self._announce_preempted(step, group),
+        )
+
+    def preempt_victim(self, request: PreemptVictimInput) -> VictimResult:
+        """A group's victim in one step (`PreemptionActivities.preempt_victim`): the room
+        is still needed unless the group is gone, replaced, or has members bound to other
+        nodes than the ones the decision placed them on."""
+        group = request.group
+        assert group is not None
+        members = [placed.pod for placed in request.placements]
+        nominations = {placed.pod.key: placed.node for placed in request.placements}
+        return self._victims.preempt(
+            request.step,
             lambda: reason_to_stop_group(self._standing(group, members), group.key, nominations),
             lambda step: self._announce_preempted(step, group),
         )
@@ -364,8 +366,9 @@ class GroupPreemptionActivities:
         PodGroup a failure's cause and what to do."""
         run, group = request.run, request.group
         preemptor = group.as_preemptor()
-        batch: list[LedgerEvent] = []
-        if request.failed_victim is not None:
+        batch = write_events(run, preemptor, request.writes)
+        batch += self._victims.fate_events(run, preemptor, request.victims)
+        if request.failed_victim is not None and not request.victims:
             batch.append(
                 event(
                     run,

@@ -45,18 +45,20 @@ from preemptctl.activities.contracts import (
     NominationInput,
     NominationResult,
     PreemptorCheck,
+    PreemptVictimInput,
     RunRef,
     SelectInput,
     Selection,
     VictimInput,
     VictimResult,
     VictimRound,
+    Written,
 )
 from preemptctl.activities.errors import decision_errors, kube_errors
 from preemptctl.activities.group_preemption import GroupPreemptionActivities
 from preemptctl.activities.recording import Recorder, event, failure_note, when
 from preemptctl.activities.story import pod_story
-from preemptctl.activities.victim_steps import VictimSteps
+from preemptctl.activities.victim_steps import VictimSteps, write_events, written
 from preemptctl.deciding.path import Decided, DecisionPath, DecisionRequest
 from preemptctl.kube import events, nomination
 from preemptctl.kube.client import KubeClient
@@ -64,10 +66,9 @@ from preemptctl.kube.events import ObjectRef
 from preemptctl.kube.pods import get_pod, get_pod_group
 from preemptctl.kube.results import KubeCallError
 from preemptctl.kube.view import ClusterView
-from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.inputs_recorder import INPUTS_MAX_BYTES, INPUTS_RETENTION_DAYS
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.payloads import Scheduled, Terminal, VictimStep, Write
+from preemptctl.ledger.payloads import Scheduled, Terminal, VictimStep
 from preemptctl.ledger.vocabulary import KIND_OF_OUTCOME, Outcome
 from preemptctl.preemption.decision import PodRef, Verdict
 from preemptctl.preemption.default_preemption import PreemptionArgs
@@ -145,6 +146,7 @@ class PreemptionActivities:
             self.delete_victim,
             self.mark_victims,
             self.delete_victims,
+            self.preempt_victim,
             self.unmark_victim,
             self.check_preemptor,
             self.record_end,
@@ -231,42 +233,38 @@ class PreemptionActivities:
     def nominate_preemptor(self, request: NominationInput) -> NominationResult:
         """Set the preemptor's nominatedNodeName (a nomination another component set is
         overwritten: the decision requires it), clear lower-priority nominations to the node,
-        and record each. A write that fails for good is recorded and the preemption goes on,
-        as upstream's does; one that may succeed later is retried."""
+        and record each (or, with `record` off, return them for the run's end to record).
+        A write that fails for good is recorded and the preemption goes on, as upstream's
+        does; one that may succeed later is retried."""
         run, node = request.run, request.node
         self._recorder.refuse_if_dry("nominate", request.preemptor, f"to {node}")
-        batch: list[LedgerEvent] = []
+        writes: list[Written] = []
         result = NominationResult()
         try:
             with kube_errors():
-                written = nomination.nominate(self._kube, request.preemptor, node, overwrite=True)
-            result = NominationResult(written.effect.value, written.message, written.previous)
-            payload = Write(result.effect, result.message, result.previous)
+                settled = nomination.nominate(
+                    self._kube, request.preemptor, node, overwrite=True, seen=request.seen
+                )
+            result = NominationResult(settled.effect.value, settled.message, settled.previous)
+            writes.append(written(EventKind.NOMINATED, request.preemptor, node, settled))
         except ApplicationError as error:
             if not error.non_retryable:
                 raise
-            result, payload = NominationResult(error=error.message), Write(error=error.message)
-        batch.append(event(run, EventKind.NOMINATED, request.preemptor, node, payload.to_json()))
+            result = NominationResult(error=error.message)
+            writes.append(written(EventKind.NOMINATED, request.preemptor, node, error.message))
         for pod in request.clear:
             try:
                 with kube_errors():
                     cleared = nomination.clear_nomination(self._kube, pod, node)
-                payload = Write(cleared.effect.value, cleared.message, pod=pod.key, uid=pod.uid)
+                writes.append(written(EventKind.NOMINATION_CLEARED, pod, node, cleared))
             except ApplicationError as error:
                 if not error.non_retryable:
                     raise
-                payload = Write(error=error.message, pod=pod.key, uid=pod.uid)
-            batch.append(
-                event(
-                    run,
-                    EventKind.NOMINATION_CLEARED,
-                    request.preemptor,
-                    node,
-                    payload.to_json(),
-                    step=pod.uid,
-                )
-            )
-        self._recorder.append(batch)
+                writes.append(written(EventKind.NOMINATION_CLEARED, pod, node, error.message))
+        if request.record:
+            self._recorder.append(write_events(run, request.preemptor, writes))
+        else:
+            result.writes = writes
         return result
 
     @activity.defn(name="mark_victim")
@@ -297,6 +295,22 @@ class PreemptionActivities:
             )
         except KubeCallError as error:
             logger.warning("could not record Preempted on %s: %s", request.victim.key, error)
+
+    @activity.defn(name="preempt_victim")
+    def preempt_victim(self, request: PreemptVictimInput) -> VictimResult:
+        """One victim's own step (the one runbook): mark it, then, if the room is still
+        needed (a pod's: `reason_to_stop`; a group's: `reason_to_stop_group`), delete it
+        with the UID precondition and post its `Preempted` event. Nothing is appended to
+        the ledger here: the run's end records the fate returned. A DELETE answered 2xx is
+        never sent again (`VictimSteps.preempt`)."""
+        step = request.step
+        if request.group is not None:
+            return self.groups.preempt_victim(request)
+        return self._victims.preempt(
+            step,
+            lambda: reason_to_stop(self._preemptor_standing(step.preemptor), step.node),
+            self._announce_preempted,
+        )
 
     @activity.defn(name="mark_victims")
     def mark_victims(self, request: VictimRound) -> list[VictimResult]:
@@ -345,8 +359,9 @@ class PreemptionActivities:
         """Append how the run ended (what the workflow records itself: completed, failed,
         aborted), with the preemptor's scheduling and a victim failed for good, if any."""
         run = request.run
-        batch: list[LedgerEvent] = []
-        if request.failed_victim is not None:
+        batch = write_events(run, request.preemptor, request.writes)
+        batch += self._victims.fate_events(run, request.preemptor, request.victims)
+        if request.failed_victim is not None and not request.victims:
             batch.append(
                 event(
                     run,
@@ -404,4 +419,6 @@ def _selection(decided: Decided, *, dry_run: bool) -> Selection:
         retry_after_seconds=decided.retry_after_seconds,
         dry_run=dry_run,
         story=pod_story(decision, dry_run=dry_run),
+        terminating=list(decided.terminating),
+        nominated_node_seen=decided.nominated_node_seen,
     )

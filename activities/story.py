@@ -8,8 +8,8 @@ for whom, to which pods (each with its UID), why, and the command that tells the
 
 from __future__ import annotations
 
-from preemptctl.activities.contracts import DecisionStory
-from preemptctl.activities.group_contracts import Nomination, VictimPlacement
+from preemptctl.activities.contracts import DecisionStory, Nomination
+from preemptctl.activities.group_contracts import VictimPlacement
 from preemptctl.preemption.decision import Decision, PodRef, Verdict
 from preemptctl.preemption.group_decision import GroupDecision, GroupRef
 

@@ -13,17 +13,35 @@ the victim gone, records the victim deleted by this preemption (`answerLost`).
 A delete first asks its caller whether the preemptor still needs the room (`stopped`: the
 pod's standing or the group's); if it does not, the victim is left alone and the reason
 reported for the workflow to record the abort.
+
+The one runbook (`workflows.runbook`, issue 29) preempts each victim in one step of its own
+(`preempt`): mark, ask whether the room is still needed, delete with the UID precondition,
+announce; nothing is appended to the ledger there (the decision's write-ahead chose the
+victim: that is the intent; the run's end records every fate in one statement). A DELETE
+answered 2xx is never sent again for that UID:
+
+- a retry in this process (a fault on the call after it, a ledger that failed, the step's
+  own retry) finds the answer kept in memory (`DeletesAnswered`) and sends nothing;
+- a step run again by another worker (this one killed after its DELETE) finds the victim
+  terminating, or gone, in the answer to its mark (the apply carries the UID and answers
+  with the pod as it is): its deletion has begun, no DELETE is sent, and the victim is
+  recorded deleted by this preemption, its answer lost (`answerLost`). The decision saw it
+  running (a victim already terminating when decided is never touched), so it went after
+  the write-ahead chose it: by this run's own earlier attempt, or, the one case the step
+  cannot tell apart, by another actor in between; the recorded message says both.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 
 from temporalio.exceptions import ApplicationError
 
-from preemptctl.activities.contracts import VictimInput, VictimResult
+from preemptctl.activities.contracts import RunRef, VictimFate, VictimInput, VictimResult, Written
 from preemptctl.activities.errors import kube_errors, ledger_errors
 from preemptctl.activities.heartbeat import answered, answered_all, remember, remember_all
 from preemptctl.activities.recording import Recorder, event
@@ -32,17 +50,117 @@ from preemptctl.kube.pods import Presence, get_pod
 from preemptctl.kube.results import WriteEffect, WriteResult
 from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.payloads import DeleteSent, VictimStep
+from preemptctl.ledger.payloads import DeleteSent, VictimStep, Write
 from preemptctl.ledger.queries import delete_sent
 from preemptctl.ledger.vocabulary import KIND_OF_FATE, Fate
+from preemptctl.preemption.decision import PodRef
+
+FOUND_DELETED = (
+    "found {now} at its step: deleted by this preemption (the decision saw it running and "
+    "chose it; its DELETE went out from an earlier attempt of this step, whose worker was "
+    "lost before the answer was recorded, or another actor deleted it meanwhile); no DELETE "
+    "sent again"
+)
+
+
+class DeletesAnswered:
+    """The DELETEs this process sent and had answered, by run and victim UID: a retry of a
+    victim's step in this process reads the answer here instead of sending the call again.
+    Bounded (the oldest forgotten first): a step is retried within minutes of its DELETE."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self._answers: OrderedDict[tuple[str, str], VictimResult] = OrderedDict()
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def get(self, run_id: str, uid: str) -> VictimResult | None:
+        with self._lock:
+            return self._answers.get((run_id, uid))
+
+    def keep(self, run_id: str, uid: str, result: VictimResult) -> None:
+        with self._lock:
+            self._answers[(run_id, uid)] = result
+            while len(self._answers) > self._limit:
+                self._answers.popitem(last=False)
 
 
 class VictimSteps:
-    """Mark, delete and unmark one victim, each recorded."""
+    """Mark, delete and unmark one victim, each recorded; or preempt it in one step."""
 
     def __init__(self, recorder: Recorder) -> None:
         self._recorder = recorder
         self._kube = recorder.kube
+        self.answered = DeletesAnswered()
+
+    # -- one victim, one step (the one runbook) ------------------------------------------------
+
+    def preempt(
+        self,
+        request: VictimInput,
+        stopped: Callable[[], str],
+        announce: Callable[[VictimInput], None],
+    ) -> VictimResult:
+        """Mark `request.victim`, then, if the room is still needed (`stopped()` says why
+        not), delete it with the UID precondition and `announce` it (its `Preempted`
+        event). What became of it is returned, not recorded (the run's end records it). A
+        write refused for good is the victim FAILED; one that may pass is raised, for the
+        step to be retried. Never a second DELETE for a UID (see the module docstring)."""
+        run_id, uid = request.run.run_id, request.victim.uid
+        known = self.answered.get(run_id, uid)
+        if known is not None:
+            return known
+        self._recorder.refuse_if_dry("delete", request.victim)
+        mark = _written_or_refused(partial(self._mark_written, request))
+        if isinstance(mark, VictimResult):
+            return mark
+        if mark.effect in (WriteEffect.TERMINATING, WriteEffect.ALREADY_GONE):
+            now = "terminating" if mark.effect is WriteEffect.TERMINATING else "gone"
+            result = VictimResult(
+                Fate.DELETED,
+                FOUND_DELETED.format(now=now),
+                answer_lost=True,
+                terminating=now == "terminating",
+                marked=now == "terminating",
+            )
+            self.answered.keep(run_id, uid, result)
+            announce(request)
+            return result
+        if mark.effect is WriteEffect.REPLACED:
+            return _victim_result(mark, Fate.DELETED)
+        reason = stopped()
+        if reason:
+            return VictimResult(
+                Fate.SPARED,
+                "the preemption was stopped before deleting it",
+                stopped=reason,
+                marked=True,
+            )
+        result = _settled(
+            partial(
+                deletion.delete_victim,
+                self._kube,
+                request.victim,
+                grace_period_seconds=request.grace_period_seconds,
+                use_eviction=request.use_eviction,
+            ),
+            Fate.DELETED,
+        )
+        result.marked = True
+        self.answered.keep(run_id, uid, result)
+        if result.fate is Fate.DELETED:
+            announce(request)
+        return result
+
+    def fate_events(
+        self, run: RunRef, preemptor: PodRef, fates: list[VictimFate]
+    ) -> list[LedgerEvent]:
+        """The ledger event of each victim's settled fate (a spared one has none: the
+        views derive it from the run's end)."""
+        return [
+            self._fate_event(VictimInput(run, fate.pod, preemptor, fate.node), fate.result)
+            for fate in fates
+            if fate.result.fate in KIND_OF_FATE
+        ]
 
     # -- mark -------------------------------------------------------------------------------
 
@@ -347,3 +465,40 @@ def _victim_result(written: WriteResult, done: Fate) -> VictimResult:
     if written.effect is WriteEffect.REPLACED:
         return VictimResult(Fate.REPLACED, written.message, replaced_by_uid=written.replaced_by_uid)
     return VictimResult(done, written.message)
+
+
+def written(kind: EventKind, pod: PodRef, node: str, result: WriteResult | str) -> Written:
+    """A nomination write as settled (or the error that refused it for good), for the run's
+    end to record."""
+    if isinstance(result, str):
+        return Written(kind.value, pod, node, error=result)
+    return Written(kind.value, pod, node, result.effect.value, result.message, result.previous)
+
+
+def write_events(run: RunRef, preemptor: PodRef, writes: list[Written]) -> list[LedgerEvent]:
+    """The ledger event of each nomination write, as the step that made it would have
+    appended it: the preemptor's own nomination without a step key, the others (a member's,
+    a cleared one) keyed by the pod."""
+    found: list[LedgerEvent] = []
+    for write in writes:
+        kind = EventKind(write.kind)
+        own = kind is EventKind.NOMINATED
+        payload = Write(
+            write.effect or None,
+            write.message or None,
+            write.previous,
+            error=write.error,
+            pod=None if own else write.pod.key,
+            uid=None if own else write.pod.uid,
+        )
+        found.append(
+            event(
+                run,
+                kind,
+                preemptor,
+                write.node,
+                payload.to_json(),
+                step="" if own else write.pod.uid,
+            )
+        )
+    return found

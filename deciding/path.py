@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -136,6 +136,11 @@ class Decided:
     message: str = ""
     claims: list[str] = field(default_factory=list)  # "ns/name" of the claims respected
     scheduler_name: str = "default-scheduler"  # the preemptor's, as step 1 read it
+    # The victims the view showed terminating when deciding (their deletion has begun), and
+    # the preemptor's nomination as step 1 read it: what the steps after the decision need
+    # to know of the cluster without reading it again.
+    terminating: list[str] = field(default_factory=list)
+    nominated_node_seen: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +174,7 @@ class DecidedGroup:
     retry_after_seconds: float = 0.0
     message: str = ""
     claims: list[str] = field(default_factory=list)
+    terminating: list[str] = field(default_factory=list)  # as `Decided.terminating`
 
 
 @dataclass(slots=True)
@@ -545,7 +551,15 @@ class DecisionPath:
             return None
         context = {"worker": self._identity, "sequence": self._decisions, "claims": names}
         self._write_ahead(db, request, decision, context)
-        waiting.answer = Decided(decision, 0.0, decision.message, names, job.scheduler_name)
+        waiting.answer = Decided(
+            decision,
+            0.0,
+            decision.message,
+            names,
+            job.scheduler_name,
+            _terminating(snapshot, decision.victims),
+            job.preemptor.nominated_node_name or None,
+        )
         return _claim_of(request, decision)
 
     def _decide_group(
@@ -566,7 +580,8 @@ class DecisionPath:
             return None
         context = {"worker": self._identity, "sequence": self._decisions, "claims": names}
         self._write_ahead_group(db, snapshot, request, decision, context)
-        waiting.answer = DecidedGroup(decision, "", 0.0, decision.message, names)
+        terminating = _terminating(snapshot, decision.victims)
+        waiting.answer = DecidedGroup(decision, "", 0.0, decision.message, names, terminating)
         return _group_claim_of(snapshot, request, decision)
 
     def _record_inputs(self, job: _AnyJob) -> None:
@@ -618,6 +633,15 @@ def _planning_with_group(snapshot: ClusterSnapshot, fresh: PodGroup | None) -> I
             snapshot.upsert_pod_group(previous)
         else:
             snapshot.remove_pod_group(fresh.key)
+
+
+def _terminating(snapshot: ClusterSnapshot, victims: Sequence[PodRef]) -> list[str]:
+    """The UIDs of `victims` the view shows terminating (their deletion has begun)."""
+    return [
+        victim.uid
+        for victim in victims
+        if (pod := snapshot.pods.get(victim.uid)) is not None and pod.terminating
+    ]
 
 
 def _claim_of(request: DecisionRequest, decision: Decision) -> Claim | None:

@@ -400,6 +400,20 @@ def _retryable(outcome: Outcome | None, terminal: RecordedEvent | None) -> bool 
     return True
 
 
+def _bound_after_end(
+    scheduled: RecordedEvent | None, terminal: RecordedEvent | None, outcome: Outcome | None
+) -> bool:
+    """Bound after the run had ended without it (failed, aborted, fruitless: placed by the
+    scheduler on its own), as recorded (`afterEnd`) or as read from the order of events. A
+    completed run of the one runbook ends at its last victim's delete and its bind comes
+    after: that is the preemption's own scheduling, not a bind after the end."""
+    if scheduled is None or terminal is None:
+        return False
+    if Scheduled.from_json(scheduled.payload).after_end:
+        return True
+    return scheduled.id > terminal.id and outcome is not Outcome.COMPLETED
+
+
 def fold_attempt(
     events: Sequence[RecordedEvent], attempt: int, previous_run_id: str | None = None
 ) -> AttemptView:
@@ -485,11 +499,7 @@ def fold_attempt(
         members=members,
         nodes=_group_nodes(decision) if pod_group is not None else (),
         members_bound=members_bound,
-        bound_after_end=(
-            scheduled is not None
-            and terminal is not None
-            and (scheduled.id > terminal.id or Scheduled.from_json(scheduled.payload).after_end)
-        ),
+        bound_after_end=_bound_after_end(scheduled, terminal, outcome),
     )
 
 

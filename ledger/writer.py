@@ -131,6 +131,33 @@ async def append_batch_async(engine: Engine, batch: Sequence[LedgerEvent]) -> in
     return await asyncio.to_thread(append_batch, engine, list(batch))
 
 
+def record_scheduled(
+    engine: Engine,
+    preemption_id: str,
+    run_id: str,
+    preemptor: PodRef,
+    node: str | None,
+    occurred_at: datetime,
+    *,
+    members_bound: int | None = None,
+) -> bool:
+    """Append that the preemptor of the run `run_id` was bound (to `node`; a pod group: its
+    `members_bound` members, minCount at least) after the run preempted its victims: a run
+    of the one runbook ends at its last victim's delete, as upstream's does, and the bind
+    is the scheduler's, recorded by whoever sees it (the trigger loop, from the watch). One
+    statement; once per run (its key). True when it was new."""
+    event = LedgerEvent(
+        preemption_id,
+        run_id,
+        EventKind.PREEMPTOR_SCHEDULED,
+        preemptor,
+        node=node,
+        payload=Scheduled(members_bound=members_bound).to_json(),
+        occurred_at=occurred_at,
+    )
+    return append_batch(engine, [event]) == 1
+
+
 def record_bound_after_end(
     engine: Engine,
     preemption_id: str,

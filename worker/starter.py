@@ -21,6 +21,7 @@ from preemptctl.preemption.group_decision import GroupRef
 from preemptctl.worker.config import Settings
 from preemptctl.workflows import search_attributes as sa
 from preemptctl.workflows.contract import (
+    RUNBOOK,
     GroupPreemptionRequest,
     GroupPreemptionResult,
     Phase,
@@ -58,6 +59,7 @@ def preemption_request(
         search_attributes=settings.search_attributes,
         started_by=started_by,
         retry_reason=retry_reason,
+        runbook=RUNBOOK,
     )
     if scheduled_poll_seconds is not None:
         request.scheduled_poll_seconds = scheduled_poll_seconds
@@ -126,6 +128,7 @@ def group_preemption_request(
         search_attributes=settings.search_attributes,
         started_by=started_by,
         retry_reason=retry_reason,
+        runbook=RUNBOOK,
     )
 
 

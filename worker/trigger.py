@@ -57,7 +57,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.vocabulary import Fate, Outcome
-from preemptctl.ledger.writer import record_bound_after_end
+from preemptctl.ledger.writer import record_bound_after_end, record_scheduled
 from preemptctl.preemption.decision import PodRef, Strategy
 from preemptctl.preemption.group_decision import GroupRef
 from preemptctl.preemption.objects import Pod
@@ -66,6 +66,7 @@ from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.starter import (
     group_preemption_request,
+    preemption_request,
     start_group_preemption,
     start_preemption,
 )
@@ -82,6 +83,7 @@ from preemptctl.worker.trigger_rules import (
     trigger_reason,
 )
 from preemptctl.workflows.contract import (
+    RUNBOOK,
     GroupPreemptionProgress,
     GroupPreemptionRequest,
     GroupPreemptionResult,
@@ -128,6 +130,13 @@ class _Target:
         if self.group is not None:
             return group_workflow_id_for(namespace, name, self.uid)
         return workflow_id_for(namespace, name, self.uid)
+
+
+def _awaits_bind(result: PreemptionResult | GroupPreemptionResult) -> bool:
+    """A run of the one runbook that preempted ends at its last victim's delete: its
+    preemptor's bind is still to come, and it is the trigger's to see and record."""
+    preempted = any(victim.fate is not Fate.SPARED for victim in result.victims)
+    return result.runbook >= RUNBOOK and result.outcome == Outcome.COMPLETED and preempted
 
 
 def group_signature(pending: PendingGroup) -> str:
@@ -204,6 +213,12 @@ class TriggerLoop:
         self._task: asyncio.Task[None] | None = None
         self._housekeeping: asyncio.Task[None] | None = None
         self._finished: deque[dict[str, Any]] = deque(maxlen=FINISHED_KEPT)
+        # pod uid -> the event a follower waiting for that pod's bind is woken by
+        self._bind_waiters: dict[str, asyncio.Event] = {}
+        # Pods and groups (by UID) whose followed run follows the runbook of runs started
+        # before issue 29 (a person's retry from an older release): it waits for the bind
+        # itself, and is told of it by a signal. Runs of the one runbook need none.
+        self._legacy: set[str] = set()
         # The pod gauges are counted when they are read (a scrape), not after every watch
         # event: counting the pods in backoff walks every pending pod, ~0.2 ms per event
         # with 1,000 pending, on the view's thread, for a figure read every few seconds.
@@ -386,14 +401,18 @@ class TriggerLoop:
                 # report and follow that run, if no re-check has found it yet).
                 parked = self._book.parked(pod.uid)
                 self._consider(pod)
-                if pod.node_name and (pod.uid in self._handles or parked is not None):
+                waiter = self._bind_waiters.get(pod.uid)
+                if pod.node_name and waiter is not None:
+                    self._wake_soon(waiter)
+                legacy = pod.uid in self._legacy
+                if pod.node_name and ((legacy and pod.uid in self._handles) or parked is not None):
                     self._bound[pod.uid] = (pod, parked)
                     self._wake_soon(self._chores_due)
                 group = group_of(pod, self._settings)
                 if group is not None:
                     self._dirty_groups[group.key] = group
                     running = self._running_group(group.key)
-                    if pod.node_name and running is not None:
+                    if pod.node_name and running is not None and running in self._legacy:
                         self._members_bound[pod.uid] = (pod, running)
                         self._wake_soon(self._chores_due)
         self._wake_soon()
@@ -649,6 +668,8 @@ class TriggerLoop:
                 (request,) = await self._client.data_converter.decode(
                     attributes.input.payloads, [kind]
                 )
+                if request.runbook < RUNBOOK:
+                    self._legacy.add(target.uid)
                 return str(request.started_by), str(request.retry_reason)
         except Exception as error:  # Temporal busy: the report goes without who and why
             log.debug("could not read the request of %s run %s: %s", workflow_id, run_id, error)
@@ -748,16 +769,8 @@ class TriggerLoop:
         # polling the task queue shares this client, so the first workflow task comes back
         # with the start's answer.
         pod, settings = pending.pod, self._settings
-        request = PreemptionRequest(
-            PodRef.of(pod),
-            reason=pending.reason,
-            strategy=pending.strategy,
-            dry_run=settings.dry_run,
-            use_eviction=settings.use_eviction,
-            scheduled_wait_seconds=settings.scheduled_wait_seconds,
-            call_timeout_seconds=settings.call_timeout_seconds,
-            local_activities=settings.local_activities,
-            search_attributes=settings.search_attributes,
+        request = preemption_request(
+            PodRef.of(pod), settings, reason=pending.reason, strategy=pending.strategy
         )
         try:
             if await self._ended_too_recently(_Target(pod.uid, pod.key, pod=pod), now):
@@ -809,7 +822,10 @@ class TriggerLoop:
         outcome: str = Outcome.FAILED  # a failure that carries no result
         retryable, lost = True, False
         try:
-            outcome, retryable, fields = self._read_any(await handle.result())
+            result = await handle.result()
+            outcome, retryable, fields = self._read_any(result)
+            if _awaits_bind(result):
+                await self._record_the_bind(target, handle, fields)
         except WorkflowFailureError as error:
             # A failed preemption (an RBAC denial among them) carries its result in the
             # failure's details: read `retryable` there too, or a denial would back off and
@@ -870,7 +886,11 @@ class TriggerLoop:
         """Outcome, retryability and report fields of a finished preemption's result."""
         victims = [v.pod.key for v in result.victims if v.fate is not Fate.SPARED]
         self._observe(result.victims, result.throttled, result.outcome, result)
-        fields = {"node": result.node, "victims": victims, "message": result.message}
+        fields = {
+            "node": result.node,
+            "victims": victims,
+            "message": result.message,
+        }
         return result.outcome, result.retryable is not False, fields
 
     def _observe(
@@ -908,6 +928,7 @@ class TriggerLoop:
         with self._lock:
             self._in_flight.pop(uid, None)
             self._handles.pop(uid, None)
+            self._legacy.discard(uid)
             if lost:
                 self._book.start_failed(uid, self._clock())
             elif retryable:
@@ -933,6 +954,101 @@ class TriggerLoop:
         current = self._pending.get(target.uid)
         pod = current.pod if current is not None else target.pod
         return pod_signature(pod) if pod is not None else ""
+
+    # -- the bind after a run of the one runbook ---------------------------------------------------
+
+    async def _record_the_bind(
+        self, target: _Target, handle: WorkflowHandle[Any, Any], fields: dict[str, Any]
+    ) -> None:
+        """A run of the one runbook completed at its last victim's delete: wait (in this
+        follower, holding its slot as the run's own wait did) until the watch shows the
+        preemptor bound (a group: minCount of its placed members), at most
+        `scheduled_wait_seconds`; record the bind in the ledger and say it in the report."""
+        wait = self._settings.scheduled_wait_seconds
+        if target.group is None:
+            uids, needed = [target.uid], 1
+        else:
+            placed = fields.get("members") or {}
+            with self._view.read() as snapshot:
+                uids = [pod.uid for key in placed if (pod := snapshot.pod_by_key(key))]
+            needed = int(fields.get("minCount") or 1)
+        bound = await self._bound_within(uids, needed, wait)
+        key = target.key
+        if len(bound) < needed:
+            if target.group is not None:
+                fields["bound"] = len(bound)
+                fields["message"] = (
+                    f"{key}: {len(bound)} of minCount {needed} member(s) bound within {wait:g}s"
+                )
+            else:
+                fields["message"] = f"{key} was not bound within {wait:g}s"
+            return
+        if target.group is not None:
+            fields["bound"] = len(bound)
+            fields["message"] = f"{key}: {len(bound)} member(s) bound (minCount {needed})"
+            node = None
+        else:
+            node = bound[target.uid]
+            fields["message"] = f"{key} bound to {node}"
+        await self._record_scheduled(target, handle, node, len(bound))
+
+    async def _bound_within(self, uids: list[str], needed: int, seconds: float) -> dict[str, str]:
+        """The pods of `uids` the view shows bound (uid -> node), once `needed` of them
+        are or `seconds` have passed; woken by the watch."""
+        woken = asyncio.Event()
+        for uid in uids:
+            self._bind_waiters[uid] = woken
+        try:
+            deadline = self._clock() + seconds
+            while True:
+                woken.clear()
+                with self._view.read() as snapshot:
+                    bound = {
+                        uid: pod.node_name
+                        for uid in uids
+                        if (pod := snapshot.pods.get(uid)) is not None and pod.node_name
+                    }
+                left = deadline - self._clock()
+                if len(bound) >= needed or left <= 0:
+                    return bound
+                with contextlib.suppress(TimeoutError):  # woken by the watch, or the tick
+                    async with asyncio.timeout(min(left, self._tick)):
+                        await woken.wait()
+        finally:
+            for uid in uids:
+                if self._bind_waiters.get(uid) is woken:
+                    del self._bind_waiters[uid]
+
+    async def _record_scheduled(
+        self, target: _Target, handle: WorkflowHandle[Any, Any], node: str | None, bound: int
+    ) -> None:
+        """The bind in the ledger; a ledger that cannot take it now is logged (the run's
+        `history` then shows it unscheduled), never raised into the follower."""
+        if self._ledger is None:
+            return
+        preemptor = (
+            target.group.as_preemptor()
+            if target.group is not None
+            else PodRef.of(target.pod)
+            if target.pod is not None
+            else None
+        )
+        run_id = handle.result_run_id
+        if preemptor is None or run_id is None:
+            return
+        try:
+            await asyncio.to_thread(
+                record_scheduled,
+                self._ledger,
+                handle.id,
+                run_id,
+                preemptor,
+                node,
+                datetime.now(UTC),
+                members_bound=bound if target.group is not None else None,
+            )
+        except Exception as error:  # the ledger is down: the bind goes unrecorded
+            log.warning("could not record %s bound: %s", target.key, error)
 
     # -- upstream's IsPodRunningPreemption --------------------------------------------------------
 

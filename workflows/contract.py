@@ -28,6 +28,10 @@ from preemptctl.preemption.group_decision import GroupRef
 
 ResultT = TypeVar("ResultT")
 
+RUNBOOK = 2
+"""The runbook a run started now follows (`PreemptionRequest.runbook`): the one runbook of
+`workflows.runbook`."""
+
 
 @dataclass
 class PreemptionRequest:
@@ -59,6 +63,11 @@ class PreemptionRequest:
     # "trigger" (the worker's trigger loop) or "person" (`preemptctl retry`), and why.
     started_by: str = "trigger"
     retry_reason: str = ""
+    # Which runbook the run follows: 1, the victims in rounds and a wait for the bind (runs
+    # started before issue 29, which carry no such field); 2, the one runbook
+    # (`workflows.runbook`). Whoever starts a run asks for the newest (`RUNBOOK`); a run
+    # keeps its own for its whole life, so its history replays as it was recorded.
+    runbook: int = 1
 
 
 def workflow_id_for(namespace: str, name: str, uid: str) -> str:
@@ -126,6 +135,10 @@ class PreemptionResult:
     # The decision in words, one line (`DecisionStory.line`: what, to whom, why, and the
     # command that tells the rest); "" when the run ended before deciding.
     decision: str = ""
+    # The runbook the run followed (`PreemptionRequest.runbook`): from 2 on, a completed
+    # run ends at its last victim's delete, and the preemptor's bind is recorded by whoever
+    # sees it (the trigger loop), not by the run.
+    runbook: int = 1
 
 
 PREEMPTION_FAILED = "PreemptionFailed"
@@ -168,6 +181,7 @@ class GroupPreemptionRequest:
     search_attributes: bool = True
     started_by: str = "trigger"
     retry_reason: str = ""
+    runbook: int = 1  # as `PreemptionRequest.runbook`
 
 
 def group_workflow_id_for(namespace: str, name: str, uid: str) -> str:
@@ -224,6 +238,7 @@ class GroupPreemptionResult:
     evaluation_seconds: float | None = None
     execution_seconds: float | None = None
     decision: str = ""  # the decision in words, as in `PreemptionResult.decision`
+    runbook: int = 1  # as `PreemptionResult.runbook`
 
 
 def group_result_of_failure(error: WorkflowFailureError) -> GroupPreemptionResult | None:

@@ -1,7 +1,12 @@
 """One group preemption: room for a pending pod group, from decision to its members bound,
 as a durable workflow (one per pending group, however many of its members are pending).
 
-The runbook, as the code below follows it:
+A run started now follows the one runbook of every preemption (`workflows.runbook`, issue
+29): `GroupRunbook` below says what is a group's own in it (the group decides, every placed
+member is nominated, the room is for the group: each victim's step re-checks the group, and
+the victims are on many nodes, each recorded on its own). A run started before it
+(`GroupPreemptionRequest.runbook` 1) follows the runbook it was recorded with, kept below so
+its history replays:
 
 1. Select (`select_group_preemption`): re-read the group, decide for it under the same
    decision lock and claims as pod preemptions, and write the decision ahead (the decision,
@@ -43,10 +48,14 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from preemptctl.activities.contracts import (
         DecisionStory,
+        Nomination,
+        PreemptVictimInput,
         RunRef,
+        VictimFate,
         VictimInput,
         VictimRound,
         VictimTarget,
+        Written,
     )
     from preemptctl.activities.group_contracts import (
         GroupCheck,
@@ -55,16 +64,16 @@ with workflow.unsafe.imports_passed_through():
         GroupVictimInput,
         GroupVictimRound,
         MembersNomination,
-        Nomination,
         SelectGroupInput,
     )
     from preemptctl.activities.group_preemption import GroupPreemptionActivities
-    from preemptctl.ledger.vocabulary import Outcome, outcome_of_decision
+    from preemptctl.ledger.vocabulary import Fate, Outcome, outcome_of_decision
     from preemptctl.preemption.decision import PodRef, Verdict
     from preemptctl.preemption.standing import Standing, reason_to_stop_group
     from preemptctl.workflows import search_attributes as sa
     from preemptctl.workflows.contract import (
         PREEMPTION_FAILED,
+        RUNBOOK,
         GroupPreemptionProgress,
         GroupPreemptionRequest,
         GroupPreemptionResult,
@@ -72,6 +81,7 @@ with workflow.unsafe.imports_passed_through():
         Phase,
         VictimProgress,
     )
+    from preemptctl.workflows.runbook import Runbook, run_ref
     from preemptctl.workflows.steps import (
         KUBE_DEADLINE,
         LEDGER_DEADLINE,
@@ -116,6 +126,7 @@ class GroupPreemptionWorkflow:
         self._updates: list[SearchAttributeUpdate[Any]] = []
         self._evaluation_seconds: float | None = None
         self._execution_seconds: float | None = None
+        self._runbook = GroupRunbook(request, self._state, self._steps)
 
     @workflow.query(name="state")
     def state(self) -> GroupPreemptionProgress:
@@ -129,12 +140,14 @@ class GroupPreemptionWorkflow:
 
     @workflow.run
     async def run(self, request: GroupPreemptionRequest) -> GroupPreemptionResult:
+        if request.runbook >= RUNBOOK:
+            return await self._runbook.run()
         try:
             return await self._preempt()
         except Stop as stop:
             return await self._finish(stop)
 
-    # -- the runbook ------------------------------------------------------------------------
+    # -- the runbook of runs started before issue 29 ----------------------------------------
 
     async def _preempt(self) -> GroupPreemptionResult:
         started = workflow.now()
@@ -398,3 +411,127 @@ class GroupPreemptionWorkflow:
         updates, self._updates = self._updates + updates, []
         if updates and self._request.search_attributes:
             workflow.upsert_search_attributes(updates)
+
+
+class GroupRunbook(Runbook[GroupSelection, GroupPreemptionResult]):
+    """The one runbook (`workflows.runbook`), for a pod group: the room is for `group`'s
+    placed members, each on its node; its victims are on many nodes, each on its own."""
+
+    def __init__(
+        self, request: GroupPreemptionRequest, state: GroupPreemptionProgress, steps: Steps
+    ) -> None:
+        super().__init__(steps, state, dry_run=request.dry_run, search=request.search_attributes)
+        self._request = request
+        self._progress = state
+        self._group = request.group
+        self._scheduler_name = "default-scheduler"
+
+    async def select(self, throttled: int) -> GroupSelection:
+        request = self._request
+        return await self.steps.call(
+            GroupPreemptionActivities.select_group_preemption,
+            SelectGroupInput(
+                run_ref(),
+                self._group,
+                request.dry_run,
+                throttled=throttled,
+                started_by=request.started_by,
+                retry_reason=request.retry_reason,
+            ),
+            f"select victims for pod group {self._group.key}",
+            KUBE_DEADLINE,
+            attempt=SELECT_ATTEMPT,
+        )
+
+    def take(self, selection: GroupSelection) -> list[SearchAttributeUpdate[Any]]:
+        state = self._progress
+        state.members = [MemberProgress(p.pod, p.node) for p in selection.placements]
+        state.victims = [VictimProgress(v.pod, node=v.node) for v in selection.victims]
+        state.min_count = selection.min_count
+        self._scheduler_name = selection.scheduler_name
+        updates: list[SearchAttributeUpdate[Any]] = []
+        if selection.victims:
+            updates.append(sa.VICTIM_PODS.value_set([v.pod.key for v in selection.victims]))
+        if selection.victim_groups:
+            updates.append(sa.VICTIM_GROUPS.value_set(selection.victim_groups))
+        return updates
+
+    async def nominate(self, selection: GroupSelection) -> list[Written]:
+        nominated = await self.steps.call(
+            GroupPreemptionActivities.nominate_members,
+            MembersNomination(
+                run_ref(),
+                self._group,
+                selection.placements,
+                selection.nominations_to_clear,
+                record=False,
+            ),
+            f"nominate {len(selection.placements)} member(s) of {self._group.key}",
+            KUBE_DEADLINE,
+        )
+        return nominated.writes
+
+    def victim_input(self, victim: VictimProgress) -> VictimInput:
+        request = self._request
+        return VictimInput(
+            run_ref(),
+            victim.pod,
+            self._group.as_preemptor(),
+            victim.node or "",
+            use_eviction=request.use_eviction,
+            grace_period_seconds=request.grace_period_seconds,
+            scheduler_name=self._scheduler_name,
+        )
+
+    def victim_step(self, victim: VictimInput) -> PreemptVictimInput:
+        placed = [Nomination(member.pod, member.node) for member in self._progress.members]
+        return PreemptVictimInput(victim, self._group, placed)
+
+    async def record_end(self, stop: Stop, fates: list[VictimFate], writes: list[Written]) -> None:
+        await self.steps.call(
+            GroupPreemptionActivities.record_group_end,
+            GroupEndInput(
+                run_ref(),
+                self._group,
+                stop.outcome,
+                stop.message,
+                min_count=self._progress.min_count,
+                failed_victim=stop.failed_victim,
+                retryable=stop.retryable,
+                victims=fates,
+                writes=writes,
+            ),
+            f"ledger: {stop.outcome.value}",
+            LEDGER_DEADLINE,
+        )
+
+    def completed(self) -> str:
+        state = self._progress
+        victims = [v for v in state.victims if v.fate is not Fate.SPARED]
+        nodes = len({v.node for v in victims if v.node})
+        return (
+            f"{len(victims)} victim(s) preempted on {nodes} node(s) for pod group "
+            f"{self._group.key}, {len(state.members)} member(s) nominated (minCount "
+            f"{state.min_count}); their binds are the scheduler's, recorded when the watch "
+            "shows them"
+        )
+
+    def result(
+        self, outcome: Outcome, message: str, retryable: bool | None
+    ) -> GroupPreemptionResult:
+        self.finished(outcome, message)
+        state = self._progress
+        return GroupPreemptionResult(
+            outcome,
+            message,
+            list(state.members),
+            list(state.victims),
+            state.min_count,
+            state.bound,
+            throttled=self.throttled,
+            retryable=retryable,
+            evaluation_seconds=self.evaluation_seconds,
+            execution_seconds=self.execution_seconds,
+            decision=self.story.line() if self.story is not None else "",
+            runbook=RUNBOOK,
+        )

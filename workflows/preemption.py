@@ -1,6 +1,10 @@
 """One preemption, from decision to the preemptor's scheduling, as a durable workflow.
 
-The runbook, as the code below follows it:
+A run started now follows the one runbook of every preemption (`workflows.runbook`, issue
+29): `PodRunbook` below says what is a pod's own in it (which activities decide, nominate
+and record the end, and that the room is for a pod). A run started before it
+(`PreemptionRequest.runbook` 1) follows the runbook it was recorded with, kept below so its
+history replays:
 
 1. Select (`select_preemption`): re-read the preemptor, decide under the decision lock and
    write the decision ahead. A decision that ends the preemption (`outcome_of_decision`:
@@ -66,26 +70,31 @@ with workflow.unsafe.imports_passed_through():
         EndInput,
         NominationInput,
         PreemptorCheck,
+        PreemptVictimInput,
         RunRef,
         SelectInput,
         Selection,
+        VictimFate,
         VictimInput,
         VictimRound,
         VictimTarget,
+        Written,
     )
     from preemptctl.activities.preemption import PreemptionActivities
-    from preemptctl.ledger.vocabulary import Outcome, outcome_of_decision
+    from preemptctl.ledger.vocabulary import Fate, Outcome, outcome_of_decision
     from preemptctl.preemption.decision import PodRef, Verdict
     from preemptctl.preemption.standing import Standing, reason_to_stop
     from preemptctl.workflows import search_attributes as sa
     from preemptctl.workflows.contract import (
         PREEMPTION_FAILED,
+        RUNBOOK,
         Phase,
         PreemptionProgress,
         PreemptionRequest,
         PreemptionResult,
         VictimProgress,
     )
+    from preemptctl.workflows.runbook import Runbook, run_ref
     from preemptctl.workflows.steps import (
         KUBE_DEADLINE,
         LEDGER_DEADLINE,
@@ -145,6 +154,7 @@ class PreemptionWorkflow:
         # Upstream's two preemption timings: choosing the victims, then preempting them.
         self._evaluation_seconds: float | None = None
         self._execution_seconds: float | None = None
+        self._runbook = PodRunbook(request, self._state, self._steps)
 
     @workflow.query(name="state")
     def state(self) -> PreemptionProgress:
@@ -157,12 +167,14 @@ class PreemptionWorkflow:
 
     @workflow.run
     async def run(self, request: PreemptionRequest) -> PreemptionResult:
+        if request.runbook >= RUNBOOK:
+            return await self._runbook.run()
         try:
             return await self._preempt()
         except Stop as stop:
             return await self._finish(stop)
 
-    # -- the runbook ------------------------------------------------------------------------
+    # -- the runbook of runs started before issue 29 ----------------------------------------
 
     async def _preempt(self) -> PreemptionResult:
         started = workflow.now()
@@ -417,3 +429,119 @@ def _dry_run_message(request: PreemptionRequest, selection: Selection) -> str:
     if request.dry_run:
         return f"dry run: {selection.message}"
     return f"dry run (the worker runs dry, PREEMPT_DRY_RUN=true): {selection.message}"
+
+
+class PodRunbook(Runbook[Selection, PreemptionResult]):
+    """The one runbook (`workflows.runbook`), for a pod: the room is for `preemptor`, on the
+    one node the decision chose."""
+
+    def __init__(self, request: PreemptionRequest, state: PreemptionProgress, steps: Steps) -> None:
+        super().__init__(steps, state, dry_run=request.dry_run, search=request.search_attributes)
+        self._request = request
+        self._progress = state
+        self._preemptor = request.preemptor
+        self._scheduler_name = "default-scheduler"  # the preemptor's, as the decision read it
+
+    async def select(self, throttled: int) -> Selection:
+        request = self._request
+        return await self.steps.call(
+            PreemptionActivities.select_preemption,
+            SelectInput(
+                run_ref(),
+                self._preemptor,
+                request.strategy,
+                request.dry_run,
+                throttled=throttled,
+                started_by=request.started_by,
+                retry_reason=request.retry_reason,
+            ),
+            f"select victims for {self._preemptor.key}",
+            KUBE_DEADLINE,
+            attempt=SELECT_ATTEMPT,
+        )
+
+    def take(self, selection: Selection) -> list[SearchAttributeUpdate[Any]]:
+        self._preemptor = selection.preemptor
+        self._scheduler_name = selection.scheduler_name
+        state = self._progress
+        state.node = selection.node
+        state.victims = [VictimProgress(v, node=selection.node) for v in selection.victims]
+        updates: list[SearchAttributeUpdate[Any]] = []
+        if selection.node:
+            updates.append(sa.TARGET_NODE.value_set(selection.node))
+        if selection.victims:
+            updates.append(sa.VICTIM_PODS.value_set([v.key for v in selection.victims]))
+        return updates
+
+    async def nominate(self, selection: Selection) -> list[Written]:
+        node = selection.node or ""
+        nominated = await self.steps.call(
+            PreemptionActivities.nominate_preemptor,
+            NominationInput(
+                run_ref(),
+                self._preemptor,
+                node,
+                selection.nominations_to_clear,
+                record=False,
+                seen=selection.nominated_node_seen,
+            ),
+            f"nominate {self._preemptor.key} to {node}",
+            KUBE_DEADLINE,
+        )
+        return nominated.writes
+
+    def victim_input(self, victim: VictimProgress) -> VictimInput:
+        request = self._request
+        return VictimInput(
+            run_ref(),
+            victim.pod,
+            self._preemptor,
+            victim.node or self._progress.node or "",
+            use_eviction=request.use_eviction,
+            grace_period_seconds=request.grace_period_seconds,
+            scheduler_name=self._scheduler_name,
+        )
+
+    def victim_step(self, victim: VictimInput) -> PreemptVictimInput:
+        return PreemptVictimInput(victim)
+
+    async def record_end(self, stop: Stop, fates: list[VictimFate], writes: list[Written]) -> None:
+        await self.steps.call(
+            PreemptionActivities.record_end,
+            EndInput(
+                run_ref(),
+                self._preemptor,
+                stop.outcome,
+                node=self._progress.node,
+                message=stop.message,
+                failed_victim=stop.failed_victim,
+                retryable=stop.retryable,
+                victims=fates,
+                writes=writes,
+            ),
+            f"ledger: {stop.outcome.value}",
+            LEDGER_DEADLINE,
+        )
+
+    def completed(self) -> str:
+        victims = sum(1 for v in self._progress.victims if v.fate is not Fate.SPARED)
+        return (
+            f"{victims} victim(s) preempted on {self._progress.node} for {self._preemptor.key}, "
+            "nominated there; its bind is the scheduler's, recorded when the watch shows it"
+        )
+
+    def result(self, outcome: Outcome, message: str, retryable: bool | None) -> PreemptionResult:
+        self.finished(outcome, message)
+        state = self._progress
+        return PreemptionResult(
+            outcome,
+            message,
+            state.node,
+            list(state.victims),
+            throttled=self.throttled,
+            retryable=retryable,
+            evaluation_seconds=self.evaluation_seconds,
+            execution_seconds=self.execution_seconds,
+            decision=self.story.line() if self.story is not None else "",
+            runbook=RUNBOOK,
+        )

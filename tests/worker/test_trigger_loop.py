@@ -40,8 +40,11 @@ Scenarios:
   nominated (their binds not yet seen) is not started again: not within the backoff, a
   resync meanwhile included, nor after it once the view shows them bound; and the loop is
   caught up;
-- a member seen bound is signalled to its group's preemption (`member_bound`, its UID and
-  node);
+- a run of the one runbook (issue 29) ends at its last victim's delete: the loop follows it on
+  until the watch shows its preemptor bound (a group: minCount of its placed members), then
+  records the bind in the ledger (`preemptor_scheduled`, for that run) and reports it, and no
+  signal is sent to the ended run; one never bound within scheduled_wait_seconds is reported
+  so;
 - a group preemption that ends non-retryable parks the group (listed by parked() under its
   key) until what it asks changes (another member pending); one that ends retryable backs
   off 10 s;
@@ -65,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowFailureError, WorkflowHistory
@@ -76,7 +80,7 @@ from preemptctl import migrations
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.queries import events_of
-from preemptctl.ledger.vocabulary import Outcome
+from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import PodRef
 from preemptctl.preemption.group_decision import GroupRef
@@ -86,6 +90,7 @@ from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.trigger import TriggerLoop
 from preemptctl.workflows.contract import (
+    RUNBOOK,
     GroupPreemptionProgress,
     GroupPreemptionRequest,
     GroupPreemptionResult,
@@ -93,6 +98,7 @@ from preemptctl.workflows.contract import (
     PreemptionProgress,
     PreemptionRequest,
     PreemptionResult,
+    VictimProgress,
 )
 from tests.ledger.builders import failed_attempt
 from tests.preemption.builders import pod_group
@@ -162,6 +168,7 @@ class FakeView:
 class FakeHandle:
     id: str
     outcome: asyncio.Future[Any]
+    result_run_id: str = "run-1"
     closed_at: datetime | None = None
     signals: list[tuple[str, Any]] = field(default_factory=list)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -783,17 +790,142 @@ async def test_a_group_preemption_completed_before_its_binds_are_seen_is_not_run
     assert harness.trigger.caught_up()
 
 
-async def test_a_member_seen_bound_is_signalled_to_its_group_preemption(harness: Harness) -> None:
-    train_group(harness)
-    harness.view.event("ADDED", member("train-0"))
-    harness.view.event("ADDED", member("train-1"))
+def one_runbook_completed(victims: int = 2) -> PreemptionResult:
+    deleted = [
+        VictimProgress(PodRef("default", f"batch-{i}", f"uid-batch-{i}"), Fate.DELETED, node="n1")
+        for i in range(victims)
+    ]
+    return PreemptionResult(Outcome.COMPLETED, "preempted", "node-2", deleted, runbook=RUNBOOK)
+
+
+@contextmanager
+def sqlite_ledger(tmp_path: Path) -> Iterator[Engine]:
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    migrations.upgrade(url)
+    ledger = create_ledger_engine(url)
+    try:
+        yield ledger
+    finally:
+        ledger.dispose()
+
+
+def scheduled_rows(ledger: Engine, preemption_id: str) -> list[tuple[str, str | None, Any]]:
+    with ledger.connect() as connection:
+        return [
+            (e.run_id, e.node, e.payload)
+            for e in events_of(connection, [preemption_id])
+            if e.kind is EventKind.PREEMPTOR_SCHEDULED
+        ]
+
+
+async def test_a_completed_run_is_followed_until_its_preemptor_is_bound(tmp_path: Path) -> None:
+    with sqlite_ledger(tmp_path) as ledger:
+        view, client, clock = FakeView(), FakeClient(), Clock()
+        reports: list[tuple[str, dict[str, Any]]] = []
+        trigger = TriggerLoop(
+            view,  # type: ignore[arg-type]
+            client,  # type: ignore[arg-type]
+            SETTINGS,
+            Metrics(),
+            clock=clock,
+            tick=0.005,
+            ledger=ledger,
+            report=lambda event, fields: reports.append((event, fields)),
+        )
+        try:
+            view.event("ADDED", pending_pod())
+            trigger.start()
+            handle = await client.next_start(1)
+            handle.outcome.set_result(one_runbook_completed())
+            await asyncio.sleep(0.05)
+            assert trigger.in_flight == 1 and trigger.finished == []  # waiting for the bind
+            bound = pending_pod()
+            bound["spec"]["nodeName"] = "node-2"
+            view.event("MODIFIED", bound)
+            async with asyncio.timeout(5):
+                while not trigger.finished:
+                    await asyncio.sleep(0.01)
+            [record] = trigger.finished
+            assert (record["outcome"], record["message"]) == (
+                "completed",
+                "default/web bound to node-2",
+            )
+            assert record["victims"] == ["default/batch-0", "default/batch-1"]
+            [(run_id, node, _)] = scheduled_rows(ledger, handle.id)
+            assert (run_id, node) == ("run-1", "node-2")
+            assert client.signals == []  # the run ended: nothing to tell it
+        finally:
+            await trigger.stop(drain=False)
+
+
+async def test_a_completed_run_whose_preemptor_is_never_bound_is_reported_so(
+    harness: Harness,
+) -> None:
+    harness.view.event("ADDED", pending_pod())
     harness.trigger.start()
     handle = await harness.client.next_start(1)
-    bound = member("train-1")
-    bound["spec"]["nodeName"] = "node-2"
-    harness.view.event("MODIFIED", bound)
-    await harness.client.until(lambda: bool(harness.client.signals))
-    assert harness.client.signals == [(handle.id, ["uid-train-1", "node-2"])]
+    handle.outcome.set_result(one_runbook_completed())
+    await asyncio.sleep(0.05)
+    assert harness.trigger.finished == []
+    harness.advance(SETTINGS.scheduled_wait_seconds)
+    async with asyncio.timeout(5):
+        while not harness.trigger.finished:
+            await asyncio.sleep(0.01)
+    assert harness.trigger.finished[0]["message"] == "default/web was not bound within 300s"
+
+
+async def test_a_group_run_is_followed_until_min_count_members_are_bound(
+    tmp_path: Path,
+) -> None:
+    with sqlite_ledger(tmp_path) as ledger:
+        view, client, clock = FakeView(), FakeClient(), Clock()
+        trigger = TriggerLoop(
+            view,  # type: ignore[arg-type]
+            client,  # type: ignore[arg-type]
+            SETTINGS,
+            Metrics(),
+            clock=clock,
+            tick=0.005,
+            ledger=ledger,
+        )
+        harness = Harness(view, client, clock, Metrics(), trigger, [])
+        try:
+            train_group(harness)
+            harness.view.event("ADDED", member("train-0"))
+            harness.view.event("ADDED", member("train-1"))
+            trigger.start()
+            handle = await client.next_start(1)
+            members = [
+                MemberProgress(PodRef("default", f"train-{i}", f"uid-train-{i}"), f"node-{i}")
+                for i in range(2)
+            ]
+            victim = VictimProgress(
+                PodRef("default", "low", "uid-low"), Fate.DELETED, node="node-0"
+            )
+            handle.outcome.set_result(
+                GroupPreemptionResult(
+                    Outcome.COMPLETED, "preempted", members, [victim], 2, runbook=RUNBOOK
+                )
+            )
+            for i in range(2):
+                bound = member(f"train-{i}")
+                bound["spec"]["nodeName"] = f"node-{i}"
+                await asyncio.sleep(0.02)
+                assert trigger.finished == []  # minCount 2: not yet
+                view.event("MODIFIED", bound)
+            async with asyncio.timeout(5):
+                while not trigger.finished:
+                    await asyncio.sleep(0.01)
+            [record] = trigger.finished
+            assert (record["bound"], record["message"]) == (
+                2,
+                "default/train: 2 member(s) bound (minCount 2)",
+            )
+            [(run_id, node, payload)] = scheduled_rows(ledger, handle.id)
+            assert (run_id, node, payload["membersBound"]) == ("run-1", None, 2)
+            assert client.signals == []
+        finally:
+            await trigger.stop(drain=False)
 
 
 async def test_a_group_preemption_ended_non_retryable_parks_the_group(harness: Harness) -> None:

@@ -27,6 +27,7 @@ from preemptctl.worker.config import Settings
 from preemptctl.worker.starter import start_group_preemption, start_preemption
 from preemptctl.worker.temporal_worker import build_worker, preemption_activities
 from preemptctl.workflows.contract import (
+    RUNBOOK,
     GroupPreemptionRequest,
     GroupPreemptionResult,
     PreemptionRequest,
@@ -61,6 +62,7 @@ class Stack:
     ) -> WorkflowHandle[PreemptionWorkflow, PreemptionResult]:
         options.setdefault("scheduled_wait_seconds", 10.0)
         options.setdefault("scheduled_poll_seconds", 0.2)
+        options.setdefault("runbook", RUNBOOK)  # as the trigger loop starts them
         request = PreemptionRequest(self.preemptor(key), **options)
         return await start_preemption(self.client, request, task_queue=self.task_queue)
 
@@ -76,6 +78,7 @@ class Stack:
     ) -> WorkflowHandle[GroupPreemptionWorkflow, GroupPreemptionResult]:
         options.setdefault("scheduled_wait_seconds", 10.0)
         options.setdefault("scheduled_poll_seconds", 0.2)
+        options.setdefault("runbook", RUNBOOK)
         request = GroupPreemptionRequest(self.group(key), **options)
         return await start_group_preemption(self.client, request, task_queue=self.task_queue)
 

@@ -42,7 +42,13 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from preemptctl.activities.contracts import DecisionStory, VictimInput, VictimResult, VictimRound
+from preemptctl.activities.contracts import (
+    DecisionStory,
+    Nomination,
+    VictimInput,
+    VictimResult,
+    VictimRound,
+)
 from preemptctl.activities.group_contracts import (
     GroupCheck,
     GroupEndInput,
@@ -51,7 +57,6 @@ from preemptctl.activities.group_contracts import (
     GroupVictimRound,
     MembersNominated,
     MembersNomination,
-    Nomination,
     SelectGroupInput,
     VictimPlacement,
 )
