@@ -106,6 +106,9 @@ class Selection:
     terminating: list[str] = field(default_factory=list)
     # The preemptor's nomination as the decision saw it: what nominating it overwrites.
     nominated_node_seen: str | None = None
+    # Each victim's own node, by UID (a gang taken whole for one pod has members on other
+    # nodes than `node`); a victim missing here is on `node`.
+    victim_nodes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import astuple
 from typing import Any
 
 from temporalio import activity
@@ -33,7 +34,7 @@ from preemptctl.activities.contracts import (
     VictimResult,
     Written,
 )
-from preemptctl.activities.errors import decision_errors, kube_errors
+from preemptctl.activities.errors import decision_errors, kube_errors, ledger_errors
 from preemptctl.activities.group_contracts import (
     GroupCheck,
     GroupEndInput,
@@ -45,10 +46,13 @@ from preemptctl.activities.group_contracts import (
     SelectGroupInput,
     VictimPlacement,
 )
+from preemptctl.activities.heartbeat import beat_while_waiting
 from preemptctl.activities.recording import Recorder, event, failure_note, when
+from preemptctl.activities.resumed import resumed_group_selection
 from preemptctl.activities.story import group_story
 from preemptctl.activities.victim_steps import VictimSteps, write_events, written
-from preemptctl.deciding.path import DecidedGroup, DecisionPath, GroupDecisionRequest
+from preemptctl.activities.view_channel import ViewChannel
+from preemptctl.deciding.path import DecidedGroup, DecisionPath, GroupDecisionRequest, Resumed
 from preemptctl.kube import events, nomination
 from preemptctl.kube.events import ObjectRef
 from preemptctl.kube.pods import Presence, get_pod, get_pod_group
@@ -56,6 +60,7 @@ from preemptctl.kube.results import KubeCallError
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import Scheduled, Terminal, VictimStep
+from preemptctl.ledger.queries import recorded_attempt
 from preemptctl.ledger.vocabulary import KIND_OF_OUTCOME, Outcome
 from preemptctl.preemption.decision import PodRef, Verdict
 from preemptctl.preemption.errors import PlannerInputError
@@ -82,8 +87,10 @@ class GroupPreemptionActivities:
         decisions: DecisionPath,
         *,
         group_label: str = "",
+        view_channel: ViewChannel | None = None,
     ) -> None:
         self._view = view
+        self._channel = view_channel
         self._recorder = recorder
         self._kube = recorder.kube
         self._victims = victims
@@ -109,18 +116,34 @@ class GroupPreemptionActivities:
         from the API server, then lock, claims, plan, budget, write ahead; then tell the
         group and its placed members what is decided for them. A run after the first
         appends `retried` first; a group that no longer needs room is reported (no
-        verdict, the reason as the message) for the workflow to record the abort."""
+        verdict, the reason as the message) for the workflow to record the abort. In a
+        workflow process, the main process decides (`view_channel`)."""
+        if self._channel is not None:
+            selection: GroupSelection = self._channel.call("select_group_preemption", request)
+            return selection
+        return self.select(request, beat=beat_while_waiting())
+
+    def select(self, request: SelectGroupInput, beat: Callable[[], object]) -> GroupSelection:
+        """The select's body, wherever it was asked (`beat`: while it waits its turn); a
+        run that decided before is answered from its decision on record."""
         group, run = request.group, request.run
-        if not request.throttled:
-            self._recorder.record_retried(
-                run, group.as_preemptor(), request.started_by, request.retry_reason
-            )
         dry_run = request.dry_run or self._recorder.dry_run
         decision_request = GroupDecisionRequest(
-            run.preemption_id, run.run_id, when(run), group, dry_run, request.throttled
+            run.preemption_id,
+            run.run_id,
+            when(run),
+            group,
+            dry_run,
+            request.throttled,
+            request.started_by,
+            request.retry_reason,
         )
         with decision_errors(group.as_preemptor()):
-            decided = self._decisions.decide_group(decision_request, beat=activity.heartbeat)
+            decided = self._decisions.decide_group(decision_request, beat=beat)
+        if isinstance(decided, Resumed):
+            with ledger_errors():
+                attempt = recorded_attempt(self._recorder.ledger, *astuple(decided))
+            return resumed_group_selection(group, attempt)
         if decided.decision is None:
             return GroupSelection(group, decided.stopped or decided.message)
         selection = self._selection(group, decided, decided.decision, dry_run=dry_run)
@@ -308,9 +331,16 @@ class GroupPreemptionActivities:
     @activity.defn(name="check_group")
     def check_group(self, request: GroupCheck) -> GroupStanding:
         """Where the group stands now: which of its members are bound, and where."""
-        return self._standing(request.group, request.members)
+        return self.standing(request.group, request.members)
 
     def _standing(self, group: GroupRef, members: list[PodRef]) -> GroupStanding:
+        """`standing`, from the main process's view when this is a workflow process."""
+        if self._channel is not None:
+            found: GroupStanding = self._channel.call("group_standing", (group, members))
+            return found
+        return self.standing(group, members)
+
+    def standing(self, group: GroupRef, members: list[PodRef]) -> GroupStanding:
         """The group's standing from the cluster view: a PodGroup the view does not show (or
         shows with another UID) is asked of the API server before it counts as gone (the
         view may trail it). A worker without a view (a workflow process, running this as a

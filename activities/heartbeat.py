@@ -9,6 +9,8 @@ asks again (and the ledger's intent row tells a lost answer apart, see `delete_v
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from temporalio import activity
 
 from preemptctl.activities.contracts import VictimResult
@@ -71,3 +73,10 @@ def answered_all() -> dict[str, VictimResult]:
         )
         for uid, (fate, message, replaced_by, answer_lost, terminating) in details[0].items()
     }
+
+
+def beat_while_waiting() -> Callable[[], object]:
+    """What the select calls while it waits its turn to decide: a regular activity's
+    heartbeat, so that a worker that died is noticed; nothing for a local one (its workflow
+    task's timeout notices that)."""
+    return (lambda: None) if activity.info().is_local else activity.heartbeat

@@ -54,12 +54,15 @@ from preemptctl.activities.contracts import (
     VictimRound,
     Written,
 )
-from preemptctl.activities.errors import decision_errors, kube_errors
+from preemptctl.activities.errors import decision_errors, kube_errors, ledger_errors
 from preemptctl.activities.group_preemption import GroupPreemptionActivities
+from preemptctl.activities.heartbeat import beat_while_waiting
 from preemptctl.activities.recording import Recorder, event, failure_note, when
+from preemptctl.activities.resumed import resumed_selection
 from preemptctl.activities.story import pod_story
 from preemptctl.activities.victim_steps import VictimSteps, write_events, written
-from preemptctl.deciding.path import Decided, DecisionPath, DecisionRequest
+from preemptctl.activities.view_channel import ViewChannel
+from preemptctl.deciding.path import Decided, DecisionPath, DecisionRequest, Resumed
 from preemptctl.kube import events, nomination
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.events import ObjectRef
@@ -69,6 +72,7 @@ from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.inputs_recorder import INPUTS_MAX_BYTES, INPUTS_RETENTION_DAYS
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import Scheduled, Terminal, VictimStep
+from preemptctl.ledger.queries import recorded_attempt
 from preemptctl.ledger.vocabulary import KIND_OF_OUTCOME, Outcome
 from preemptctl.preemption.decision import PodRef, Verdict
 from preemptctl.preemption.default_preemption import PreemptionArgs
@@ -95,8 +99,13 @@ class PreemptionActivities:
         inputs_max_bytes: int = INPUTS_MAX_BYTES,
         inputs_retention_days: int = INPUTS_RETENTION_DAYS,
         dry_run: bool = False,
+        view_channel: ViewChannel | None = None,
     ) -> None:
+        """`view_channel`: in a workflow process, the way to the main process, which holds
+        the view and decides (`activities.view_channel`): the select and the standing
+        look-ups go there; None where this process holds the view itself."""
         self._kube = kube
+        self._channel = view_channel
         self._dry_run = dry_run
         self._view = view
         self._ledger = ledger
@@ -122,6 +131,7 @@ class PreemptionActivities:
             self._victims,
             self._decisions,
             group_label=planner_args.pod_group_label if planner_args else "",
+            view_channel=view_channel,
         )
         """The group preemption's activities (`activities.group_preemption`)."""
 
@@ -164,11 +174,17 @@ class PreemptionActivities:
         A run after the first appends `retried` first. The path writes the decision ahead
         (with its end when it is final: fits, ineligible, no candidate, unsupported, dry
         run) or `throttled`; a preemptor that no longer needs room is reported (no verdict,
-        the reason as the message) for the workflow to record the abort."""
-        if not request.throttled:
-            self._recorder.record_retried(
-                request.run, request.preemptor, request.started_by, request.retry_reason
-            )
+        the reason as the message) for the workflow to record the abort. In a workflow
+        process, the main process decides (`view_channel`)."""
+        if self._channel is not None:
+            selection: Selection = self._channel.call("select_preemption", request)
+            return selection
+        return self.select(request, beat=beat_while_waiting())
+
+    def select(self, request: SelectInput, beat: Callable[[], object]) -> Selection:
+        """The select's body, wherever it was asked (`beat`: while it waits its turn). A
+        run decides once: asked again (its worker lost after the decision was written), it
+        is answered from the decision on record (`resumed_selection`)."""
         run = request.run
         dry_run = request.dry_run or self._dry_run
         decision_request = DecisionRequest(
@@ -179,13 +195,24 @@ class PreemptionActivities:
             request.strategy,
             dry_run,
             request.throttled,
+            request.started_by,
+            request.retry_reason,
         )
         with decision_errors(request.preemptor):
-            decided = self._decisions.decide(decision_request, beat=activity.heartbeat)
+            decided = self._decisions.decide(decision_request, beat=beat)
+        if isinstance(decided, Resumed):
+            return self._resumed(request, decided)
         if not isinstance(decided, Decided):
             return Selection(request.preemptor, decided.reason)
         self._tell_the_preemptor_the_decision(request, decided, dry_run=dry_run)
         return _selection(decided, dry_run=dry_run)
+
+    def _resumed(self, request: SelectInput, resumed: Resumed) -> Selection:
+        """The selection of a run that decided before, from its decision on record."""
+        with ledger_errors():
+            attempt = recorded_attempt(self._ledger, resumed.preemption_id, resumed.run_id)
+        with self._view.read() as snapshot:
+            return resumed_selection(request.preemptor, attempt, snapshot.pod_by_key)
 
     def _tell_the_preemptor_the_decision(
         self, request: SelectInput, decided: Decided, *, dry_run: bool
@@ -343,8 +370,26 @@ class PreemptionActivities:
         with kube_errors():
             return get_pod(self._kube, request.preemptor).standing()
 
+    def serve(self, operation: str, argument: Any) -> Any:
+        """What the main process does for a workflow process (`activities.view_channel`):
+        the select, a pod's or a group's, and the standing look-ups, beside the view."""
+        if operation == "select_preemption":
+            return self.select(argument, beat=lambda: None)
+        if operation == "select_group_preemption":
+            return self.groups.select(argument, beat=lambda: None)
+        if operation == "preemptor_standing":
+            return self._preemptor_standing(argument)
+        if operation == "group_standing":
+            group, members = argument
+            return self.groups.standing(group, members)
+        raise ValueError(f"no such operation on the view channel: {operation!r}")
+
     def _preemptor_standing(self, preemptor: PodRef) -> PreemptorStanding:
-        """The view's answer when it shows the preemptor; else the API server's."""
+        """The view's answer when it shows the preemptor; else the API server's. In a
+        workflow process, the main process's view answers (`view_channel`)."""
+        if self._channel is not None:
+            standing: PreemptorStanding = self._channel.call("preemptor_standing", preemptor)
+            return standing
         with self._view.read() as snapshot:
             pod = snapshot.pods.get(preemptor.uid)
             if pod is not None:
@@ -421,4 +466,5 @@ def _selection(decided: Decided, *, dry_run: bool) -> Selection:
         story=pod_story(decision, dry_run=dry_run),
         terminating=list(decided.terminating),
         nominated_node_seen=decided.nominated_node_seen,
+        victim_nodes=dict(decided.victim_nodes),
     )

@@ -23,8 +23,6 @@ from preemptctl.kube.events import ObjectRef
 from preemptctl.kube.results import KubeCallError
 from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.payloads import Retried
-from preemptctl.ledger.queries import earlier_run
 from preemptctl.ledger.writer import append_batch
 from preemptctl.preemption.decision import PodRef
 
@@ -44,24 +42,6 @@ class Recorder:
         """Append `batch` in one transaction; how many rows were new (0: all there already)."""
         with ledger_errors():
             return append_batch(self.ledger, batch)
-
-    def record_retried(
-        self, run: RunRef, preemptor: PodRef, started_by: str, retry_reason: str
-    ) -> None:
-        """A run after the first appends `retried` (who, why, after which run) before
-        anything else of its own, so the ledger tells each attempt apart and in order. The
-        first run appends nothing."""
-        with ledger_errors():
-            earlier = earlier_run(self.ledger, run.preemption_id, run.run_id)
-        if earlier is None:
-            return
-        ended = earlier.outcome.value if earlier.outcome is not None else None
-        reason = retry_reason or (
-            f"{preemptor.key} still needed room after run {earlier.run_id} "
-            f"ended {ended or 'without recording an end'}"
-        )
-        payload = Retried(run.run_id, earlier.run_id, ended, started_by, reason)
-        self.append([event(run, EventKind.RETRIED, preemptor, None, payload.to_json())])
 
     def refuse_if_dry(self, step: str, pod: PodRef, where: str = "") -> None:
         """A worker that runs dry writes nothing to the cluster, whatever the request says:

@@ -56,7 +56,14 @@ from sqlalchemy import Connection, Engine
 
 from preemptctl.deciding.queue import DecisionQueue, NoTurnError, Waiting
 from preemptctl.kube.pods import PodGroupLookup, PodLookup, Presence
-from preemptctl.ledger.claims import ClaimReader, decision_lock, victims_chosen_since
+from preemptctl.ledger.claims import (
+    DECISION_SECONDS,
+    ClaimReader,
+    RunsOf,
+    decision_engine,
+    decision_lock,
+    victims_chosen_since,
+)
 from preemptctl.ledger.errors import LedgerUnavailableError
 from preemptctl.ledger.events import (
     LedgerEvent,
@@ -74,7 +81,7 @@ from preemptctl.ledger.inputs_recorder import (
     InputsRecorder,
 )
 from preemptctl.ledger.kinds import EventKind
-from preemptctl.ledger.payloads import Throttled
+from preemptctl.ledger.payloads import Retried, Throttled
 from preemptctl.ledger.writer import append_batch_on
 from preemptctl.preemption.budget import WINDOW, seconds_until_budget_allows
 from preemptctl.preemption.claims import Claim, ClaimBook
@@ -125,6 +132,8 @@ class DecisionRequest:
     strategy: Strategy = Strategy.DEFAULT
     dry_run: bool = False
     throttled: int = 0  # times the budget held this run back before: the throttled event's step
+    started_by: str = "trigger"  # who started the run, for its `retried` event
+    retry_reason: str = ""
 
 
 @dataclass(slots=True)
@@ -141,6 +150,9 @@ class Decided:
     # to know of the cluster without reading it again.
     terminating: list[str] = field(default_factory=list)
     nominated_node_seen: str | None = None
+    # Each victim's own node (by UID), as the view showed it: a gang taken whole for one pod
+    # has members on other nodes than the one the pod is nominated to.
+    victim_nodes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +172,18 @@ class GroupDecisionRequest:
     group: GroupRef
     dry_run: bool = False
     throttled: int = 0  # times the budget held this run back before: the throttled event's step
+    started_by: str = "trigger"
+    retry_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """The run decided before (its select was asked again: a worker lost after the decision
+    was written, before the workflow recorded its answer). A run decides once: its caller
+    answers from the decision on record, not from a new one."""
+
+    preemption_id: str
+    run_id: str
 
 
 @dataclass(slots=True)
@@ -214,7 +238,7 @@ class _GroupJob:
 
 
 _AnyJob = _Job | _GroupJob
-_AnyAnswer = Decided | DecidedGroup
+_AnyAnswer = Decided | DecidedGroup | Resumed
 
 
 class DecisionPath:
@@ -239,6 +263,10 @@ class DecisionPath:
         inputs_backlog: int = INPUTS_BACKLOG,
     ) -> None:
         self._ledger = ledger
+        # The deciding transactions' own small pool, its connections' timeouts set once.
+        self._engine = decision_engine(
+            ledger, lock_wait_seconds=lock_wait_seconds, statement_seconds=DECISION_SECONDS
+        )
         self._view = view
         self._read_pod = read_pod
         self._read_group = read_group
@@ -268,15 +296,29 @@ class DecisionPath:
         self.holds: deque[tuple[float, int]] = deque(maxlen=10_000)
         """(seconds the decision lock was held, decisions made in that hold), newest last."""
 
+    def prime(self) -> None:
+        """Read every open claim once now (the worker does, once its view has synced), so
+        that the first decision reads only what changed, as every later one does."""
+        with self._lock(0) as db:
+            self._claims.read(db)
+
+    @property
+    def engine(self) -> Engine:
+        """The engine the deciding transactions run on (`ledger.claims.decision_engine`)."""
+        return self._engine
+
     def close(self, timeout: float = CLOSE_SECONDS) -> int:
         """At shutdown, once no decision is under way: stop the inputs recorder after it
         has recorded what is queued (for at most `timeout` seconds); the number of
         decisions whose inputs were left unrecorded (`InputsRecorder.close`)."""
-        return 0 if self.inputs is None else self.inputs.close(timeout)
+        left = 0 if self.inputs is None else self.inputs.close(timeout)
+        if self._engine is not self._ledger:
+            self._engine.dispose()
+        return left
 
     def decide(
         self, request: DecisionRequest, beat: Callable[[], object] = lambda: None
-    ) -> Decided | Stopped:
+    ) -> Decided | Stopped | Resumed:
         """Decide for `request.preemptor`: 1) outside the lock, then 2)-6) in this process's
         next batch. Raises `LedgerError` when the ledger cannot be reached or the lock not
         taken, `KubeCallError` when the API server cannot be, `ViewNotReadyError` before
@@ -289,12 +331,12 @@ class DecisionPath:
             return job
         decided = self._submit(job, beat)
         self._record_inputs(job)
-        assert isinstance(decided, Decided)
+        assert isinstance(decided, Decided | Resumed)
         return decided
 
     def decide_group(
         self, request: GroupDecisionRequest, beat: Callable[[], object] = lambda: None
-    ) -> DecidedGroup:
+    ) -> DecidedGroup | Resumed:
         """Decide for the pod group `request.group`: 1) outside the lock, then 2)-6) in this
         process's next batch, beside pod decisions. Raises as `decide` does (a PodGroup the
         planner cannot read, or a group missing from a view that has synced, is a
@@ -304,7 +346,7 @@ class DecisionPath:
             return DecidedGroup(None, stopped=job.reason, message=job.reason)
         decided = self._submit(job, beat)
         self._record_inputs(job)
-        assert isinstance(decided, DecidedGroup)
+        assert isinstance(decided, DecidedGroup | Resumed)
         return decided
 
     def _submit(self, job: _AnyJob, beat: Callable[[], object]) -> _AnyAnswer:
@@ -372,18 +414,26 @@ class DecisionPath:
     @contextmanager
     def _lock(self, decisions: int) -> Iterator[Connection]:
         """2) The decision lock, timed from acquired to released (after the commit)."""
-        with decision_lock(self._ledger, lock_wait_seconds=self._lock_wait_seconds) as db:
+        with decision_lock(
+            self._engine,
+            lock_wait_seconds=self._lock_wait_seconds,
+            timeouts_set=self._engine is not self._ledger,
+        ) as db:
             acquired = time.perf_counter()
             try:
                 yield db
             finally:
                 self.holds.append((time.perf_counter() - acquired, decisions))
 
-    def _open_claims(self, db: Connection, snapshot: ClusterSnapshot) -> ClaimBook:
-        """3) Every open claim; those the view already shows fulfilled set aside."""
-        book = ClaimBook(self._claims.read(db))
+    def _open_claims(
+        self, db: Connection, snapshot: ClusterSnapshot, batch: list[Waiting[_AnyJob, _AnyAnswer]]
+    ) -> tuple[ClaimBook, RunsOf]:
+        """3) Every open claim (those the view already shows fulfilled set aside), and what
+        the ledger holds of the batch's own runs, in one read."""
+        claims, runs = self._claims.read(db, [w.job.request.preemption_id for w in batch])
+        book = ClaimBook(claims)
         book.set_aside_fulfilled(snapshot)
-        return book
+        return book, runs
 
     def _plan(self, snapshot: ClusterSnapshot, job: _Job, respected: list[str]) -> Decision:
         """4) The planner's decision over the snapshot (claims laid over it) with the
@@ -422,34 +472,47 @@ class DecisionPath:
         request: DecisionRequest | GroupDecisionRequest,
         verdict: Verdict,
         victims: int,
+        pending: list[LedgerEvent],
     ) -> float:
-        """5) Seconds the eviction budget holds this decision back; 0 when it may go on."""
+        """5) Seconds the eviction budget holds this decision back; 0 when it may go on. The
+        victims chosen earlier in this batch (not written yet) count too."""
         budget = self._evictions_per_minute
         if verdict is not Verdict.PREEMPT or request.dry_run or not budget:
             return 0.0
-        recent = victims_chosen_since(db, request.occurred_at - WINDOW)
-        return seconds_until_budget_allows(recent, victims, budget, request.occurred_at)
+        since = request.occurred_at - WINDOW
+        recent = victims_chosen_since(db, since)
+        recent += [
+            e.occurred_at
+            for e in pending
+            if e.kind is EventKind.VICTIM_CHOSEN and e.occurred_at >= since
+        ]
+        return seconds_until_budget_allows(sorted(recent), victims, budget, request.occurred_at)
 
     @staticmethod
     def _write_ahead(
-        db: Connection, request: DecisionRequest, decision: Decision, context: dict[str, object]
-    ) -> None:
-        """6) The decision, its victims and, when the decision ends the run, its end."""
+        request: DecisionRequest,
+        decision: Decision,
+        context: dict[str, object],
+        victim_nodes: dict[str, str],
+    ) -> list[LedgerEvent]:
+        """6) The decision, its victims (each on its node) and, when the decision ends the
+        run, its end."""
         args = (request.preemption_id, request.run_id, request.preemptor, decision)
-        batch = decision_events(*args, request.occurred_at, context=context)
+        batch = decision_events(
+            *args, request.occurred_at, context=context, victim_nodes=victim_nodes
+        )
         end = end_of_decision(*args, request.occurred_at, dry_run=request.dry_run)
         if end is not None:
             batch.append(end)
-        append_batch_on(db, batch)
+        return batch
 
     @staticmethod
     def _write_ahead_group(
-        db: Connection,
         snapshot: ClusterSnapshot,
         request: GroupDecisionRequest,
         decision: GroupDecision,
         context: dict[str, object],
-    ) -> None:
+    ) -> list[LedgerEvent]:
         """6) The group's decision, its placed members, its victims (each on its node, with
         its unit) and, when the decision ends the run, its end."""
         placed = []
@@ -457,11 +520,7 @@ class DecisionPath:
             member = snapshot.pod_by_key(key)
             if member is not None:
                 placed.append((PodRef.of(member), node))
-        victim_nodes = {
-            victim.uid: pod.node_name
-            for victim in decision.victims
-            if (pod := snapshot.pods.get(victim.uid)) is not None and pod.node_name
-        }
+        victim_nodes = _nodes_of(snapshot, decision.victims)
         args = (request.preemption_id, request.run_id, request.group, decision)
         batch = group_decision_events(
             *args, request.occurred_at, placed=placed, victim_nodes=victim_nodes, context=context
@@ -469,31 +528,42 @@ class DecisionPath:
         end = end_of_group_decision(*args, request.occurred_at, dry_run=request.dry_run)
         if end is not None:
             batch.append(end)
-        append_batch_on(db, batch)
+        return batch
 
     # -- one batch, under one hold of the lock ----------------------------------------------------
 
     def _decide_batch(self, batch: list[Waiting[_AnyJob, _AnyAnswer]]) -> None:
         """2)-6) for every queued request (in the queue's priority order), in one
-        transaction holding the lock."""
+        transaction holding the lock: one read (claims, and the batch's own runs), then
+        every decision, then one insert of everything they write."""
+        pending: list[LedgerEvent] = []
         with self._lock(len(batch)) as db, self._view.read() as snapshot, ExitStack() as overlay:
-            claims = self._open_claims(db, snapshot)
+            claims, runs = self._open_claims(db, snapshot, batch)
+            deciding = []
+            for waiting in batch:
+                request = waiting.job.request
+                if runs.decided(request.preemption_id, request.run_id):
+                    waiting.answer = Resumed(request.preemption_id, request.run_id)
+                else:
+                    pending += _retried(request, runs)
+                    deciding.append(waiting)
             # A preemptor deciding again (a retried run) must not meet its own claim: those
             # are decided first, each without it, before the shared overlay.
-            claimed = [w for w in batch if w.job.holder in claims]
+            claimed = [w for w in deciding if w.job.holder in claims]
             for waiting in claimed:
                 own = claims.without(waiting.job.holder)
                 with own.applied(snapshot, ""):
-                    self._decide_one(db, snapshot, waiting, own.all())
+                    self._decide_one(db, snapshot, waiting, own.all(), pending)
             overlay.enter_context(claims.applied(snapshot, ""))
             respected = claims.all()
-            for waiting in batch:
+            for waiting in deciding:
                 if waiting in claimed:
                     continue
-                claim = self._decide_one(db, snapshot, waiting, respected)
+                claim = self._decide_one(db, snapshot, waiting, respected, pending)
                 if claim is not None:  # the next decision respects this one
                     overlay.enter_context(ClaimBook([claim]).applied(snapshot, ""))
                     respected = [*respected, claim]
+            append_batch_on(db, pending)
 
     def _decide_one(
         self,
@@ -501,15 +571,16 @@ class DecisionPath:
         snapshot: ClusterSnapshot,
         waiting: Waiting[_AnyJob, _AnyAnswer],
         respected: list[Claim],
+        pending: list[LedgerEvent],
     ) -> Claim | None:
         """4)-6) for one request; its answer (or the planner's refusal to read it) set on
-        it, so the rest of the batch is decided whatever becomes of this one. The claim its
-        decision makes, if it makes one."""
+        it, so the rest of the batch is decided whatever becomes of this one; what it
+        writes added to `pending`. The claim its decision makes, if it makes one."""
         job = waiting.job
         try:
             if isinstance(job, _GroupJob):
-                return self._decide_group(db, snapshot, waiting, job, respected)
-            return self._decide_pod(db, snapshot, waiting, job, respected)
+                return self._decide_group(db, snapshot, waiting, job, respected, pending)
+            return self._decide_pod(db, snapshot, waiting, job, respected, pending)
         except PlannerInputError as error:
             waiting.error = error
             return None
@@ -521,16 +592,17 @@ class DecisionPath:
         preemptor: PodRef,
         node: str | None,
         decision: Decision | GroupDecision,
+        pending: list[LedgerEvent],
     ) -> tuple[float, str] | None:
         """5) for a pod's or a group's decision alike: None when the eviction budget lets it
-        go on; else how long it waits and why, its `throttled` event appended."""
-        wait = self._budget(db, request, decision.verdict, len(decision.victims))
+        go on; else how long it waits and why, its `throttled` event added to `pending`."""
+        wait = self._budget(db, request, decision.verdict, len(decision.victims), pending)
         if not wait:
             return None
         message = _held_back(self._evictions_per_minute, len(decision.victims), wait)
         message += decision.message
         throttled = Throttled(message, wait, [v.key for v in decision.victims])
-        append_batch_on(db, [_throttled(request, preemptor, node, throttled)])
+        pending.append(_throttled(request, preemptor, node, throttled))
         return wait, message
 
     def _decide_pod(
@@ -540,17 +612,21 @@ class DecisionPath:
         waiting: Waiting[_AnyJob, _AnyAnswer],
         job: _Job,
         respected: list[Claim],
+        pending: list[LedgerEvent],
     ) -> Claim | None:
         request = job.request
         names = [claim.holder for claim in respected]
         decision = self._plan(snapshot, job, [claim.preemptor_uid for claim in respected])
-        held = self._hold_back(db, request, request.preemptor, decision.nominated_node, decision)
+        held = self._hold_back(
+            db, request, request.preemptor, decision.nominated_node, decision, pending
+        )
         if held is not None:
             wait, message = held
             waiting.answer = Decided(decision, wait, message, names, job.scheduler_name)
             return None
-        context = {"worker": self._identity, "sequence": self._decisions, "claims": names}
-        self._write_ahead(db, request, decision, context)
+        context = self._context(names, job.scheduler_name)
+        victim_nodes = _nodes_of(snapshot, decision.victims)
+        pending += self._write_ahead(request, decision, context, victim_nodes)
         waiting.answer = Decided(
             decision,
             0.0,
@@ -559,6 +635,7 @@ class DecisionPath:
             job.scheduler_name,
             _terminating(snapshot, decision.victims),
             job.preemptor.nominated_node_name or None,
+            victim_nodes,
         )
         return _claim_of(request, decision)
 
@@ -569,20 +646,34 @@ class DecisionPath:
         waiting: Waiting[_AnyJob, _AnyAnswer],
         job: _GroupJob,
         respected: list[Claim],
+        pending: list[LedgerEvent],
     ) -> Claim | None:
         request = job.request
         names = [claim.holder for claim in respected]
         decision = self._plan_group(snapshot, job, [claim.preemptor_uid for claim in respected])
-        held = self._hold_back(db, request, request.group.as_preemptor(), None, decision)
+        held = self._hold_back(db, request, request.group.as_preemptor(), None, decision, pending)
         if held is not None:
             wait, message = held
             waiting.answer = DecidedGroup(decision, "", wait, message, names)
             return None
-        context = {"worker": self._identity, "sequence": self._decisions, "claims": names}
-        self._write_ahead_group(db, snapshot, request, decision, context)
+        context = self._context(names, "")
+        pending += self._write_ahead_group(snapshot, request, decision, context)
         terminating = _terminating(snapshot, decision.victims)
         waiting.answer = DecidedGroup(decision, "", 0.0, decision.message, names, terminating)
         return _group_claim_of(snapshot, request, decision)
+
+    def _context(self, claims: list[str], scheduler_name: str) -> dict[str, object]:
+        """What the decision's row records of how it was made: by which worker, its
+        sequence there, the claims it respected, and the preemptor's scheduler (what a run
+        resumed from the ledger marks its victims in the name of)."""
+        context: dict[str, object] = {
+            "worker": self._identity,
+            "sequence": self._decisions,
+            "claims": claims,
+        }
+        if scheduler_name:
+            context["schedulerName"] = scheduler_name
+        return context
 
     def _record_inputs(self, job: _AnyJob) -> None:
         """After the commit: hand the decision's inputs to the recorder (never waits)."""
@@ -633,6 +724,44 @@ def _planning_with_group(snapshot: ClusterSnapshot, fresh: PodGroup | None) -> I
             snapshot.upsert_pod_group(previous)
         else:
             snapshot.remove_pod_group(fresh.key)
+
+
+def _retried(request: DecisionRequest | GroupDecisionRequest, runs: RunsOf) -> list[LedgerEvent]:
+    """A run after the first appends `retried` (who started it, why, after which run and
+    how that one ended) before anything else of its own, so the ledger tells each attempt
+    apart and in order; the first run, or one that appended it already, nothing."""
+    if request.throttled or runs.retried(request.preemption_id, request.run_id):
+        return []
+    earlier = runs.earlier(request.preemption_id, request.run_id)
+    if earlier is None:
+        return []
+    preemptor = (
+        request.preemptor if isinstance(request, DecisionRequest) else request.group.as_preemptor()
+    )
+    ended = earlier.outcome.value if earlier.outcome is not None else None
+    reason = request.retry_reason or (
+        f"{preemptor.key} still needed room after run {earlier.run_id} "
+        f"ended {ended or 'without recording an end'}"
+    )
+    payload = Retried(request.run_id, earlier.run_id, ended, request.started_by, reason)
+    retried = LedgerEvent(
+        request.preemption_id,
+        request.run_id,
+        EventKind.RETRIED,
+        preemptor,
+        payload=payload.to_json(),
+        occurred_at=request.occurred_at,
+    )
+    return [retried]
+
+
+def _nodes_of(snapshot: ClusterSnapshot, victims: Sequence[PodRef]) -> dict[str, str]:
+    """Each victim's node (by UID), as the view shows it."""
+    return {
+        victim.uid: pod.node_name
+        for victim in victims
+        if (pod := snapshot.pods.get(victim.uid)) is not None and pod.node_name
+    }
 
 
 def _terminating(snapshot: ClusterSnapshot, victims: Sequence[PodRef]) -> list[str]:

@@ -27,19 +27,32 @@ from __future__ import annotations
 
 import fcntl
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, and_, exists, func, select, text
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    and_,
+    exists,
+    func,
+    or_,
+    select,
+    text,
+    union_all,
+)
 
-from preemptctl.ledger.engine import sqlite_path, translated_errors
+from preemptctl.ledger.engine import create_ledger_engine, sqlite_path, translated_errors
 from preemptctl.ledger.errors import LedgerNotMigratedError
-from preemptctl.ledger.kinds import TERMINAL_KINDS, EventKind
+from preemptctl.ledger.kinds import DECISION_KINDS, TERMINAL_KINDS, EventKind
 from preemptctl.ledger.models import events
 from preemptctl.ledger.payloads import MemberPlaced
+from preemptctl.ledger.vocabulary import OUTCOME_OF_KIND, Outcome
 from preemptctl.preemption.claims import Claim
 
 _thread_lock = threading.Lock()
@@ -56,30 +69,54 @@ DECISION_SECONDS = 10.0
 """How long any one statement of the deciding transaction may run."""
 
 
+def decision_engine(
+    ledger: Engine,
+    *,
+    lock_wait_seconds: float = LOCK_WAIT_SECONDS,
+    statement_seconds: float = DECISION_SECONDS,
+) -> Engine:
+    """The engine the deciding transactions run on: on Postgres, a small pool of its own
+    whose connections carry the lock timeout and the statement timeout from the moment they
+    open, so a decision spends no statement on them; on SQLite, the ledger's own."""
+    if sqlite_path(ledger.url) is not None or ledger.dialect.name != "postgresql":
+        return ledger
+    return create_ledger_engine(
+        ledger.url,
+        pool_size=2,
+        session_settings={
+            "lock_timeout": f"{int(lock_wait_seconds * 1000)}ms",
+            "statement_timeout": f"{int(statement_seconds * 1000)}ms",
+        },
+    )
+
+
 @contextmanager
 def decision_lock(
     engine: Engine,
     *,
     lock_wait_seconds: float = LOCK_WAIT_SECONDS,
     statement_seconds: float = DECISION_SECONDS,
+    timeouts_set: bool = False,
 ) -> Iterator[Connection]:
     """A connection in a transaction holding the ledger-wide decision lock; the transaction
     commits when the block ends (so a decision written in it is visible to the next).
 
     Waiting longer than `lock_wait_seconds` for the lock, or a statement running longer than
-    `statement_seconds`, raises `LedgerUnavailableError` (retry later)."""
+    `statement_seconds`, raises `LedgerUnavailableError` (retry later). `timeouts_set`: the
+    engine's connections carry both already (`decision_engine`), so none is set here."""
     with translated_errors(engine):
         database = sqlite_path(engine.url)
         if database is None:
             with engine.begin() as connection:
-                # The timeouts first (for this transaction only), so the lock honours them.
-                connection.execute(
-                    _SET_TIMEOUTS,
-                    {
-                        "lock_wait": f"{int(lock_wait_seconds * 1000)}ms",
-                        "statement": f"{int(statement_seconds * 1000)}ms",
-                    },
-                )
+                if not timeouts_set:
+                    # The timeouts first (for this transaction only), so the lock honours them.
+                    connection.execute(
+                        _SET_TIMEOUTS,
+                        {
+                            "lock_wait": f"{int(lock_wait_seconds * 1000)}ms",
+                            "statement": f"{int(statement_seconds * 1000)}ms",
+                        },
+                    )
                 if connection.execute(_TAKE_THE_LOCK).first() is None:
                     raise LedgerNotMigratedError(
                         "the ledger has no decision_lock row: run `preemptctl migrate`"
@@ -166,9 +203,61 @@ def open_claims(connection: Connection) -> list[Claim]:
     return list(_claims_of(rows).values())
 
 
+@dataclass(frozen=True)
+class EarlierRun:
+    """The latest run of a preemption before a given one, and how it ended (None: it
+    recorded no end, e.g. it was terminated from outside)."""
+
+    run_id: str
+    outcome: Outcome | None
+
+
+@dataclass(frozen=True)
+class RunsOf:
+    """What the ledger holds of the runs of some preemptions (by workflow ID): each run's
+    decision, throttling, retry and end events, in ledger order, as `(id, run_id, kind)`.
+    Enough to tell whether a run decided already (a run decides once: asked again, it is
+    answered from the ledger), and which run came before it and how that one ended (the
+    `retried` event a later run appends)."""
+
+    rows: dict[str, list[tuple[int, str, str]]] = field(default_factory=dict)
+
+    def decided(self, preemption_id: str, run_id: str) -> bool:
+        """Whether `run_id` has a decision on record already."""
+        decided = {kind.value for kind in DECISION_KINDS}
+        return any(
+            run == run_id and kind in decided for _, run, kind in self.rows.get(preemption_id, [])
+        )
+
+    def retried(self, preemption_id: str, run_id: str) -> bool:
+        """Whether `run_id` appended its `retried` event already."""
+        return any(
+            run == run_id and kind == EventKind.RETRIED.value
+            for _, run, kind in self.rows.get(preemption_id, [])
+        )
+
+    def earlier(self, preemption_id: str, run_id: str) -> EarlierRun | None:
+        """The run of `preemption_id` that recorded events last, other than `run_id`, and
+        how it ended; None when `run_id` is its first."""
+        others = [row for row in self.rows.get(preemption_id, []) if row[1] != run_id]
+        if not others:
+            return None
+        latest = max(others)[1]
+        ends = [kind for _, run, kind in sorted(others) if run == latest and kind in _ENDS]
+        return EarlierRun(latest, OUTCOME_OF_KIND[EventKind(ends[-1])] if ends else None)
+
+
+_ENDS = frozenset(kind.value for kind in TERMINAL_KINDS)
+_RUN_KINDS = sorted(
+    {kind.value for kind in (*DECISION_KINDS, *TERMINAL_KINDS)}
+    | {EventKind.THROTTLED.value, EventKind.RETRIED.value}
+)
+
+
 class ClaimReader:
-    """The open claims, read incrementally: after a first full read, each read fetches only
-    the decisions appended since the last one, and which of the still-open runs have ended.
+    """The open claims, read incrementally: after a first full read, each read fetches, in
+    one statement, the decisions appended since the last one, which of the still-open runs
+    have ended, and the runs of the preemptions about to be decided (`RunsOf`).
 
     Use it only under the decision lock: every `victim_chosen` event is written under that
     lock, so when a reader holds it no decision with a lower id can still commit, and reading
@@ -181,36 +270,52 @@ class ClaimReader:
         self._open: dict[tuple[str, str], Claim] = {}
         self._after: int | None = None
 
-    def read(self, connection: Connection) -> list[Claim]:
-        if self._after is None:
+    def read(
+        self, connection: Connection, preemptions: Sequence[str] = ()
+    ) -> tuple[list[Claim], RunsOf]:
+        """The open claims, and the runs of `preemptions` (`RunsOf`)."""
+        if self._after is None:  # the first read: every open claim, then incrementally
             self._open = {(c.preemption_id, c.run_id): c for c in open_claims(connection)}
-            last = connection.execute(select(func.max(events.c.id))).scalar()
-            self._after = int(last or 0)
-        else:
-            rows = connection.execute(
-                select(*_CHOSEN_COLUMNS, events.c.id)
-                .where(events.c.kind.in_(_CLAIM_KINDS))
-                .where(events.c.id > self._after)
-                .order_by(events.c.id)
-            ).all()
-            if rows:
-                self._after = max(self._after, int(rows[-1].id))
-                self._open.update(_claims_of(rows))
-            self._forget_ended(connection)
-        return list(self._open.values())
+            self._after = int(connection.execute(select(func.max(events.c.id))).scalar() or 0)
+        looked_up = sorted({preemption_id for preemption_id, _ in self._open} | set(preemptions))
+        new_claims: list[Any] = []
+        runs: dict[str, list[tuple[int, str, str]]] = {}
+        for row in self._delta(connection, self._after, looked_up):
+            if row.kind in _CLAIM_KINDS:
+                new_claims.append(row)
+            else:
+                runs.setdefault(row.preemption_id, []).append((row.id, row.run_id, row.kind))
+        if new_claims:
+            self._after = max(self._after, int(new_claims[-1].id))
+            self._open.update(_claims_of(new_claims))
+        for preemption_id, rows in runs.items():
+            for _, run_id, kind in rows:
+                if kind in _ENDS:
+                    self._open.pop((preemption_id, run_id), None)
+        asked = set(preemptions)
+        return list(self._open.values()), RunsOf({p: r for p, r in runs.items() if p in asked})
 
-    def _forget_ended(self, connection: Connection) -> None:
-        if not self._open:
-            return
-        ids = sorted({preemption_id for preemption_id, _ in self._open})
-        for start in range(0, len(ids), 500):
-            ended = connection.execute(
-                select(events.c.preemption_id, events.c.run_id)
-                .where(events.c.preemption_id.in_(ids[start : start + 500]))
-                .where(events.c.kind.in_([kind.value for kind in TERMINAL_KINDS]))
-            ).all()
-            for preemption_id, run_id in ended:
-                self._open.pop((preemption_id, run_id), None)
+    @staticmethod
+    def _delta(connection: Connection, after: int, preemptions: list[str]) -> list[Any]:
+        """One statement: the claim rows appended after `after`, and the decision, end,
+        throttle and retry rows of `preemptions` (the open claims' and the batch's) and of
+        the runs those new claims belong to, in ledger order."""
+        claims = select(*_CHOSEN_COLUMNS, events.c.id).where(
+            events.c.kind.in_(_CLAIM_KINDS), events.c.id > after
+        )
+        new = events.alias("new")
+        claimed_since = select(new.c.preemption_id).where(
+            new.c.kind.in_(_CLAIM_KINDS), new.c.id > after
+        )
+        runs = select(*_CHOSEN_COLUMNS, events.c.id).where(
+            or_(
+                events.c.preemption_id.in_(preemptions),
+                events.c.preemption_id.in_(claimed_since),
+            ),
+            events.c.kind.in_(_RUN_KINDS),
+        )
+        statement = union_all(claims, runs)
+        return sorted(connection.execute(statement).all(), key=lambda row: row.id)
 
 
 def victims_chosen_since(connection: Connection, since: datetime) -> list[datetime]:

@@ -176,8 +176,16 @@ def _json_serializer(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def create_ledger_engine(url: str | URL, *, pool_size: int = 5, echo: bool = False) -> Engine:
-    """An engine for the ledger; every connection is checked before use.
+def create_ledger_engine(
+    url: str | URL,
+    *,
+    pool_size: int = 5,
+    echo: bool = False,
+    session_settings: dict[str, str] | None = None,
+) -> Engine:
+    """An engine for the ledger; every connection is checked before use. On Postgres,
+    `session_settings` are set on each connection as it opens (`-c name=value`), so no
+    statement of a transaction is spent on them.
 
     `pool_pre_ping` matters for the "lose the database for a while" promise: after a
     Postgres restart the pool's connections are dead, and without the ping the first
@@ -193,8 +201,15 @@ def create_ledger_engine(url: str | URL, *, pool_size: int = 5, echo: bool = Fal
     if parsed.get_backend_name() == "postgresql":
         options["pool_size"] = pool_size
         options["max_overflow"] = pool_size
+        connect_args: dict[str, Any] = {}
         if "connect_timeout" not in parsed.query:
-            options["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_SECONDS}
+            connect_args["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
+        if session_settings:
+            connect_args["options"] = " ".join(
+                f"-c {name}={value}" for name, value in sorted(session_settings.items())
+            )
+        if connect_args:
+            options["connect_args"] = connect_args
         return create_engine(parsed, **options)
     options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
     path = sqlite_path(parsed)

@@ -121,9 +121,12 @@ def decision_events(
     *,
     context: dict[str, Any] | None = None,
     kind: EventKind | None = None,
+    victim_nodes: Mapping[str, str] | None = None,
 ) -> list[LedgerEvent]:
     """The batch that records a decision: the decision itself (its JSON, with `context` when
-    given), then one `victim_chosen` per victim.
+    given), then one `victim_chosen` per victim, on its own node (`victim_nodes`, by UID:
+    a gang taken whole has members on other nodes than the preemptor's; the nominated node
+    where none is given).
 
     Append it with `append_batch` before touching the first victim: the decision and its
     victims land together or not at all, and every victim can be found by the victim index
@@ -152,7 +155,7 @@ def decision_events(
                 run_id=run_id,
                 kind=EventKind.VICTIM_CHOSEN,
                 preemptor=preemptor,
-                node=node,
+                node=(victim_nodes or {}).get(victim.uid, node),
                 victim=victim,
                 payload=VictimChosen(rank).to_json(),
                 occurred_at=occurred_at,

@@ -32,8 +32,15 @@ from preemptctl.ledger.engine import translated_errors
 from preemptctl.ledger.events import RecordedEvent
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.models import events
-from preemptctl.ledger.views import MemberView, PreemptionView, VictimView, fold_preemptions
-from preemptctl.ledger.vocabulary import OUTCOME_OF_KIND, Outcome, kinds_of_outcome
+from preemptctl.ledger.views import (
+    AttemptView,
+    MemberView,
+    PreemptionView,
+    VictimView,
+    fold_attempt,
+    fold_preemptions,
+)
+from preemptctl.ledger.vocabulary import Outcome, kinds_of_outcome
 from preemptctl.preemption.decision import PodRef
 
 SEED_PAGE = 1000
@@ -109,36 +116,13 @@ def recorded_event(row: Any) -> RecordedEvent:
     )
 
 
-@dataclass(frozen=True)
-class EarlierRun:
-    """The latest run of a preemption before a given one, and how it ended (None: it
-    recorded no end, e.g. it was terminated from outside)."""
-
-    run_id: str
-    outcome: Outcome | None
-
-
-def earlier_run(engine: Engine, preemption_id: str, run_id: str) -> EarlierRun | None:
-    """The run of `preemption_id` that recorded events last, other than `run_id`; None when
-    `run_id` is its first. Two indexed reads (the preemption's index), whatever its size."""
-    others = and_(events.c.preemption_id == preemption_id, events.c.run_id != run_id)
+def recorded_attempt(engine: Engine, preemption_id: str, run_id: str) -> AttemptView | None:
+    """The run `run_id` of `preemption_id` as the ledger has it (its decision, victims with
+    their nodes and units, placed members, end); None when it recorded nothing. One read on
+    the preemption's index."""
     with translated_errors(engine), engine.connect() as connection:
-        latest = connection.execute(
-            select(events.c.run_id).where(others).order_by(events.c.id.desc()).limit(1)
-        ).scalar_one_or_none()
-        if latest is None:
-            return None
-        ended = connection.execute(
-            select(events.c.kind)
-            .where(
-                events.c.preemption_id == preemption_id,
-                events.c.run_id == latest,
-                events.c.kind.in_([kind.value for kind in OUTCOME_OF_KIND]),
-            )
-            .order_by(events.c.id.desc())
-            .limit(1)
-        ).scalar_one_or_none()
-    return EarlierRun(str(latest), OUTCOME_OF_KIND[EventKind(ended)] if ended else None)
+        found = [e for e in events_of(connection, [preemption_id]) if e.run_id == run_id]
+    return fold_attempt(found, 1) if found else None
 
 
 def delete_sent(engine: Engine, preemption_id: str, run_id: str, victim_uid: str) -> bool:

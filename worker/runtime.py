@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Engine
 from temporalio.client import Client
 
+from preemptctl.activities.view_channel import ServedOnceReady, ViewChannelServer
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.conditions import DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER
 from preemptctl.kube.reflector import POD
@@ -27,6 +28,7 @@ from preemptctl.kube.upstream_events import (
     UpstreamRecorder,
 )
 from preemptctl.kube.view import ClusterView, PodListener
+from preemptctl.ledger.errors import LedgerError
 from preemptctl.ledger.upstream import append_upstream
 from preemptctl.preemption.objects import Pod
 from preemptctl.worker.config import Settings
@@ -217,8 +219,14 @@ async def running_controller(
     # The workflow processes need no view: they start now, while it syncs (their fork
     # server's imports take seconds on a busy machine).
     processes: WorkflowProcesses | None = None
+    served = ServedOnceReady()
+    channel: ViewChannelServer | None = None
     if workflow_processes and worker:
-        processes = WorkflowProcesses(settings, workflow_processes, metrics, forked=forked)
+        channel = ViewChannelServer(served)
+        channel.start()
+        processes = WorkflowProcesses(
+            settings, workflow_processes, metrics, forked=forked, view_channel=channel.address
+        )
         processes.prepare()
         processes.start(supervisor.spawn)
     owned: ProbeServer | None = None
@@ -277,6 +285,11 @@ async def running_controller(
             metrics.watch_upstream(lambda: recorder.stats)
             supervisor.spawn_thread("upstream-preemptions", recorder.run)
         activities = preemption_activities(settings, kube, view, ledger)
+        try:
+            await asyncio.to_thread(activities.decisions.prime)
+        except LedgerError as error:  # the first decision reads them all instead
+            log.warning("could not read the open claims ahead of the first decision: %s", error)
+        served.ready(activities.serve)
         # One client for the worker and the trigger loop, reading payloads with each
         # dataclass's hints resolved once (the SDK's default converter re-resolves them on
         # every read); it shares the connection, so eager starts still reach this worker.
@@ -322,6 +335,8 @@ async def running_controller(
         supervisor.stopping()
         if processes is not None:
             await processes.stop()  # a no-op when stopped above
+        if channel is not None:
+            channel.close()
         if owned is not None:
             owned.close()
         if controller is not None and controller.upstream is not None:

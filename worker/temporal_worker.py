@@ -22,6 +22,7 @@ from temporalio.worker import PollerBehaviorAutoscaling, UnsandboxedWorkflowRunn
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from preemptctl.activities.preemption import PreemptionActivities
+from preemptctl.activities.view_channel import ViewChannel
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.view import ClusterView
 from preemptctl.preemption.default_preemption import PreemptionArgs
@@ -219,10 +220,16 @@ def build_worker(
 
 
 def preemption_activities(
-    settings: Settings, kube: KubeClient, view: ClusterView, ledger: Engine
+    settings: Settings,
+    kube: KubeClient,
+    view: ClusterView,
+    ledger: Engine,
+    *,
+    view_channel: ViewChannel | None = None,
 ) -> PreemptionActivities:
     """The activities as `settings` configure them: the same in the main process (with the
-    view, for the select) and in a workflow process (an empty view)."""
+    view, for the select) and in a workflow process (an empty view, and the channel to the
+    main process's, `view_channel`)."""
     return PreemptionActivities(
         kube,
         view,
@@ -233,6 +240,7 @@ def preemption_activities(
         evictions_per_minute=settings.evictions_per_minute,
         inputs_max_bytes=settings.decision_inputs_max_bytes,
         inputs_retention_days=settings.decision_inputs_retention_days,
+        view_channel=view_channel,
     )
 
 

@@ -1,11 +1,11 @@
 """A workflow process: one of the interpreters beside a replica's main process, running the
-preemption workflows and their local activities (nominate, mark, delete, unmark, check,
-record the end), and never a regular activity: the select, which needs the cluster view,
-stays in the main process (`worker.workflow_processes`, docs/scale-out.md).
+preemption workflows and their local activities (select, nominate, each victim, record the
+end), and never a regular activity (`worker.workflow_processes`, docs/scale-out.md).
 
-It has its own Temporal client, Kubernetes client and ledger engine, and no cluster view: its
-activities read from an empty view that is never started, so every look-up (the delete's
-check that the preemptor still needs room) goes to the API server. It reports to the main
+It has its own Temporal client, Kubernetes client and ledger engine, and no cluster view: the
+main process holds the one view, and answers what needs it over a local channel
+(`activities.view_channel`): the select (decided there, under the decision lock, as ever)
+and a victim's check that the room is still needed. It reports to the main
 process through a pipe every `REPORT_EVERY` seconds: that it is alive, whether its worker
 polls, and its metrics, which the main process serves as the replica's. SIGTERM (or SIGINT)
 drains it: its worker stops polling and lets the steps in flight finish within
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from preemptctl.activities.view_channel import ChannelAddress, ViewChannel
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.worker.config import Settings
@@ -39,7 +40,16 @@ from preemptctl.worker.temporal_worker import Role, build_worker, preemption_act
 log = logging.getLogger("preemptctl")
 
 REPORT_EVERY = 1.0  # seconds between two reports to the main process
-GO = "go"  # the main process's word to start
+
+
+@dataclass(frozen=True)
+class Go:
+    """The main process's word to start, with where its view channel listens (None: no
+    channel; the activities then ask the API server, and the select cannot run here)."""
+
+    view_channel: ChannelAddress | None = None
+
+
 LEDGER_POOL = 16  # ledger connections kept open (and as many more opened under load)
 PR_SET_PDEATHSIG = 1  # prctl(2)
 
@@ -60,19 +70,20 @@ def name_of(index: int) -> str:
 def run_workflow_process(settings: Settings, index: int, channel: Connection) -> None:
     """The process's entry point: forked from the main process at start-up, or from the fork
     server later (`worker.workflow_processes`); it gets `settings`, `index` and its end of a
-    pipe. It waits for the main process's word (`GO`) before it connects to anything: a
+    pipe. It waits for the main process's word (`Go`) before it connects to anything: a
     process forked at start-up idles until the main process has checked every connection,
     and a start-up that fails ends it without a word."""
     _die_with_parent()
     configure_logging(settings.log_format, process=name_of(index))
     name = name_of(index)
     try:
-        if channel.recv() != GO:
+        word = channel.recv()
+        if not isinstance(word, Go):
             return
     except (EOFError, OSError, KeyboardInterrupt):  # the main process stopped first
         return
     try:
-        asyncio.run(serve(settings, index, channel))
+        asyncio.run(serve(settings, index, channel, word.view_channel))
     except KeyboardInterrupt:
         pass
     except StartupError as error:  # a connection the main process had just made
@@ -83,7 +94,12 @@ def run_workflow_process(settings: Settings, index: int, channel: Connection) ->
         raise SystemExit(1) from None
 
 
-async def serve(settings: Settings, index: int, channel: Connection) -> None:
+async def serve(
+    settings: Settings,
+    index: int,
+    channel: Connection,
+    view_channel: ChannelAddress | None = None,
+) -> None:
     """Connect, poll the workflows' task queue and report, until SIGTERM, SIGINT, or the main
     process no longer reads; then drain and return."""
     stop = asyncio.Event()
@@ -118,9 +134,15 @@ async def serve(settings: Settings, index: int, channel: Connection) -> None:
         client = await connect_temporal(
             dataclasses.replace(settings, identity=_identity(settings, name))
         )
-        # A view never started: empty, so every look-up the activities make of the view
-        # misses and asks the API server instead. The view is the main process's alone.
-        activities = preemption_activities(settings, kube, ClusterView(kube, kinds=()), ledger)
+        # A view never started: the view is the main process's alone, asked over the view
+        # channel; without one, every look-up misses and asks the API server instead.
+        activities = preemption_activities(
+            settings,
+            kube,
+            ClusterView(kube, kinds=()),
+            ledger,
+            view_channel=ViewChannel(view_channel) if view_channel is not None else None,
+        )
         async with build_worker(
             client, activities, task_queue=settings.task_queue, role=Role.WORKFLOWS
         ):

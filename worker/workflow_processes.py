@@ -44,12 +44,13 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
+from preemptctl.activities.view_channel import ChannelAddress
 from preemptctl.worker.cancellation import cancel_and_wait
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics, ReplicaMetrics
 from preemptctl.worker.supervisor import run_in_thread
 from preemptctl.worker.temporal_worker import GRACEFUL_SHUTDOWN
-from preemptctl.worker.workflow_process import GO, Report, name_of, run_workflow_process
+from preemptctl.worker.workflow_process import Go, Report, name_of, run_workflow_process
 
 log = logging.getLogger("preemptctl")
 
@@ -141,10 +142,14 @@ class WorkflowProcesses:
         stale_after: float = STALE_AFTER,
         clock: Callable[[], float] = time.monotonic,
         forked: Sequence[Forked] = (),
+        view_channel: ChannelAddress | None = None,
     ) -> None:
         """`forked`: processes forked at start-up (`fork_workflow_processes`), taken as the
-        first of each index; the others, and every restart, come from the fork server."""
+        first of each index; the others, and every restart, come from the fork server.
+        `view_channel`: where this process answers their selects and look-ups
+        (`activities.view_channel`), told to each in its word to start."""
         self._settings = settings
+        self._view_channel = view_channel
         self._count = count
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload([run_workflow_process.__module__])
@@ -240,7 +245,7 @@ class WorkflowProcesses:
             await asyncio.to_thread(process.start)
             theirs.close()  # the child holds the only other end: its exit is our EOF
         with contextlib.suppress(OSError):  # gone already: the watch below says how
-            reports.send(GO)
+            reports.send(Go(self._view_channel))
         one = self._running[name] = _Running(process, self._clock())
         log.info("%s started (pid %s)", name, process.pid)
         try:

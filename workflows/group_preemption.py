@@ -126,7 +126,16 @@ class GroupPreemptionWorkflow:
         self._updates: list[SearchAttributeUpdate[Any]] = []
         self._evaluation_seconds: float | None = None
         self._execution_seconds: float | None = None
-        self._runbook = GroupRunbook(request, self._state, self._steps)
+        self._runbook = GroupRunbook(
+            request,
+            self._state,
+            Steps(
+                request.call_timeout_seconds,
+                request.local_activities,
+                lambda method: method == GroupPreemptionActivities.select_group_preemption,
+                local_select=True,
+            ),
+        )
 
     @workflow.query(name="state")
     def state(self) -> GroupPreemptionProgress:

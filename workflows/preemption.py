@@ -154,7 +154,16 @@ class PreemptionWorkflow:
         # Upstream's two preemption timings: choosing the victims, then preempting them.
         self._evaluation_seconds: float | None = None
         self._execution_seconds: float | None = None
-        self._runbook = PodRunbook(request, self._state, self._steps)
+        self._runbook = PodRunbook(
+            request,
+            self._state,
+            Steps(
+                request.call_timeout_seconds,
+                request.local_activities,
+                lambda method: method == PreemptionActivities.select_preemption,
+                local_select=True,
+            ),
+        )
 
     @workflow.query(name="state")
     def state(self) -> PreemptionProgress:
@@ -465,7 +474,10 @@ class PodRunbook(Runbook[Selection, PreemptionResult]):
         self._scheduler_name = selection.scheduler_name
         state = self._progress
         state.node = selection.node
-        state.victims = [VictimProgress(v, node=selection.node) for v in selection.victims]
+        state.victims = [
+            VictimProgress(v, node=selection.victim_nodes.get(v.uid, selection.node))
+            for v in selection.victims
+        ]
         updates: list[SearchAttributeUpdate[Any]] = []
         if selection.node:
             updates.append(sa.TARGET_NODE.value_set(selection.node))

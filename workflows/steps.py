@@ -2,10 +2,12 @@
 group preemption workflows.
 
 A step is one activity: attempts of the request's `call_timeout_seconds`, retried with a
-short backoff until its deadline. With `local_activities`, every step but the decision runs
-as a local activity (executed by the worker running the workflow, recorded as a marker);
-the decision stays a regular activity, heartbeating while it waits its turn, so a worker
-that dies is noticed by the missing heartbeat and the decision moves to another worker.
+short backoff until its deadline. With `local_activities`, every step runs as a local
+activity (executed by the worker running the workflow, recorded as a marker), the decision
+too in the one runbook (`local_select`: the worker hands it to the process that holds the
+view, `activities.view_channel`); in the runbook of runs started before it, the decision
+stays a regular activity, heartbeating while it waits its turn, so a worker that dies is
+noticed by the missing heartbeat and the decision moves to another worker.
 
 A run that cannot go on raises `Stop` (how it ends, and whether the decision's write-ahead
 recorded that end already); each workflow turns it into its result.
@@ -96,10 +98,13 @@ class Steps:
         call_timeout_seconds: float,
         local_activities: bool,
         deciding: Callable[[Any], bool],
+        *,
+        local_select: bool = False,
     ) -> None:
         self._call_timeout = timedelta(seconds=call_timeout_seconds)
         self._local = local_activities
         self._deciding = deciding
+        self._local_select = local_select
 
     async def call(
         self,
@@ -111,11 +116,11 @@ class Steps:
         attempt: timedelta = timedelta(0),
     ) -> ResultT:
         """One activity: attempts of `call_timeout_seconds` (at least `attempt`), retried
-        until `deadline`; a local activity unless it decides (`deciding(method)`) or the
-        request runs every step as a regular activity."""
+        until `deadline`; a local activity unless the request runs every step as a regular
+        activity, or it decides (`deciding(method)`) and the select is not local."""
         per_attempt = max(self._call_timeout, attempt)
         deciding = self._deciding(method)
-        if self._local and not deciding:
+        if self._local and (self._local_select or not deciding):
             return await workflow.execute_local_activity_method(
                 method,
                 argument,

@@ -169,7 +169,12 @@ def test_select_writes_the_decision_ahead(cluster: Cluster) -> None:
         "victim_chosen:victim-1",
     ]
     [decision] = cluster.payloads("decision_made")
-    assert decision["context"] == {"worker": "test", "sequence": 1, "claims": []}
+    assert decision["context"] == {
+        "worker": "test",
+        "sequence": 1,
+        "claims": [],
+        "schedulerName": "default-scheduler",
+    }
 
 
 def test_a_later_decision_respects_an_open_claim(ledger: Engine) -> None:

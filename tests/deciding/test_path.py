@@ -47,6 +47,7 @@ from preemptctl.deciding.path import (
     Decided,
     DecisionPath,
     DecisionRequest,
+    Resumed,
     Stopped,
     ViewNotReadyError,
 )
@@ -103,6 +104,11 @@ class View:
         return DecisionRequest(f"p-{name}", run, NOW, ref)
 
 
+def rows_of(ledger: Engine) -> list[Any]:
+    with ledger.connect() as connection:
+        return list(connection.execute(select(events.c.kind)))
+
+
 def three_full_nodes() -> View:
     """Three 4-cpu nodes full of 1-cpu priority-100 pods; six pending 2-cpu preemptors."""
     items = []
@@ -157,9 +163,44 @@ def test_a_retried_run_does_not_meet_its_own_claim(ledger: Engine) -> None:
     view = three_full_nodes()
     path = view.path(ledger)
     first = path.decide(view.request("urgent-0"))
-    again = path.decide(view.request("urgent-0"))
+    again = path.decide(view.request("urgent-0", run="run-2"))
+    assert isinstance(first, Decided) and isinstance(again, Decided)
     assert again.decision.verdict is Verdict.PREEMPT
     assert [v.uid for v in again.decision.victims] == [v.uid for v in first.decision.victims]
+
+
+def test_a_retried_run_appends_retried_with_its_decision(ledger: Engine) -> None:
+    view = three_full_nodes()
+    path = view.path(ledger)
+    path.decide(view.request("urgent-0"))
+    path.decide(view.request("urgent-0", run="run-2"))
+    with ledger.connect() as connection:
+        kinds = [
+            (row.run_id, row.kind)
+            for row in connection.execute(
+                select(events.c.run_id, events.c.kind)
+                .where(events.c.kind.in_(["retried", "decision_made"]))
+                .order_by(events.c.id)
+            )
+        ]
+    assert kinds == [
+        ("run-1", "decision_made"),
+        ("run-2", "retried"),
+        ("run-2", "decision_made"),
+    ]
+
+
+def test_a_run_asked_again_is_answered_from_its_decision_on_record(ledger: Engine) -> None:
+    """A run decides once: its select asked again (its worker lost after the write-ahead)
+    is told to resume, and nothing more is written, though the cluster changed."""
+    view = three_full_nodes()
+    path = view.path(ledger)
+    first = path.decide(view.request("urgent-0"))
+    assert isinstance(first, Decided) and first.decision.verdict is Verdict.PREEMPT
+    before = len(rows_of(ledger))
+    again = path.decide(view.request("urgent-0"))
+    assert again == Resumed("p-urgent-0", "run-1")
+    assert len(rows_of(ledger)) == before
 
 
 def test_an_unreadable_request_fails_alone(ledger: Engine) -> None:

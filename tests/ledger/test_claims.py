@@ -143,12 +143,12 @@ def test_the_incremental_reader_agrees_with_the_full_read(sqlite_engine: Engine)
     reader = ClaimReader()
     decide(sqlite_engine, "p-1")
     with sqlite_engine.connect() as connection:
-        assert [c.preemption_id for c in reader.read(connection)] == ["p-1"]
+        assert [c.preemption_id for c in reader.read(connection)[0]] == ["p-1"]
     decide(sqlite_engine, "p-2")
     append_batch(sqlite_engine, [event("p-1", EventKind.COMPLETED, T0 + timedelta(seconds=5))])
     decide(sqlite_engine, "p-3")
     with sqlite_engine.connect() as connection:
-        incremental = sorted(c.preemption_id for c in reader.read(connection))
+        incremental = sorted(c.preemption_id for c in reader.read(connection)[0])
         full = sorted(c.preemption_id for c in open_claims(connection))
     assert incremental == full == ["p-2", "p-3"]
 
@@ -156,7 +156,7 @@ def test_the_incremental_reader_agrees_with_the_full_read(sqlite_engine: Engine)
 def test_a_group_decision_claims_its_victims_and_its_members_room(sqlite_engine: Engine) -> None:
     reader = ClaimReader()
     with sqlite_engine.connect() as connection:
-        assert reader.read(connection) == []
+        assert reader.read(connection)[0] == []
     append_batch(sqlite_engine, group_preemption("g-1", end=None)[:9])  # the write-ahead
     expected = Claim(
         TRAIN_A.uid,
@@ -174,4 +174,4 @@ def test_a_group_decision_claims_its_victims_and_its_members_room(sqlite_engine:
     )
     assert claims(sqlite_engine) == [expected]
     with sqlite_engine.connect() as connection:
-        assert reader.read(connection) == [expected]
+        assert reader.read(connection)[0] == [expected]

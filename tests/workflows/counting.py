@@ -39,23 +39,27 @@ def history_costs(history: WorkflowHistory) -> HistoryCosts:
 
 
 class LedgerRoundTrips:
-    """While entered: the transactions committed and the statements sent through `engine`
-    (each statement is a round trip to the database)."""
+    """While entered: the transactions committed and the statements sent through `engines`
+    (each statement is a round trip to the database): the ledger's, and the decision
+    path's own (`DecisionPath.engine`)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, *engines: Engine) -> None:
+        self._engines = list(dict.fromkeys(engines))
         self.commits = 0
         self.statements = 0
+        self.sent: list[str] = []  # the first line of each statement, in order
 
     def _committed(self, *_: Any) -> None:
         self.commits += 1
 
-    def _sent(self, *_: Any) -> None:
+    def _sent(self, *args: Any) -> None:
         self.statements += 1
+        self.sent.append(str(args[2]).split("\n")[0][:120])
 
     def __enter__(self) -> LedgerRoundTrips:
-        event.listen(self._engine, "commit", self._committed)
-        event.listen(self._engine, "before_cursor_execute", self._sent)
+        for engine in self._engines:
+            event.listen(engine, "commit", self._committed)
+            event.listen(engine, "before_cursor_execute", self._sent)
         return self
 
     def __exit__(
@@ -64,8 +68,9 @@ class LedgerRoundTrips:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
-        event.remove(self._engine, "commit", self._committed)
-        event.remove(self._engine, "before_cursor_execute", self._sent)
+        for engine in self._engines:
+            event.remove(engine, "commit", self._committed)
+            event.remove(engine, "before_cursor_execute", self._sent)
 
     def __str__(self) -> str:
         return f"{self.commits} ledger transactions, {self.statements} statements"

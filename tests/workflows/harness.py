@@ -114,6 +114,17 @@ class Stack:
             ).all()
         return [row.payload for row in rows]
 
+    def ledger_rows(self, preemption_id: str, kind: str) -> list[dict[str, Any]]:
+        """The rows of one kind of event of a preemption, every column, in ledger order."""
+        with self.ledger.connect() as connection:
+            rows = connection.execute(
+                select(events_table)
+                .where(events_table.c.preemption_id == preemption_id)
+                .where(events_table.c.kind == kind)
+                .order_by(events_table.c.id)
+            ).all()
+        return [dict(row._mapping) for row in rows]
+
     def deletes(self) -> list[str]:
         """The victims the emulator was asked to delete, in order (name only)."""
         return [

@@ -1,20 +1,21 @@
-"""What one preemption costs, counted (issue 22, item 2): workflow tasks and history events
-(the Temporal server's work), ledger transactions and statements (the database's).
+"""What one preemption costs, counted (issue 29, "a shell with nothing we do not need"):
+workflow tasks and history events (the Temporal server's work), local activities, ledger
+statements (the database's round trips).
 
-A pod preemption with two victims on one full node, run as production runs it: local
-activities, the bind told by the trigger's signal the moment the victims are gone (no poll),
-decision inputs not recorded (their writer is the decision path's, in the background).
-A group preemption of the bundled gang (four members on four nodes, four victims) the same
-way, its members' binds signalled.
+A pod preemption of the one runbook (`workflows.runbook`) on one full node, run as
+production runs it: every step a local activity, the select too, the run ending at its last
+victim's delete (the bind is the trigger's to record), decision inputs not recorded (their
+writer is the decision path's, in the background). A group preemption of the bundled gang
+(four members on four nodes, four victims) the same way.
 
 Scenarios (the counts are printed, `pytest -s`, and held):
-- a pod preemption costs the same whatever its victims (two, four): 3 workflow tasks, 25
-  history events, 5 local activities, 13 ledger statements (`POD`; before the victims went
-  in rounds: 26 events, 6 local activities and 14 statements for two victims, each victim
-  two more events, two more local activities and three more statements);
-- a group preemption of four members and four victims: 5 local activities, no timer
-  cancelled, 13 ledger statements, and 23 events besides the workflow tasks its members'
-  signals wake it for (`GANG`).
+- a pod preemption of v victims is one workflow task of 10 + v history events: select,
+  nominate, each victim and the end as local activities (markers), two search attribute
+  changes; 12 events for two victims (the issue's bound), against 26 events and 3 workflow
+  tasks before;
+- its ledger statements do not grow with its victims: four (`POD`);
+- a group preemption of four members and four victims: one workflow task, 14 events, the
+  same four ledger statements (`GANG`).
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ from sqlalchemy import Engine
 
 from preemptctl.emulator import Emulator
 from preemptctl.worker.scenarios import BUNDLED
-from preemptctl.workflows.group_preemption import GroupPreemptionWorkflow
-from preemptctl.workflows.preemption import PreemptionWorkflow
 from tests.workflows.counting import LedgerRoundTrips, history_costs
 from tests.workflows.harness import Stack, keep_history, running_stack
 from tests.workflows.scenarios import one_full_node
@@ -62,23 +61,21 @@ async def test_a_pod_preemption_costs_the_same_whatever_its_victims(
     async with running_stack(
         client, ledger, emulator, one_full_node(victims), inputs_max_bytes=0
     ) as stack:
-        with LedgerRoundTrips(ledger) as trips:
+        stack.activities.decisions.prime()  # as the worker does once its view has synced
+        with LedgerRoundTrips(ledger, stack.activities.decisions.engine) as trips:
             handle = await stack.start("default/urgent", **PRODUCTION)
-            await gone_or_terminating(stack, [f"default/victim-{i}" for i in range(victims)])
-            stack.bind("default/urgent", "node-1")
-            await handle.signal(PreemptionWorkflow.preemptor_bound, "node-1")  # the trigger
             result = await handle.result()
         costs = history_costs(await handle.fetch_history())
         if victims == 2:
-            await keep_history(handle, "two-victims-in-rounds-completed")
-    print(f"\npod preemption, {victims} victims: {costs}; {trips}")
+            await keep_history(handle, "one-runbook-two-victims-completed")
+    print(f"\npod preemption, {victims} victims: {costs}; {trips}: {trips.sent}")
     assert result.outcome == "completed"
     assert {
         "workflow tasks": costs.workflow_tasks,
         "events": costs.events,
-        "local activities": costs.by_type["MARKER_RECORDED"] - 1,  # less the patch's marker
+        "local activities": costs.by_type["MARKER_RECORDED"],
         "ledger statements": trips.statements,
-    } == POD
+    } == {**POD, "events": 10 + victims, "local activities": 3 + victims}
 
 
 def gang() -> dict[str, Any]:
@@ -92,36 +89,24 @@ def gang() -> dict[str, Any]:
 async def test_a_group_preemption_of_four_members(client, ledger: Engine, emulator: Emulator):
     victims = ["ml/notebook", "ml/train-b-0", "ml/train-b-1", "ml/train-b-2"]
     async with running_stack(client, ledger, emulator, gang(), inputs_max_bytes=0) as stack:
-        with LedgerRoundTrips(ledger) as trips:
+        stack.activities.decisions.prime()  # as the worker does once its view has synced
+        with LedgerRoundTrips(ledger, stack.activities.decisions.engine) as trips:
             handle = await stack.start_group("ml/train-a", **PRODUCTION)
-            await gone_or_terminating(stack, victims)
-            for i in range(4):
-                member = stack.preemptor(f"ml/train-a-{i}")
-                stack.bind(member.key, f"node-{i + 1}")
-                await handle.signal(
-                    GroupPreemptionWorkflow.member_bound, args=[member.uid, f"node-{i + 1}"]
-                )
             result = await handle.result()
         costs = history_costs(await handle.fetch_history())
-    print(f"\ngroup preemption, 4 members, 4 victims: {costs}; {trips}")
-    assert (result.outcome, result.bound) == ("completed", 4)
-    signals = costs.by_type["WORKFLOW_EXECUTION_SIGNALED"]
-    # Each member's signal may wake the workflow on its own: 1 to 4 workflow tasks for them.
-    assert 3 <= costs.workflow_tasks <= 2 + signals
+    print(f"\ngroup preemption, 4 members, 4 victims: {costs}; {trips}: {trips.sent}")
+    assert result.outcome == "completed"
+    assert sorted(v.pod.key for v in result.victims) == sorted(victims)
     assert {
-        "events besides the signals' tasks": costs.events - 3 * (costs.workflow_tasks - 2),
+        "workflow tasks": costs.workflow_tasks,
+        "events": costs.events,
         "local activities": costs.by_type["MARKER_RECORDED"],
-        "timers cancelled": costs.by_type["TIMER_CANCELED"],
         "ledger statements": trips.statements,
     } == GANG
 
 
-# Before `victims-in-rounds` (runs recorded before it): 3 workflow tasks, 22 + 2v events,
-# 2v + 2 local activities and 3v + 8 ledger statements for v victims (26, 6 and 14 for two).
-POD = {"workflow tasks": 3, "events": 25, "local activities": 5, "ledger statements": 13}
-GANG = {
-    "events besides the signals' tasks": 23,
-    "local activities": 5,
-    "timers cancelled": 0,
-    "ledger statements": 13,
-}
+# Ledger statements: the decision's three (the lock; one read of the claims and of its own
+# runs; one insert of the decision, its victims and its members) and the end's one (the end
+# with every victim's fate and the nominations' writes). Before: 13 for a pod, 13 for the gang.
+POD = {"workflow tasks": 1, "ledger statements": 4}
+GANG = {"workflow tasks": 1, "events": 14, "local activities": 7, "ledger statements": 4}

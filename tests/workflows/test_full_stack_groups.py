@@ -8,16 +8,17 @@ that decision).
 
 Scenarios:
 - the gang preemption: every trainer nominated to its node, every victim marked then
-  deleted once, on every node it was on; once the gang is bound (a stand-in scheduler binds
-  it all or nothing) the run completes with four members bound; the ledger tells it in
-  order (decision, placed members, chosen victims with their units, nominations, each
-  victim's fate, the group scheduled, completed), with the group in the preemptor columns;
+  deleted once, on every node it was on; the run completes at its last victim's delete
+  (the gang's bind is the scheduler's, recorded by the trigger loop); the ledger tells it
+  in order (decision, placed members, chosen victims with their units, then with the end:
+  nominations, each victim's fate on its own node, completed), with the group in the
+  preemptor columns;
 - Events: `Preempting` on the PodGroup and on each trainer, `Preempted by podgroup <uid>`
   on each victim;
 - the run is found in the UI by its group (`PodGroup`, `PreemptorPod`) and by the victim
   group (`VictimGroups`); a second start for the group joins the running one;
 - the group deleted after its decision: the deletes stop (aborted), no victim deleted, the
-  marked ones unmarked;
+  victims marked unmarked, the last never touched;
 - a victim's DELETE refused for good (RBAC): the run fails, saying which victim and why,
   the failure's details carrying the result.
 """
@@ -35,7 +36,7 @@ from temporalio.client import WorkflowFailureError
 from preemptctl.emulator.resources import EVENTS_V1, POD_GROUPS
 from preemptctl.worker.scenarios import BUNDLED
 from preemptctl.workflows.contract import group_result_of_failure, group_workflow_id_for
-from tests.workflows.harness import bind_group_when_room, keep_history, running_stack
+from tests.workflows.harness import keep_history, running_stack
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -56,18 +57,20 @@ def gang() -> dict[str, Any]:
 async def test_a_gang_preemption_runs_end_to_end(client, ledger, emulator):
     async with running_stack(client, ledger, emulator, gang()) as stack:
         handle = await stack.start_group("ml/train-a")
-        scheduler = asyncio.create_task(bind_group_when_room(stack, TRAINERS, VICTIMS))
         result = await handle.result()
-        await scheduler
-        await keep_history(handle, "gang-completed")
+        await keep_history(handle, "one-runbook-gang-completed")
         nominated = {t: stack.nominated(t) for t in TRAINERS}
         kinds = stack.ledger_kinds(handle.id)
         chosen = stack.ledger_payloads(handle.id, "victim_chosen")
+        fates = stack.ledger_rows(handle.id, "victim_deleted")
         group = stack.group("ml/train-a")
 
     assert handle.id == group_workflow_id_for("ml", "train-a", group.uid)
-    assert (result.outcome, result.bound, result.min_count) == ("completed", 4, 4)
-    assert result.message == "ml/train-a: 4 member(s) bound (minCount 4)"
+    assert (result.outcome, result.min_count) == ("completed", 4)
+    assert result.message == (
+        "4 victim(s) preempted on 4 node(s) for pod group ml/train-a, 4 member(s) nominated "
+        "(minCount 4); their binds are the scheduler's, recorded when the watch shows them"
+    )
     assert result.retryable is None
     assert nominated == {
         "ml/train-a-0": "node-1",
@@ -82,24 +85,35 @@ async def test_a_gang_preemption_runs_end_to_end(client, ledger, emulator):
         ("train-b-1", "node-2", "deleted"),
         ("train-b-2", "node-5", "deleted"),
     ]
+    # Each victim's fate on its own node, not the preemptor's (issue 25, item 1).
+    assert sorted((row["victim_name"], row["node"]) for row in fates) == [
+        ("notebook", "node-3"),
+        ("train-b-0", "node-1"),
+        ("train-b-1", "node-2"),
+        ("train-b-2", "node-5"),
+    ]
     assert kinds[:5] == ["decision_made", *["member_placed"] * 4]
     assert sorted(kinds[5:9]) == [f"victim_chosen:{v.partition('/')[2]}" for v in VICTIMS]
     assert sorted(c["unit"] for c in chosen) == [
         "pod ml/notebook",
         *["podGroup ml/train-b"] * 3,
     ]
-    assert kinds.count("member_nominated") == 4
-    for victim in ("notebook", "train-b-0", "train-b-1", "train-b-2"):
-        assert kinds.index(f"victim_marked:{victim}") < kinds.index(f"victim_deleted:{victim}")
-    assert kinds[-2:] == ["preemptor_scheduled", "completed"]
+    assert kinds[9:13] == ["member_nominated"] * 4
+    assert sorted(kinds[13:17]) == [f"victim_deleted:{v.partition('/')[2]}" for v in VICTIMS]
+    assert kinds[17:] == ["completed"]
+    for victim in ("notebook", "train-b-0", "train-b-1", "train-b-2"):  # marked, then deleted
+        requests = [
+            (r.verb, r.resource)
+            for r in emulator.requests.matching(name=victim)
+            if r.verb in ("patch", "delete")
+        ]
+        assert requests == [("patch", "pods/status"), ("delete", "pods")]
 
 
 async def test_the_group_its_members_and_its_victims_are_told(client, ledger, emulator):
     async with running_stack(client, ledger, emulator, gang()) as stack:
         handle = await stack.start_group("ml/train-a")
-        scheduler = asyncio.create_task(bind_group_when_room(stack, TRAINERS, VICTIMS))
         await handle.result()
-        await scheduler
         group = stack.group("ml/train-a")
         events = [
             (e["regarding"]["kind"], e["regarding"]["name"], e["reason"], e["note"])
@@ -159,13 +173,15 @@ async def test_a_group_deleted_after_its_decision_stops_the_deletes(client, ledg
             await asyncio.sleep(0.05)
         emulator.store.delete(POD_GROUPS, "ml", "train-a")
         result = await handle.result()
-        await keep_history(handle, "gang-group-deleted-aborted")
+        await keep_history(handle, "one-runbook-gang-group-deleted-aborted")
         kinds = stack.ledger_kinds(handle.id)
     assert (result.outcome, result.message) == ("aborted", "the pod group ml/train-a is gone")
     assert stack.deletes() == []
-    assert sorted(k for k in kinds if k.startswith("victim_unmarked:")) == [
-        f"victim_unmarked:{v.partition('/')[2]}" for v in VICTIMS
-    ]
+    unmarked = sorted(k for k in kinds if k.startswith("victim_unmarked:"))
+    last = result.victims[-1].pod.name
+    assert unmarked == sorted(f"victim_unmarked:{v.pod.name}" for v in result.victims[:-1])
+    assert [v.fate for v in result.victims] == ["spared"] * 4
+    assert not any(r.name == last for r in emulator.requests.matching("patch", "pods/status"))
     assert kinds[-1] == "preemption_aborted"
 
 
@@ -175,7 +191,7 @@ async def test_a_victim_refused_its_delete_fails_the_group_preemption(client, le
         handle = await stack.start_group("ml/train-a")
         with pytest.raises(WorkflowFailureError) as failed:
             await handle.result()
-        await keep_history(handle, "gang-rbac-denied-failed")
+        await keep_history(handle, "one-runbook-gang-rbac-denied-failed")
         kinds = stack.ledger_kinds(handle.id)
     carried = group_result_of_failure(failed.value)
     assert carried is not None

@@ -52,7 +52,7 @@ from preemptctl.workflows.contract import (
 from preemptctl.workflows.group_preemption import GroupPreemptionWorkflow
 from preemptctl.workflows.preemption import PreemptionWorkflow
 from tests.support.emulator import as_list, node, pod
-from tests.workflows.harness import Stack, bind_group_when_room, bind_when_room, running_stack
+from tests.workflows.harness import Stack, bind_when_room, running_stack
 from tests.workflows.scenarios import started
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -235,15 +235,12 @@ async def test_a_label_named_gang_preempts_for_itself_and_takes_a_label_named_ga
 ) -> None:
     ns = fresh_namespace()
     trainers = [f"{ns}/train-x-{i}" for i in range(3)]
-    victims = [f"{ns}/{name}" for name in ("notebook", "train-y-0", "train-y-1", "train-y-2")]
     async with running_stack(
         client, ledger, emulator, settings=SETTINGS, scenario=two_gangs(ns)
     ) as stack:
         group = the_pending_group(stack)
         handle = await start_the_group(stack, group)
-        scheduler = asyncio.create_task(bind_group_when_room(stack, trainers, victims))
         result = await handle.result()
-        await scheduler
         nominated = {t: stack.nominated(t) for t in trainers}
         kinds = stack.ledger_kinds(handle.id)
         chosen = stack.ledger_payloads(handle.id, "victim_chosen")
@@ -255,8 +252,7 @@ async def test_a_label_named_gang_preempts_for_itself_and_takes_a_label_named_ga
     uid = label_group_uid(ns, "train-x")
     assert group == GroupRef(ns, "train-x", uid, 100_000)
     assert handle.id == group_workflow_id_for(ns, "train-x", uid)
-    assert (result.outcome, result.bound, result.min_count) == ("completed", 3, 3)
-    assert result.message == f"{ns}/train-x: 3 member(s) bound (minCount 3)"
+    assert (result.outcome, result.min_count) == ("completed", 3)
     assert nominated == {
         f"{ns}/train-x-0": "node-1",
         f"{ns}/train-x-1": "node-2",
@@ -288,8 +284,7 @@ async def test_a_label_named_gang_preempts_for_itself_and_takes_a_label_named_ga
     assert kinds.count("member_nominated") == 3
     for name in ("notebook", "train-y-0", "train-y-1", "train-y-2"):
         assert kinds.count(f"victim_deleted:{name}") == 1
-        assert kinds.index(f"victim_marked:{name}") < kinds.index(f"victim_deleted:{name}")
-    assert kinds[-2:] == ["preemptor_scheduled", "completed"]
+    assert kinds[-1] == "completed"
     # The run is found by the group it took whole.
     query = f'VictimGroups = "{ns}/train-y" AND PodGroup = "{ns}/train-x"'
     found: list[str] = []
@@ -327,28 +322,32 @@ async def test_a_single_pod_takes_a_label_named_gang_whole(
     client: Client, ledger: Engine, emulator: Emulator
 ) -> None:
     ns = fresh_namespace()
-    gang = [f"{ns}/train-y-{i}" for i in range(3)]
     async with running_stack(
         client, ledger, emulator, settings=SETTINGS, scenario=one_member_in_the_way(ns)
     ) as stack:
         handle = await start_the_pod(stack, f"{ns}/urgent")
-        scheduler = asyncio.create_task(bind_when_room(stack, f"{ns}/urgent", "node-1", gang))
         result = await handle.result()
-        await scheduler
         kinds = stack.ledger_kinds(handle.id)
+        chosen_on = sorted(
+            (row["victim_name"], row["node"])
+            for row in stack.ledger_rows(handle.id, "victim_chosen")
+        )
+        deleted_on = sorted(
+            (row["victim_name"], row["node"])
+            for row in stack.ledger_rows(handle.id, "victim_deleted")
+        )
         deletes = successful_deletes(stack)
         delete_requests = stack.deletes()
         keepers = [untouched(stack, f"{ns}/keeper-{i}") for i in range(1, 4)]
 
-    assert (result.outcome, result.node, result.preemptor_node) == ("completed", "node-1", "node-1")
-    # train-y-0 alone would have made room; its gang goes with it, from node-2 and node-3.
-    # (A pod preemption reports every victim at its target node, as upstream's Preempted
-    # Event does: the nodes the members ran on are the scenario's.)
-    assert sorted((v.pod.name, v.fate) for v in result.victims) == [
-        ("train-y-0", "deleted"),
-        ("train-y-1", "deleted"),
-        ("train-y-2", "deleted"),
+    assert (result.outcome, result.node) == ("completed", "node-1")
+    # train-y-0 alone would have made room; its gang goes with it, from node-2 and node-3:
+    # each victim on its own node, in the result and in the ledger (issue 25, item 1).
+    on_their_nodes = [("train-y-0", "node-1"), ("train-y-1", "node-2"), ("train-y-2", "node-3")]
+    assert sorted((v.pod.name, v.node, v.fate) for v in result.victims) == [
+        (name, node, "deleted") for name, node in on_their_nodes
     ]
+    assert chosen_on == deleted_on == on_their_nodes
     assert sorted(deletes) == ["train-y-0", "train-y-1", "train-y-2"]
     assert sorted(delete_requests) == sorted(deletes)
     assert all(keepers)
@@ -359,7 +358,7 @@ async def test_a_single_pod_takes_a_label_named_gang_whole(
     ]
     for name in ("train-y-0", "train-y-1", "train-y-2"):
         assert kinds.count(f"victim_deleted:{name}") == 1
-    assert kinds[-2:] == ["preemptor_scheduled", "completed"]
+    assert kinds[-1] == "completed"
 
 
 async def test_a_single_pod_does_not_split_a_label_named_gang(

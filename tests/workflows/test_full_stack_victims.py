@@ -7,10 +7,11 @@ Scenarios:
 - a victim already gone (404 on delete) counts as done;
 - a victim replaced by a same-named pod between mark and delete is never deleted: the
   precondition protects the new pod, and the ledger says "replaced";
-- a preemptor that vanishes mid-way stops the preemption before any delete (aborted);
+- a preemptor that vanishes mid-way (while a victim's mark is under way) stops the
+  preemption before any delete (aborted); the victim marked is unmarked;
 - a preemptor bound to another node mid-way stops the preemption as well;
 - an RBAC denial fails the preemption at once with a message naming the verb and resource;
-  the last victim, marked alongside the others, is never deleted and is unmarked.
+  the victim refused is unmarked, and the last victim is never touched.
 """
 
 from __future__ import annotations
@@ -50,6 +51,19 @@ def marked(emulator, key: str) -> bool:
     victim = emulator.pod(key) or {}
     conditions = (victim.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "DisruptionTarget" for c in conditions)
+
+
+def arriving(emulator, verb: str, resource: str, name: str) -> asyncio.Event:
+    """Set the moment such a request reaches the emulator (before it is served)."""
+    seen = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def arrival(v: str, r: str, _namespace: str, n: str) -> None:
+        if (v, r, n) == (verb, resource, name):
+            loop.call_soon_threadsafe(seen.set)
+
+    emulator.faults.on_arrival = arrival
+    return seen
 
 
 async def until(condition, timeout: float = 10.0) -> None:
@@ -115,7 +129,7 @@ async def test_replaced_victim_is_never_deleted(client, ledger, emulator):
             PODS, "default", pod("victim-0", node_name="node-1", priority=100, cpu="1")
         )
         result = await handle.result()
-        await keep_history(handle, "victim-replaced")
+        await keep_history(handle, "one-runbook-victim-replaced")
         kinds = stack.ledger_kinds(handle.id)
     survivor = emulator.pod("default/victim-0")
     assert survivor is not None and survivor["metadata"]["uid"] != original_uid
@@ -128,23 +142,27 @@ async def test_replaced_victim_is_never_deleted(client, ledger, emulator):
 async def test_preemptor_vanishing_midway_stops_before_any_delete(client, ledger, emulator):
     async with running_stack(client, ledger, emulator, one_full_node()) as stack:
         emulator.faults.delay("patch", "pods/status", 1.0, times=2)
+        marking = arriving(emulator, "patch", "pods/status", "victim-0")
         handle = await stack.start("default/urgent")
-        await until(lambda: len(emulator.requests.matching("get", "pods", "victim-0")) > 0)
+        await marking.wait()
         emulator.store.delete(PODS, "default", "urgent", grace_period=0)
         result = await handle.result()
-        await keep_history(handle, "preemptor-vanished-aborted")
+        await keep_history(handle, "one-runbook-preemptor-vanished-aborted")
         kinds = stack.ledger_kinds(handle.id)
     assert result.outcome == "aborted"
     assert stack.deletes() == []
     assert kinds.count("preemption_aborted") == 1
     assert {v.fate for v in result.victims} == {"spared"}
+    assert "victim_unmarked:victim-0" in kinds
+    assert emulator.requests.matching("patch", "pods/status", "victim-1") == []
 
 
 async def test_preemptor_bound_elsewhere_midway_stops_the_preemption(client, ledger, emulator):
     async with running_stack(client, ledger, emulator, one_full_node()) as stack:
         emulator.faults.delay("patch", "pods/status", 1.0, times=2)
+        marking = arriving(emulator, "patch", "pods/status", "victim-0")
         handle = await stack.start("default/urgent")
-        await until(lambda: len(emulator.requests.matching("get", "pods", "victim-0")) > 0)
+        await marking.wait()
         stack.bind("default/urgent", "node-elsewhere")
         result = await handle.result()
     assert result.outcome == "aborted"
@@ -160,17 +178,15 @@ async def test_rbac_denial_fails_the_preemption_and_spares_the_last_victim(
         handle = await stack.start("default/urgent")
         with pytest.raises(WorkflowFailureError) as failure:
             await handle.result()
-        await keep_history(handle, "rbac-denied-failed")
+        await keep_history(handle, "one-runbook-rbac-denied-failed")
         kinds = stack.ledger_kinds(handle.id)
     message = str(failure.value.cause)
     assert 'cannot delete resource "pods"' in message
     assert kinds[-1] == "failed"
     assert "victim_failed:victim-0" in kinds
+    assert "victim_unmarked:victim-0" in kinds  # marked, then refused its DELETE
     victim_1 = [k for k in kinds if k.endswith(":victim-1")]
-    assert victim_1 == [
-        "victim_chosen:victim-1",
-        "victim_marked:victim-1",
-        "victim_unmarked:victim-1",
-    ]
+    assert victim_1 == ["victim_chosen:victim-1"]  # the last: never touched
+    assert emulator.requests.matching("patch", "pods/status", "victim-1") == []
     assert emulator.requests.matching("delete", "pods", "victim-1") == []
     assert len(emulator.requests.matching("delete", "pods", "victim-0")) == 1

@@ -42,7 +42,7 @@ from preemptctl.emulator import Emulator
 from preemptctl.worker.ports import free_port
 from preemptctl.workflows import search_attributes
 from tests.support.temporal import temporal_cli
-from tests.workflows.harness import Stack, bind_when_room, keep_history, running_stack
+from tests.workflows.harness import Stack, keep_history, running_stack
 from tests.workflows.scenarios import one_full_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -142,7 +142,14 @@ async def ui() -> AsyncIterator[UI]:
         ui_port=port,
     )
     try:
-        yield UI(env, f"http://127.0.0.1:{port}")
+        ui = UI(env, f"http://127.0.0.1:{port}")
+        for _ in range(200):  # the UI server starts beside the dev server, a moment later
+            try:
+                ui.listed("WorkflowType = 'Preemption'")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                await asyncio.sleep(0.1)
+        yield ui
     finally:
         await env.shutdown()
 
@@ -167,9 +174,7 @@ async def test_a_completed_run_tells_its_story(ui: UI, ledger: Engine, emulator:
     async with running_stack(ui.env.client, ledger, emulator, one_full_node()) as stack:
         victim_uids = {key: stack.preemptor(key).uid for key in VICTIMS}
         handle = await stack.start("default/urgent", local_activities=True)
-        scheduler = asyncio.create_task(bind_when_room(stack, "default/urgent", "node-1", VICTIMS))
         await handle.result()
-        await scheduler
         uid = stack.preemptor("default/urgent").uid
         listed = {
             name: await visible(ui, f'{query} AND PreemptorUid = "{uid}"')
@@ -194,7 +199,10 @@ async def test_a_completed_run_tells_its_story(ui: UI, ledger: Engine, emulator:
     )
     assert "\nWhy: preempt 2 pod(s) on node-1 (0 PDB violation(s)); chosen by " in details
     assert "More: `preemptctl explain default/urgent`" in details
-    assert details.endswith("**Ended completed**: default/urgent bound to node-1")
+    assert details.endswith(
+        "**Ended completed**: 2 victim(s) preempted on node-1 for default/urgent, nominated "
+        "there; its bind is the scheduler's, recorded when the watch shows it"
+    )
 
     [completed] = [e for e in history if e["eventType"].endswith("WORKFLOW_EXECUTION_COMPLETED")]
     [result] = completed["workflowExecutionCompletedEventAttributes"]["result"]["payloads"]
@@ -215,9 +223,9 @@ async def test_a_completed_run_tells_its_story(ui: UI, ledger: Engine, emulator:
     assert all(steps), steps  # every step has its summary
     assert {"select victims for default/urgent", "nominate default/urgent to node-1"} <= set(steps)
     assert steps[-1] == "ledger: completed"
-    for victim in VICTIMS:
-        named = f"{victim} (uid {victim_uids[victim]})"
-        assert [s.split(" ")[0] for s in steps if named in s] == ["mark", "delete"]
+    for victim in VICTIMS:  # one step per victim: mark, then delete
+        named = f"{victim} (uid {victim_uids[victim]}) on node-1"
+        assert [s for s in steps if named in s] == [f"preempt {named}"]
 
 
 async def test_a_failed_run_says_its_cause_and_its_fix(ui: UI, ledger: Engine, emulator: Emulator):
@@ -226,7 +234,7 @@ async def test_a_failed_run_says_its_cause_and_its_fix(ui: UI, ledger: Engine, e
         handle = await stack.start("default/urgent", local_activities=True)
         with pytest.raises(WorkflowFailureError):
             await handle.result()
-        await keep_history(handle, "rbac-denied-in-rounds-failed")
+        await keep_history(handle, "one-runbook-rbac-denied-failed-told")
         history = ui.history(handle.id)
 
     [failed] = [e for e in history if e["eventType"].endswith("WORKFLOW_EXECUTION_FAILED")]

@@ -1,0 +1,191 @@
+"""What a workflow process asks of the process that holds the cluster view, over a local
+channel (issue 29): the select, and where a preemptor (or a pod group) stands.
+
+A replica runs its workflows and their local activities in workflow processes, and holds its
+one cluster view, its decision path and its claims in the main process
+(docs/scale-out.md). The select was the workflow's one regular activity so that it would
+run beside the view: a task through the Temporal server's matching, and a second workflow
+task for its completion, per preemption. Now the select is a local activity like every
+other step, and a workflow process hands its body to the main process over a Unix socket
+(`multiprocessing.connection`, authenticated with a key made per replica, in a directory
+only this user can read): the main process decides exactly as before (the same activity
+method, the same lock, queue, claims and write-ahead), and the answer comes back in the
+time of a local call. The victims' steps ask the same channel whether the room is still
+needed, answered from the view (no GET of the preemptor per victim).
+
+Both ends are ours and of one version (the workflow processes are forked from the main
+one), so requests and answers are pickled dataclasses. A failure the main process raised
+on purpose (`ApplicationError`) comes back as itself (its message, type and whether
+retrying can help); the channel lost (the main process restarting) is a retryable failure
+of the step, retried by Temporal as any other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing.connection import Client, Connection, Listener
+from typing import Any
+
+from temporalio.exceptions import ApplicationError
+
+log = logging.getLogger(__name__)
+
+Serve = Callable[[str, Any], Any]
+"""What the main process does for a request: (operation name, argument) -> answer."""
+
+
+class ServedOnceReady:
+    """A `Serve` bound late: the channel listens from the start (the workflow processes
+    start while the view syncs), the activities that answer exist once it has synced; a
+    request before then waits for them, at most `wait` seconds, then fails retryably."""
+
+    def __init__(self, wait: float = 60.0) -> None:
+        self._serve: Serve | None = None
+        self._bound = threading.Event()
+        self._wait = wait
+
+    def ready(self, serve: Serve) -> None:
+        self._serve = serve
+        self._bound.set()
+
+    def __call__(self, operation: str, argument: Any) -> Any:
+        if not self._bound.wait(self._wait) or self._serve is None:
+            raise ApplicationError(
+                "the replica's main process is still starting (its cluster view syncs)",
+                type="ViewChannelNotReady",
+            )
+        return self._serve(operation, argument)
+
+
+@dataclass(frozen=True)
+class ChannelAddress:
+    """Where a workflow process reaches the main process, and the key it proves itself with."""
+
+    path: str
+    authkey: bytes
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A failure raised on purpose by the main process, as the step should raise it."""
+
+    message: str
+    type: str | None
+    non_retryable: bool
+    next_retry_delay: float | None
+
+
+class ViewChannelServer:
+    """The main process's end: one thread accepting, one per workflow-process connection
+    (each local activity thread of a workflow process holds one)."""
+
+    def __init__(self, serve: Serve) -> None:
+        self._serve = serve
+        self._directory = tempfile.mkdtemp(prefix="preemptctl-channel-")
+        os.chmod(self._directory, 0o700)
+        self.address = ChannelAddress(
+            os.path.join(self._directory, "view.sock"), secrets.token_bytes(32)
+        )
+        self._listener = Listener(self.address.path, "AF_UNIX", authkey=self.address.authkey)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="view-channel", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        shutil.rmtree(self._directory, ignore_errors=True)
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                connection = self._listener.accept()
+            except OSError:  # closed, or a client that failed to authenticate
+                if self._closed.is_set():
+                    return
+                continue
+            threading.Thread(
+                target=self._answer, args=(connection,), name="view-channel-call", daemon=True
+            ).start()
+
+    def _answer(self, connection: Connection) -> None:
+        with connection:
+            while not self._closed.is_set():
+                try:
+                    operation, argument = connection.recv()
+                except (EOFError, OSError):
+                    return
+                try:
+                    answer: Any = self._serve(operation, argument)
+                except ApplicationError as error:
+                    delay = error.next_retry_delay
+                    answer = _Failed(
+                        error.message,
+                        error.type,
+                        error.non_retryable,
+                        delay.total_seconds() if delay is not None else None,
+                    )
+                except Exception as error:  # a bug: retryable, with its words
+                    log.exception("the view channel failed to serve %s", operation)
+                    answer = _Failed(f"{type(error).__name__}: {error}", None, False, None)
+                try:
+                    connection.send(answer)
+                except (OSError, ValueError):
+                    return
+
+
+class ViewChannel:
+    """A workflow process's end: one connection per thread (a local activity's), opened
+    on first use and again after the main process dropped it."""
+
+    def __init__(self, address: ChannelAddress) -> None:
+        self._address = address
+        self._local = threading.local()
+
+    def call(self, operation: str, argument: Any) -> Any:
+        """The main process's answer to `operation` on `argument`; its failure raised."""
+        try:
+            connection = self._connection()
+            connection.send((operation, argument))
+            answer = connection.recv()
+        except (EOFError, OSError) as error:
+            self._drop()
+            raise ApplicationError(
+                f"the replica's main process did not answer {operation} ({error}); will retry",
+                type="ViewChannelLost",
+            ) from None
+        if isinstance(answer, _Failed):
+            delay = answer.next_retry_delay
+            raise ApplicationError(
+                answer.message,
+                type=answer.type,
+                non_retryable=answer.non_retryable,
+                next_retry_delay=timedelta(seconds=delay) if delay is not None else None,
+            )
+        return answer
+
+    def _connection(self) -> Connection:
+        connection: Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = Client(self._address.path, "AF_UNIX", authkey=self._address.authkey)
+            self._local.connection = connection
+        return connection
+
+    def _drop(self) -> None:
+        connection: Connection | None = getattr(self._local, "connection", None)
+        self._local.connection = None
+        if connection is not None:
+            with contextlib.suppress(OSError):
+                connection.close()
