@@ -32,6 +32,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
@@ -97,22 +98,31 @@ class ViewChannelServer:
         )
         self._listener = Listener(self.address.path, "AF_UNIX", authkey=self.address.authkey)
         self._closed = threading.Event()
+        self._open: set[Connection] = set()
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._accept, name="view-channel", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def close(self) -> None:
+        """Stop listening and hang up on every workflow process (their calls in flight fail
+        retryably, as when this process dies)."""
         self._closed.set()
         with contextlib.suppress(OSError):
             self._listener.close()
+        with self._lock:
+            connections, self._open = self._open, set()
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.close()
         shutil.rmtree(self._directory, ignore_errors=True)
 
     def _accept(self) -> None:
         while not self._closed.is_set():
             try:
                 connection = self._listener.accept()
-            except OSError:  # closed, or a client that failed to authenticate
+            except (OSError, EOFError, AuthenticationError):  # closed, or not one of ours
                 if self._closed.is_set():
                     return
                 continue
@@ -121,29 +131,45 @@ class ViewChannelServer:
             ).start()
 
     def _answer(self, connection: Connection) -> None:
-        with connection:
-            while not self._closed.is_set():
-                try:
-                    operation, argument = connection.recv()
-                except (EOFError, OSError):
-                    return
-                try:
-                    answer: Any = self._serve(operation, argument)
-                except ApplicationError as error:
-                    delay = error.next_retry_delay
-                    answer = _Failed(
-                        error.message,
-                        error.type,
-                        error.non_retryable,
-                        delay.total_seconds() if delay is not None else None,
-                    )
-                except Exception as error:  # a bug: retryable, with its words
-                    log.exception("the view channel failed to serve %s", operation)
-                    answer = _Failed(f"{type(error).__name__}: {error}", None, False, None)
-                try:
-                    connection.send(answer)
-                except (OSError, ValueError):
-                    return
+        with self._lock:
+            if self._closed.is_set():
+                connection.close()
+                return
+            self._open.add(connection)
+        try:
+            self._serve_calls(connection)
+        finally:
+            with self._lock:
+                self._open.discard(connection)
+            with contextlib.suppress(OSError):
+                connection.close()
+
+    def _serve_calls(self, connection: Connection) -> None:
+        while not self._closed.is_set():
+            try:
+                operation, argument = connection.recv()
+            except (EOFError, OSError, TypeError):  # hung up (or closed under the read)
+                return
+            try:
+                connection.send(self._answer_to(operation, argument))
+            except (OSError, ValueError):
+                return
+
+    def _answer_to(self, operation: str, argument: Any) -> Any:
+        """What the main process answers: its result, or its failure as the step raises it."""
+        try:
+            return self._serve(operation, argument)
+        except ApplicationError as error:
+            delay = error.next_retry_delay
+            return _Failed(
+                error.message,
+                error.type,
+                error.non_retryable,
+                delay.total_seconds() if delay is not None else None,
+            )
+        except Exception as error:  # a bug: retryable, with its words
+            log.exception("the view channel failed to serve %s", operation)
+            return _Failed(f"{type(error).__name__}: {error}", None, False, None)
 
 
 class ViewChannel:
@@ -160,7 +186,7 @@ class ViewChannel:
             connection = self._connection()
             connection.send((operation, argument))
             answer = connection.recv()
-        except (EOFError, OSError) as error:
+        except (EOFError, OSError, AuthenticationError) as error:
             self._drop()
             raise ApplicationError(
                 f"the replica's main process did not answer {operation} ({error}); will retry",

@@ -48,7 +48,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
 
@@ -359,7 +359,10 @@ class DecisionPath:
 
     def _fresh_preemptor(self, request: DecisionRequest) -> _Job | Stopped:
         """1) The preemptor as the API server has it now, unless it no longer needs room;
-        then the view synced."""
+        then the view synced. A dry run decides as if it were first: a nomination another
+        preemption gave the pod (kube-scheduler's own, in shadow mode, whose victims may
+        still terminate on that node before its Events say they are its) is not held
+        against it (`PodEligibleToPreemptOthers` would refuse it as ineligible)."""
         lookup = self._read_pod(request.preemptor)
         standing = lookup.standing()
         critical = request.strategy is Strategy.CRITICAL_ADMISSION  # bound by nature
@@ -367,6 +370,8 @@ class DecisionPath:
         if reason:
             return Stopped(reason)
         preemptor = lookup.decoded()
+        if request.dry_run and preemptor.nominated_node_name:
+            preemptor = replace(preemptor, nominated_node_name="")
         if not self._view.wait_ready(self._view_ready_timeout):
             raise ViewNotReadyError("the cluster view has not finished its initial sync yet")
         return _Job(request, preemptor, lookup.scheduler_name)

@@ -4,7 +4,9 @@ server misbehaves.
 A rule names a verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`) and a
 resource as RBAC names it (`pods`, `pods/status`, `pods/eviction`, `poddisruptionbudgets`),
 optionally one object, and what happens: an error `Status` (with Retry-After for 429), an
-RBAC denial worded as the authorizer words it, a dropped connection, or added latency.
+RBAC denial worded as the authorizer words it, a dropped connection, a request served whose
+answer is lost on its way back (`lose`: the write happened, the caller cannot know), or
+added latency.
 `times` bounds how often it fires ("fail the next N calls"); None means until cleared.
 Latency rules add up and let the request go on; the first matching failure rule answers.
 
@@ -28,6 +30,7 @@ class Action(Enum):
     DENY = "deny"
     DROP = "drop"
     DELAY = "delay"
+    LOSE = "lose"  # served, then the connection dropped: the answer is lost on its way back
 
 
 @dataclass
@@ -131,6 +134,19 @@ class Faults:
     ) -> Fault:
         """Close the connection without answering (a crashed or restarting API server)."""
         return self._add(Fault(Action.DROP, verb, resource, name, namespace, times=times))
+
+    def lose(
+        self,
+        verb: str | None,
+        resource: str | None,
+        *,
+        times: int | None = 1,
+        name: str | None = None,
+        namespace: str | None = None,
+    ) -> Fault:
+        """Serve the request, then close the connection without answering: the write
+        happened, and its answer is lost (a load balancer or a proxy dropping it)."""
+        return self._add(Fault(Action.LOSE, verb, resource, name, namespace, times=times))
 
     def delay(
         self,

@@ -172,13 +172,16 @@ class _Handler(BaseHTTPRequestHandler):
                     target.verb,
                     fault.user,
                 )
-            if fault is not None:
+            if fault is not None and fault.action is not Action.LOSE:
                 raise status.for_code(fault.code, fault.message, fault.retry_after)
             if target.verb == "watch":
                 self._watch(target, query, record)
                 return
             response = handle(self.server.store, target, query, body, content_type)
             self._log(record, response.code)
+            if fault is not None and fault.action is Action.LOSE:
+                self._drop()  # served: the answer never leaves
+                return
             answer = response.body
             if target.verb in ("get", "list") and wants_table(self.headers.get("Accept", "")):
                 answer = as_table(target.resource, answer)

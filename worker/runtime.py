@@ -285,6 +285,8 @@ async def running_controller(
             metrics.watch_upstream(lambda: recorder.stats)
             supervisor.spawn_thread("upstream-preemptions", recorder.run)
         activities = preemption_activities(settings, kube, view, ledger)
+        if activities.decisions.engine is not ledger:  # the decisions' own pool, timed too
+            metrics.watch_ledger(activities.decisions.engine)
         try:
             await asyncio.to_thread(activities.decisions.prime)
         except LedgerError as error:  # the first decision reads them all instead

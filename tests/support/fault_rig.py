@@ -70,15 +70,23 @@ def seed() -> int:
 # -- the cluster ----------------------------------------------------------------------------------
 
 
-def crowded_cluster(nodes: int, preemptors: int) -> dict[str, Any]:
+def crowded_cluster(nodes: int, preemptors: int, *, grace_period: int = 1) -> dict[str, Any]:
     """`nodes` full nodes (4 CPU, four 1-CPU batch pods each, priorities 1 to 4) and
     `preemptors` pending 2-CPU pods at priority 1000: each preemptor needs two victims, and
-    there is room for two preemptors per node, so every preemptor can end bound."""
+    there is room for two preemptors per node, so every preemptor can end bound. A deleted
+    batch pod terminates for `grace_period` seconds (capped by the rig's
+    `max_grace_seconds`)."""
     objects: list[dict[str, Any]] = []
     for n in range(nodes):
         objects.append(node(f"node-{n}", cpu="4"))
         objects.extend(
-            pod(f"batch-{n}-{j}", node_name=f"node-{n}", priority=1 + j, cpu="1", grace_period=1)
+            pod(
+                f"batch-{n}-{j}",
+                node_name=f"node-{n}",
+                priority=1 + j,
+                cpu="1",
+                grace_period=grace_period,
+            )
             for j in range(4)
         )
     objects.extend(preemptor(f"urgent-{k}") for k in range(preemptors))
@@ -416,14 +424,19 @@ def fault_rig(
     workers: int = 2,
     extra_env: dict[str, str] | None = None,
     arm: Callable[[Rig], None] | None = None,
+    max_grace_seconds: float = 0.5,
 ) -> Iterator[Rig]:
     """A rig on `scenario`, workers started and ready, random faults armed when `share` > 0.
 
     `arm` sets the rig's hooks before the first worker starts: a worker that is ready before
-    the others preempts at once, so a hook set after they all are may miss every request."""
+    the others preempts at once, so a hook set after they all are may miss every request.
+    `max_grace_seconds`: how long a deleted victim stays terminating at most; a DELETE sent
+    again while it is terminating is answered 200 (as kube-apiserver answers it), so a run
+    that would delete a victim twice is seen doing so only if the victim lives long enough:
+    the exactly-once suite gives it seconds."""
     run_seed = seed()
     rng = random.Random(run_seed)
-    cluster = SimulatedCluster(max_grace_seconds=0.5)
+    cluster = SimulatedCluster(max_grace_seconds=max_grace_seconds)
     faults = RandomApiFaults(rng, share)
     requests = HookedRequestLog()
     # Before the server starts: it is handed these two and keeps them.

@@ -200,10 +200,11 @@ async def test_preemptions_run_in_the_workflow_processes(
     assert sample(metrics, 'preemptctl_workflow_processes{state="ready"}') == 2
     for process in ("main", "workflows-0", "workflows-1"):
         assert sample(metrics, f'process_resident_memory_bytes{{process="{process}"}}') > 0
-    # The victims' steps (marks, deletes, the end) are appended by the workflow processes,
-    # the decision by the main one: all in the replica's one counter.
+    # nginx-a's end with its victims' fates is appended by a workflow process, its decision
+    # by the main one (asked over the view channel), its bind by the main one's trigger loop:
+    # all in the replica's one counter.
     appends = sample(metrics, "preemptctl_ledger_append_duration_seconds_count")
-    assert appends >= 2 + 2 * 2  # at least a decision and each victim's mark and delete
+    assert appends >= 3
 
 
 async def test_a_killed_workflow_process_is_restarted_and_counted(

@@ -17,7 +17,12 @@ when its group was deleted after the decision, one failed on an RBAC denial
 (tests/workflows/test_full_stack_groups.py records them). When a pod preemption began to
 take its victims in rounds (behind the patch `victims-in-rounds`), runs from the patch on
 were recorded beside the older ones: `two-victims-in-rounds-completed` (test_costs.py) and
-`rbac-denied-in-rounds-failed` (test_ui_story.py).
+`rbac-denied-in-rounds-failed` (test_ui_story.py). Runs of the one runbook (issue 29: each
+victim its own step, the select local, the run ending at the last victim's delete) follow it
+because their request says so (`runbook` 2), not by a patch: the older runs, whose requests
+carry no such field, replay their own runbook. Theirs are recorded beside the others,
+`one-runbook-*` (every test that keeps a history records one, as the harness starts runs of
+the one runbook).
 """
 
 from __future__ import annotations
@@ -42,6 +47,18 @@ def test_the_recorded_histories_are_there() -> None:
     assert "preemptor-vanished-aborted-by-the-activity" in names
     assert {"gang-completed", "gang-group-deleted-aborted", "gang-rbac-denied-failed"} <= names
     assert {"two-victims-in-rounds-completed", "rbac-denied-in-rounds-failed"} <= names
+    one_runbook = {
+        "one-runbook-online-offline-completed",
+        "one-runbook-two-victims-completed",
+        "one-runbook-dry-run",
+        "one-runbook-rbac-denied-failed",
+        "one-runbook-preemptor-vanished-aborted",
+        "one-runbook-victim-replaced",
+        "one-runbook-gang-completed",
+        "one-runbook-gang-group-deleted-aborted",
+        "one-runbook-gang-rbac-denied-failed",
+    }
+    assert one_runbook <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[path.stem for path in HISTORIES])
