@@ -100,7 +100,9 @@ class ViewChannelServer:
         self._closed = threading.Event()
         self._open: set[Connection] = set()
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._accept, name="view-channel", daemon=True)
+        self._thread = threading.Thread(
+            target=self._accept, name="preemptctl-view-channel", daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()
@@ -109,6 +111,12 @@ class ViewChannelServer:
         """Stop listening and hang up on every workflow process (their calls in flight fail
         retryably, as when this process dies)."""
         self._closed.set()
+        # A thread blocked in accept() is not woken by closing the socket under it: a last
+        # connection of our own wakes it, and it sees it is closed.
+        with contextlib.suppress(OSError, EOFError, AuthenticationError):
+            Client(self.address.path, "AF_UNIX", authkey=self.address.authkey).close()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         with contextlib.suppress(OSError):
             self._listener.close()
         with self._lock:
@@ -126,8 +134,14 @@ class ViewChannelServer:
                 if self._closed.is_set():
                     return
                 continue
+            if self._closed.is_set():
+                connection.close()
+                return
             threading.Thread(
-                target=self._answer, args=(connection,), name="view-channel-call", daemon=True
+                target=self._answer,
+                args=(connection,),
+                name="preemptctl-view-channel-call",
+                daemon=True,
             ).start()
 
     def _answer(self, connection: Connection) -> None:

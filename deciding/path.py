@@ -48,7 +48,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -100,6 +100,10 @@ from preemptctl.preemption.standing import (
     reason_to_stop,
     reason_to_stop_group,
 )
+
+SHADOW_WAITS = 3
+"""How often a dry run found ineligible decides again (`_wait_for_the_scheduler`)."""
+SHADOW_WAIT_SECONDS = 1.0
 
 
 class ClusterView(Protocol):
@@ -359,10 +363,7 @@ class DecisionPath:
 
     def _fresh_preemptor(self, request: DecisionRequest) -> _Job | Stopped:
         """1) The preemptor as the API server has it now, unless it no longer needs room;
-        then the view synced. A dry run decides as if it were first: a nomination another
-        preemption gave the pod (kube-scheduler's own, in shadow mode, whose victims may
-        still terminate on that node before its Events say they are its) is not held
-        against it (`PodEligibleToPreemptOthers` would refuse it as ineligible)."""
+        then the view synced."""
         lookup = self._read_pod(request.preemptor)
         standing = lookup.standing()
         critical = request.strategy is Strategy.CRITICAL_ADMISSION  # bound by nature
@@ -370,8 +371,6 @@ class DecisionPath:
         if reason:
             return Stopped(reason)
         preemptor = lookup.decoded()
-        if request.dry_run and preemptor.nominated_node_name:
-            preemptor = replace(preemptor, nominated_node_name="")
         if not self._view.wait_ready(self._view_ready_timeout):
             raise ViewNotReadyError("the cluster view has not finished its initial sync yet")
         return _Job(request, preemptor, lookup.scheduler_name)
@@ -610,6 +609,37 @@ class DecisionPath:
         pending.append(_throttled(request, preemptor, node, throttled))
         return wait, message
 
+    @staticmethod
+    def _wait_for_the_scheduler(
+        request: DecisionRequest | GroupDecisionRequest,
+        preemptor: PodRef,
+        decision: Decision | GroupDecision,
+        pending: list[LedgerEvent],
+        *,
+        nominated: bool,
+    ) -> tuple[float, str] | None:
+        """A dry run (shadow mode) of a nominated preemptor (or group) found ineligible, at
+        most `SHADOW_WAITS` times: held back
+        a second, its `throttled` event saying why, then decided again. In shadow mode
+        kube-scheduler preempts first, in the very cycle that marks the pod unschedulable,
+        and the worker shows the victims it is evicting as still running only once it has
+        read their `Preempted` Events (`kube.upstream_events.ShadowView`): a dry run that
+        came before them would read those victims terminating on the pod's nomination and
+        call it ineligible, where it means to decide as if it had been first. After the
+        waits it decides as it finds (a victim no Event names stays terminating)."""
+        if not (request.dry_run and nominated) or decision.verdict is not Verdict.INELIGIBLE:
+            return None
+        if request.throttled >= SHADOW_WAITS:
+            return None
+        message = (
+            "a dry run found it ineligible while kube-scheduler may still be preempting for "
+            f"it: deciding again in {SHADOW_WAIT_SECONDS:g}s, once its Preempted Events are "
+            f"read; {decision.message}"
+        )
+        throttled = Throttled(message, SHADOW_WAIT_SECONDS, [v.key for v in decision.victims])
+        pending.append(_throttled(request, preemptor, None, throttled))
+        return SHADOW_WAIT_SECONDS, message
+
     def _decide_pod(
         self,
         db: Connection,
@@ -624,6 +654,12 @@ class DecisionPath:
         decision = self._plan(snapshot, job, [claim.preemptor_uid for claim in respected])
         held = self._hold_back(
             db, request, request.preemptor, decision.nominated_node, decision, pending
+        ) or self._wait_for_the_scheduler(
+            request,
+            request.preemptor,
+            decision,
+            pending,
+            nominated=bool(job.preemptor.nominated_node_name),
         )
         if held is not None:
             wait, message = held
@@ -656,7 +692,17 @@ class DecisionPath:
         request = job.request
         names = [claim.holder for claim in respected]
         decision = self._plan_group(snapshot, job, [claim.preemptor_uid for claim in respected])
-        held = self._hold_back(db, request, request.group.as_preemptor(), None, decision, pending)
+        held = self._hold_back(
+            db, request, request.group.as_preemptor(), None, decision, pending
+        ) or self._wait_for_the_scheduler(
+            request,
+            request.group.as_preemptor(),
+            decision,
+            pending,
+            nominated=any(
+                member.nominated_node_name for member in snapshot.group_members(request.group.key)
+            ),
+        )
         if held is not None:
             wait, message = held
             waiting.answer = DecidedGroup(decision, "", wait, message, names)
