@@ -12,6 +12,8 @@ Scenarios:
   quantity exponent, an unknown pod, a malformed quantity or a negative request
   (naming the object), a `--pod` that is not NAMESPACE/NAME;
 - `--explain` prints the rationale as tables, naming the filter and its reason per node;
+  a lower tenant pod asking only for ephemeral storage (two containers of `5E`, a sum
+  beyond int64) beside the one victim the preemptor needs is no second victim (issue 27);
 - `--pod-group` prints exactly the group contract's fields (nominations per placed pod,
   victims most important first); `--pod` on a member is Ineligible naming its group; an
   unknown or malformed group, or a key that is not NAMESPACE/NAME, is one line and exit 2;
@@ -358,6 +360,28 @@ def test_explain_names_the_filter_and_its_reason_per_node(
     assert "NodeResourcesFit  Insufficient cpu" in out
     assert "n2    rejected" in out
     assert "InterPodAffinity: node(s) didn't match pod anti-affinity rules" in out
+
+
+def test_explain_shows_one_victim_beside_a_tenant_pod_asking_only_storage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    storage = [
+        container(extra={"ephemeral-storage": "5E"}, name="a"),
+        container(extra={"ephemeral-storage": "5E"}, name="b"),
+    ]
+    items = listing(
+        node("node-1", cpu="2"),
+        node("node-2", cpu="2"),
+        pod("low-1", cpu="2", node="node-1", priority=1, start=0),
+        pod("low-2", cpu="2", node="node-2", priority=2, start=0),
+        pod("tenant", node="node-1", priority=0, start=0, containers=storage),
+        pod("p", cpu="2", priority=10),
+    )
+    code, out, err = run_plan(capsys, write(tmp_path, items), "default/p", "--explain")
+    assert (code, err) == (0, "")
+    assert "node-1  candidate  1        0               default/low-1\n" in out
+    assert "Victims (most important first), 0 PDB violation(s)" in out
+    assert "default/tenant" not in out
 
 
 def test_the_installed_command_plans_the_bundled_scenario() -> None:
