@@ -928,12 +928,13 @@ class ClusterSnapshot:
 
     def remove_composite_pod_group(self, key: str) -> None:
         """Forget a CompositePodGroup (`namespace/name`): the groups beneath it stop there."""
-        old = self.composite_pod_groups.pop(key, None)
-        if old is None:
+        if key not in self.composite_pod_groups:
             return
+        leaves = self.leaf_pod_groups(key, composite=True)  # while it still leads to them
+        old = self.composite_pod_groups.pop(key)
         self._adopt(key, True, old.parent, "")
         self.group_modes_version += 1
-        for leaf in self.leaf_pod_groups(key, composite=True):
+        for leaf in leaves:
             self._reprioritise_members(leaf)
 
     def _adopt(self, key: str, composite: bool, old_parent: str, new_parent: str) -> None:

@@ -572,6 +572,9 @@ def test_fed_as_the_view_feeds_it_the_units_follow_each_change() -> None:
     built.apply("CompositePodGroup", cpg("train", priority=200))
     assert plan(built, "default/p").verdict is Verdict.UNSCHEDULABLE  # the unit outranks p
     assert built.pod_by_key("default/b-0").priority == 200  # type: ignore[union-attr]
+    built.remove("CompositePodGroup", "default/train")
+    assert built.pod_by_key("default/b-0").priority == 10  # type: ignore[union-attr]
+    assert decide_on_node1(built) == ["a-0"]
 
 
 def test_a_new_member_of_a_leaf_group_joins_the_unit() -> None:
