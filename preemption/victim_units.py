@@ -13,8 +13,11 @@ of its pods do.
 
 Deliberate differences: the unit of a label-named group has its most important member's
 priority (upstream has no such groups; Kueue gives a workload's pods one priority anyway),
-and a group's "first pod" for the last tie-break is the one with the smallest UID (upstream:
-the first of its scheduled pods, in an order it does not fix).
+a group's "first pod" for the last tie-break is the one with the smallest UID (upstream:
+the first of its scheduled pods, in an order it does not fix), and the walk down a
+CompositePodGroup's hierarchy visits each group once (upstream's `GetPodGroupStates` would
+list the groups of a cyclic hierarchy again until its depth limit, counting their pods more
+than once; kube-scheduler refuses such a hierarchy anyway).
 """
 
 from __future__ import annotations
