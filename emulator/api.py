@@ -35,7 +35,10 @@ class Emulator:
     terminating pods whose grace period is over are removed; None runs no reaper (the
     simulated kubelet reaps instead, with its own cap on grace periods). `pod_groups=False`
     starts it without the PodGroup API (scheduling.k8s.io/v1beta1), as a cluster whose
-    `GenericWorkload` gate is off: discovery does not list it and its paths answer 404."""
+    `GenericWorkload` gate is off: discovery does not list it and its paths answer 404.
+    `pod_group_version` serves it as another release does instead (1.36's `v1alpha2`, or
+    1.35's `v1alpha1`, Workloads and no PodGroups); `composite_pod_groups=True` serves
+    CompositePodGroups (`v1alpha3`) too."""
 
     def __init__(
         self,
@@ -46,8 +49,14 @@ class Emulator:
         history_limit: int = 200_000,
         reap_interval: float | None = 0.05,
         pod_groups: bool = True,
+        pod_group_version: str = "v1beta1",
+        composite_pod_groups: bool = False,
     ) -> None:
-        self.served = serving(pod_groups=pod_groups)
+        self.served = serving(
+            pod_groups=pod_groups,
+            pod_group_version=pod_group_version,
+            composite_pod_groups=composite_pod_groups,
+        )
         self.store = Store(history_limit=history_limit)
         self.faults = Faults()
         self.requests = RequestLog()

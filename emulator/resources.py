@@ -63,6 +63,24 @@ VOLUME_ATTACHMENTS = Resource(
 POD_GROUPS = Resource(
     "scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", True, frozenset({"status"})
 )
+# The same objects as Kubernetes 1.36 serves them (`Emulator(pod_group_version="v1alpha2")`):
+# one store (the key has no version), objects as given, no conversion between the shapes.
+POD_GROUPS_V1ALPHA2 = Resource(
+    "scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup", True, frozenset({"status"})
+)
+# 1.35's first alpha of the workload API (Workloads holding their pod groups), which the
+# planner does not read: `Emulator(pod_group_version="v1alpha1")` serves it instead.
+WORKLOADS_V1ALPHA1 = Resource("scheduling.k8s.io", "v1alpha1", "workloads", "Workload", True)
+# KEP-6012's CompositePodGroup (its own gate, alpha in 1.37): served when asked for,
+# `Emulator(composite_pod_groups=True)`.
+COMPOSITE_POD_GROUPS = Resource(
+    "scheduling.k8s.io",
+    "v1alpha3",
+    "compositepodgroups",
+    "CompositePodGroup",
+    True,
+    frozenset({"status"}),
+)
 
 ALL = (
     PODS,
@@ -77,14 +95,36 @@ ALL = (
     CSI_NODES,
     VOLUME_ATTACHMENTS,
     POD_GROUPS,
+    POD_GROUPS_V1ALPHA2,
+    WORKLOADS_V1ALPHA1,
+    COMPOSITE_POD_GROUPS,
 )
-OPTIONAL = frozenset({POD_GROUPS})  # APIs a cluster may not serve (a feature gate off)
+# APIs a cluster may not serve (a feature gate off, or another release's version).
+OPTIONAL = frozenset({POD_GROUPS, POD_GROUPS_V1ALPHA2, WORKLOADS_V1ALPHA1, COMPOSITE_POD_GROUPS})
 BY_PATH = {(r.group, r.version, r.plural): r for r in ALL}
-BY_KEY = {r.key: r for r in ALL}
-BY_KIND = {r.kind: r for r in ALL if r is not EVENTS_V1}
+BY_KEY = {r.key: r for r in ALL if r is not POD_GROUPS_V1ALPHA2}
+BY_KIND = {r.kind: r for r in ALL if r not in (EVENTS_V1, POD_GROUPS_V1ALPHA2)}
+BY_API = {(r.api_version, r.kind): r for r in ALL}
+# Which resource serves PodGroups (or, for 1.35, what serves instead) per `pod_group_version`.
+POD_GROUP_VERSIONS = {
+    "v1beta1": POD_GROUPS,
+    "v1alpha2": POD_GROUPS_V1ALPHA2,
+    "v1alpha1": WORKLOADS_V1ALPHA1,
+}
 
 
-def serving(*, pod_groups: bool = True) -> frozenset[Resource]:
-    """The resources an emulator serves: all of them, or all but the optional ones left out."""
-    left_out = set() if pod_groups else {POD_GROUPS}
-    return frozenset(ALL) - left_out
+def serving(
+    *,
+    pod_groups: bool = True,
+    pod_group_version: str = "v1beta1",
+    composite_pod_groups: bool = False,
+) -> frozenset[Resource]:
+    """The resources an emulator serves: every one that is not optional; PodGroups at
+    `pod_group_version` (1.37's `v1beta1`, 1.36's `v1alpha2`, or 1.35's `v1alpha1`, which
+    serves Workloads instead) unless `pod_groups` is False; CompositePodGroups when asked."""
+    served = set(ALL) - OPTIONAL
+    if pod_groups:
+        served.add(POD_GROUP_VERSIONS[pod_group_version])
+    if composite_pod_groups:
+        served.add(COMPOSITE_POD_GROUPS)
+    return frozenset(served)

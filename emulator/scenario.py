@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import yaml
 
-from preemptctl.emulator.resources import BY_KIND, Resource
+from preemptctl.emulator.resources import BY_API, BY_KIND, Resource
 
 
 class ScenarioError(ValueError):
@@ -57,7 +57,8 @@ def iter_objects(document: Mapping[str, Any]) -> Iterator[tuple[Resource, Mappin
         raise ScenarioError("a List's items must be an array")
     for index, item in enumerate(items):
         kind = item.get("kind") if isinstance(item, Mapping) else None
-        resource = BY_KIND.get(kind or "")
+        api_version = item.get("apiVersion") if isinstance(item, Mapping) else None
+        resource = BY_API.get((str(api_version), str(kind))) or BY_KIND.get(kind or "")
         if resource is None:
             raise ScenarioError(f"item {index}: unsupported kind {kind!r}")
         if not (item.get("metadata") or {}).get("name"):

@@ -234,6 +234,8 @@ class KubeClient:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     read_timeout: float = DEFAULT_READ_TIMEOUT
     token: BearerToken = field(default_factory=BearerToken, compare=False, repr=False)
+    # What `kube.discovery.served` found this API server serves, asked once per client.
+    served: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def _headers(self, body: bool = False, content_type: str = JSON) -> dict[str, str]:
         headers = {"Accept": JSON}

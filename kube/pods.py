@@ -15,8 +15,9 @@ from urllib.parse import quote
 
 from kubernetes.client.exceptions import ApiException
 
-from preemptctl.kube.classify import Call, api_status, classify_status
+from preemptctl.kube.classify import Call, api_status, classify, classify_status
 from preemptctl.kube.client import KubeClient
+from preemptctl.kube.discovery import POD_GROUP_VERSIONS, SCHEDULING, served
 from preemptctl.kube.results import ErrorKind, NotRetryable, WriteEffect, WriteResult
 from preemptctl.preemption.decision import PodRef
 from preemptctl.preemption.decode import decode_pod, decode_pod_group
@@ -173,14 +174,14 @@ def read_before_write(kube: KubeClient, ref: PodRef, noun: str = "pod") -> PodLo
 
 # -- pod groups ---------------------------------------------------------------------------------
 
-POD_GROUP_API = "/apis/scheduling.k8s.io/v1beta1"
 
-
-def pod_group_path(namespace: str, name: str) -> str:
-    """The API path of the PodGroup `namespace/name`, both names checked (`path_segment`)."""
+def pod_group_path(namespace: str, name: str, version: str = POD_GROUP_VERSIONS[0]) -> str:
+    """The API path of the PodGroup `namespace/name` at `version` of its group, both names
+    checked (`path_segment`)."""
     what = f"pod group {shown(f'{namespace}/{name}')}"
     return (
-        f"{POD_GROUP_API}/namespaces/{path_segment(NameKind.NAMESPACE, namespace, what)}"
+        f"/apis/{SCHEDULING}/{version}"
+        f"/namespaces/{path_segment(NameKind.NAMESPACE, namespace, what)}"
         f"/podgroups/{path_segment(NameKind.POD_GROUP, name, what)}"
     )
 
@@ -205,12 +206,21 @@ class PodGroupLookup:
 
 
 def get_pod_group(kube: KubeClient, ref: GroupRef) -> PodGroupLookup:
-    """The PodGroup `ref` names, if it is still that group (same UID). A cluster without the
-    PodGroup API answers 404 for it too: the group is gone. A group the planner cannot read
-    is a `PlannerInputError`."""
-    call = Call("get", "podgroups", ref.key, "scheduling.k8s.io")
+    """The PodGroup `ref` names, if it is still that group (same UID), read at the newest
+    version of the API the server serves (`kube.discovery.served`, asked once per client).
+    On a cluster without the PodGroup API (at a version the planner reads) the group is
+    gone. A group the planner cannot read is a `PlannerInputError`."""
+    call = Call("get", "podgroups", ref.key, SCHEDULING)
     try:
-        obj = kube.request("GET", pod_group_path(ref.namespace, ref.name), call)
+        found = served(kube, SCHEDULING, "podgroups", POD_GROUP_VERSIONS)
+    except ApiException as error:
+        raise classify_status(api_status(error), call) from None
+    except Exception as error:  # transport failures: classified, never a raw traceback
+        raise classify(error, call) from error
+    if not found.version:
+        return PodGroupLookup(Presence.GONE, None)
+    try:
+        obj = kube.request("GET", pod_group_path(ref.namespace, ref.name, found.version), call)
     except ApiException as error:
         status = api_status(error)
         if status.code == 404:

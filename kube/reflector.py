@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 import orjson
@@ -41,6 +41,14 @@ from kubernetes.client.exceptions import ApiException
 
 from preemptctl.kube.classify import ApiStatus, Call, api_status, classify, classify_status
 from preemptctl.kube.client import KubeClient, ListPage, PageTooLarge
+from preemptctl.kube.discovery import (
+    COMPOSITE_POD_GROUP_VERSIONS,
+    POD_GROUP_RELATED,
+    POD_GROUP_VERSIONS,
+    SCHEDULING,
+    Served,
+    discover,
+)
 from preemptctl.kube.results import KubeCallError
 
 log = logging.getLogger(__name__)
@@ -50,8 +58,9 @@ Obj = dict[str, Any]
 
 @dataclass(frozen=True)
 class Kind:
-    """How one kind is listed, keyed and removed from the snapshot. A kind with a
-    `discovery` path (its API group version) is optional: a cluster that does not serve it
+    """How one kind is listed, keyed and removed from the snapshot. A kind with `versions`
+    (the versions of its API group whose shape the planner reads, newest first) is optional:
+    the newest one the cluster serves is watched (`at`), and a cluster serving none of them
     is watched without it (`Reflector.run`)."""
 
     name: str  # "Pod", "Node", "PodDisruptionBudget"
@@ -60,7 +69,12 @@ class Kind:
     group: str = ""
 
     namespaced: bool = True
-    discovery: str = ""  # "/apis/<group>/<version>" for a kind not every cluster serves
+    versions: tuple[str, ...] = ()  # for a kind not every cluster serves, newest first
+    related: frozenset[str] = frozenset()  # resources of an older shape of it, to name
+
+    def at(self, version: str) -> Kind:
+        """The kind listed and watched at `version` of its group."""
+        return replace(self, path=f"/apis/{self.group}/{version}/{self.rbac}")
 
     def key(self, obj: Obj) -> str:
         """The snapshot's key: a Pod's uid, a cluster-scoped object's name, else ns/name.
@@ -124,12 +138,22 @@ VOLUME_ATTACHMENT = Kind(
 )
 POD_GROUP = Kind(
     "PodGroup",
-    "/apis/scheduling.k8s.io/v1beta1/podgroups",
+    f"/apis/{SCHEDULING}/{POD_GROUP_VERSIONS[0]}/podgroups",
     "podgroups",
-    "scheduling.k8s.io",
-    discovery="/apis/scheduling.k8s.io/v1beta1",
+    SCHEDULING,
+    versions=POD_GROUP_VERSIONS,
+    related=POD_GROUP_RELATED,
 )
-"""kube-scheduler's workload API (the `GenericWorkload` gate): served by some clusters only."""
+"""kube-scheduler's workload API (the `GenericWorkload` gate): served by some clusters only,
+at `v1beta1` (Kubernetes 1.37) or `v1alpha2` (1.36)."""
+COMPOSITE_POD_GROUP = Kind(
+    "CompositePodGroup",
+    f"/apis/{SCHEDULING}/{COMPOSITE_POD_GROUP_VERSIONS[0]}/compositepodgroups",
+    "compositepodgroups",
+    SCHEDULING,
+    versions=COMPOSITE_POD_GROUP_VERSIONS,
+)
+"""KEP-6012's CompositePodGroups (`v1alpha3`, the `CompositePodGroup` gate, 1.37 on)."""
 
 
 @contextmanager
@@ -272,6 +296,7 @@ class ReflectorStats(ListWatchStats):
     list_seconds: float = 0.0  # how long the latest complete list took
     synced: bool = False
     absent: bool = False  # an optional kind this cluster does not serve: never listed
+    version: str = ""  # an optional kind's group version watched ("scheduling.k8s.io/v1beta1")
 
 
 StatsT = TypeVar("StatsT", bound=ListWatchStats)
@@ -530,53 +555,42 @@ class Reflector(ListWatch[ReflectorStats]):
         self._seen: set[str] = set()  # the keys the current list has seen
 
     def run(self) -> None:
-        """List and watch; for an optional kind, first ask the API server whether it serves
-        the kind at all (discovery, retried with backoff while the server does not answer).
-        A cluster without it: one log line, the kind counts as synced with nothing in it
-        (`stats.absent`), and the thread waits for `stop` (nothing to retry, nothing to
-        restart). A cluster that starts serving it later is seen after a restart."""
-        if self.kind.discovery:
+        """List and watch; for an optional kind, first ask the API server which version of
+        it, if any, it serves (`kube.discovery.discover`: the newest the planner reads;
+        retried with backoff while the server does not answer), said in one log line. A
+        cluster serving none: one log line (naming an older alpha shape it serves, if any),
+        the kind counts as synced with nothing in it (`stats.absent`), and the thread waits
+        for `stop` (nothing to retry, nothing to restart). A cluster that starts serving it
+        later is seen after a restart."""
+        if self.kind.versions:
             served = self._served()
             if served is None:  # stopped while asking
                 return
-            if not served:
-                self._absent()
+            if not served.version:
+                self._absent(served)
                 return
+            self.kind = self.kind.at(served.version)
+            self.stats.version = served.api_version
+            log.info("cluster view: watching %s at %s", self.kind.rbac, served.api_version)
         super().run()
 
-    def _served(self) -> bool | None:
-        """Whether the API server serves this kind (None: stopped before it could tell)."""
+    def _served(self) -> Served | None:
+        """Where the API server serves this kind (None: stopped before it could tell)."""
+        kind = self.kind
         while not self._stopping.is_set():
             try:
-                found = self.kube.send("GET", self.kind.discovery)
-            except ApiException as error:
-                if error.status == 404:  # the group version itself is not served
-                    return False
-                if self._stopping.is_set():
-                    return None
-                self._failed(error)
-                continue
+                return discover(self.kube, kind.group, kind.rbac, kind.versions, kind.related)
             except Exception as error:
                 if self._stopping.is_set():
                     return None
                 self._failed(error)
-                continue
-            resources = found.get("resources") if isinstance(found, dict) else None
-            return any(
-                isinstance(r, dict) and r.get("name") == self.kind.rbac for r in resources or ()
-            )
         return None
 
-    def _absent(self) -> None:
+    def _absent(self, served: Served) -> None:
         self.stats.absent = True
         self.stats.synced = True
         self.stats.last_error = ""
-        log.info(
-            "cluster view: this cluster does not serve %s (%s, %s); they are not watched",
-            self.kind.rbac,
-            self.kind.group,
-            self.kind.discovery,
-        )
+        log.info("cluster view: %s; they are not watched", served.absent())
         self.on_synced(self.kind)
         self._stopping.wait()
 

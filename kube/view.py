@@ -1,6 +1,7 @@
 """The cluster view: every kind the planner reads (Nodes, Pods, PodDisruptionBudgets,
 Namespaces, PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes,
-VolumeAttachments and, where the cluster serves them, PodGroups) kept current by
+VolumeAttachments and, where the cluster serves them, PodGroups and CompositePodGroups) kept
+current by
 list+watch, in the planner's model (`preemption.snapshot.ClusterSnapshot`, fed through
 `apply(kind, obj)` and `remove(kind, key)`).
 
@@ -21,9 +22,13 @@ Guarantees:
   freed its node: the snapshot's `reject_pod` keeps that node from being a candidate until
   the pod is readable again or deleted.
 - Sync progress per kind (objects listed, seconds) is in `sync_progress()`.
-- PodGroups (`scheduling.k8s.io/v1beta1`, kube-scheduler's workload API) are discovered when
-  the view starts: a cluster that does not serve them is watched exactly as before, the kind
-  counted as synced and `absent` in `sync_progress()`, said in one log line, never retried.
+- PodGroups (kube-scheduler's workload API: `scheduling.k8s.io/v1beta1` in Kubernetes 1.37,
+  `v1alpha2` in 1.36) and CompositePodGroups (`v1alpha3`, their own gate) are discovered when
+  the view starts (`kube.discovery`), each at the newest version the planner reads, named in
+  `sync_progress()` and one log line. A cluster that serves neither such version is watched
+  exactly as before, the kind counted as synced and `absent` in `sync_progress()` (and the
+  `preemptctl_view_kind_absent` metric), said in one log line that names an older alpha
+  shape it serves instead (1.35's `v1alpha1`), never retried.
 - Pods keep the annotations and labels the settings read (`kept_annotations`: a label-named
   group's size; `kept_labels`: the label naming it), set before the first list.
 - Once synced, the snapshot is warmed (`ClusterSnapshot.warm`: what decisions would compute
@@ -47,6 +52,7 @@ from typing import Any
 
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.reflector import (
+    COMPOSITE_POD_GROUP,
     CSI_NODE,
     NAMESPACE,
     NODE,
@@ -86,6 +92,7 @@ KINDS = (
     CSI_NODE,
     VOLUME_ATTACHMENT,
     POD_GROUP,
+    COMPOSITE_POD_GROUP,
 )
 
 
@@ -198,8 +205,9 @@ class ClusterView(Sink):
 
     def sync_progress(self) -> dict[str, dict[str, Any]]:
         """Per kind: objects listed, seconds the complete list took, whether it synced, and
-        (until it has) the last error, e.g. a list RBAC forbids; `absent` for a kind this
-        cluster does not serve (PodGroups without kube-scheduler's workload API)."""
+        (until it has) the last error, e.g. a list RBAC forbids; for a kind not every cluster
+        serves, the `version` watched, or `absent` when the cluster serves it at no version
+        the planner reads (PodGroups without kube-scheduler's workload API)."""
         return {
             name: {
                 "listed": r.stats.listed,
@@ -207,6 +215,7 @@ class ClusterView(Sink):
                 "synced": r.stats.synced,
                 "error": "" if r.stats.synced else r.stats.last_error,
                 **({"absent": True} if r.stats.absent else {}),
+                **({"version": r.stats.version} if r.stats.version else {}),
             }
             for name, r in self.reflectors.items()
         }

@@ -20,6 +20,7 @@ from preemptctl.preemption.objects import (
     PREEMPT_LOWER_PRIORITY,
     ZERO,
     AffinityTerm,
+    CompositePodGroup,
     CSINode,
     HostPort,
     LabelSelector,
@@ -134,9 +135,10 @@ _NAMED_AS = {
     "Pod": NameKind.POD,
     "Node": NameKind.NODE,
     "PodGroup": NameKind.POD_GROUP,
+    "CompositePodGroup": NameKind.POD_GROUP,
     "Namespace": NameKind.NAMESPACE,
 }
-_NAMESPACED = frozenset({"Pod", "PodGroup"})
+_NAMESPACED = frozenset({"Pod", "PodGroup", "CompositePodGroup"})
 
 
 def _identity(obj: Mapping[str, Any], kind: str) -> tuple[str, str, Mapping[str, Any]]:
@@ -923,12 +925,17 @@ def _decode_pdb(
 
 
 _DISRUPTION_MODES = ("single", "all")
+# Kubernetes 1.36 serves PodGroups at `scheduling.k8s.io/v1alpha2`, where `disruptionMode` is
+# a string ("Pod", the default, or "PodGroup") rather than 1.37's `{single: {}}`/`{all: {}}`.
+_V1ALPHA2_DISRUPTION_MODES = {"Pod": False, "PodGroup": True}
 
 
 def decode_pod_group(obj: Mapping[str, Any]) -> PodGroup:
-    """A `scheduling.k8s.io/v1beta1` PodGroup: scheduling policy (basic, or gang with its
-    minCount), disruption mode, priority, preemption policy, and what the planner does not
-    judge for it (topology constraints, resource claims)."""
+    """A `scheduling.k8s.io/v1beta1` PodGroup (or 1.36's `v1alpha2` one: the same fields but
+    for `disruptionMode`, a string there, and `preemptionPolicy` and the parent, which it has
+    not): scheduling policy (basic, or gang with its minCount), disruption mode, priority,
+    preemption policy, the parent CompositePodGroup, and what the planner does not judge for
+    it (topology constraints, resource claims)."""
     namespace, name, meta = _identity(obj, "PodGroup")
     try:
         return _decode_pod_group(obj, namespace, name, meta)
@@ -957,11 +964,6 @@ def _decode_pod_group(
             "spec.schedulingPolicy must be {basic: {}} or {gang: {minCount: N}}, not "
             f"{sorted(policy)}"
         )
-    mode = _mapping(spec.get("disruptionMode"), "spec.disruptionMode")
-    if mode and (len(mode) != 1 or next(iter(mode)) not in _DISRUPTION_MODES):
-        raise PlannerInputError(
-            f"spec.disruptionMode must be {{single: {{}}}} or {{all: {{}}}}, not {sorted(mode)}"
-        )
     priority = spec.get("priority")
     policy_name = _string(spec.get("preemptionPolicy"), "spec.preemptionPolicy")
     if policy_name not in ("", PREEMPT_LOWER_PRIORITY, "Never"):
@@ -982,11 +984,66 @@ def _decode_pod_group(
         priority=0 if priority is None else _int32(priority, "spec.priority"),
         gang=gang,
         min_count=min_count,
-        disruption_all="all" in mode,
+        disruption_all=_disruption_all(spec.get("disruptionMode")),
         preemption_policy=policy_name,
         unsupported=unsupported,
         resource_version=str(meta.get("resourceVersion") or ""),
+        parent=_parent(spec),
     )
+
+
+def _disruption_all(value: Any, *, v1alpha2: bool = True) -> bool:
+    """Whether `spec.disruptionMode` says `all`: `{all: {}}` (v1beta1, v1alpha3) or, where
+    `v1alpha2` allows it, "PodGroup" (a v1alpha2 PodGroup); absent is `single`."""
+    if isinstance(value, str) and v1alpha2:
+        found = _V1ALPHA2_DISRUPTION_MODES.get(value)
+        if found is None:
+            raise PlannerInputError(
+                f"spec.disruptionMode must be Pod or PodGroup (v1alpha2), not {shown(value)}"
+            )
+        return found
+    mode = _mapping(value, "spec.disruptionMode")
+    if mode and (len(mode) != 1 or next(iter(mode)) not in _DISRUPTION_MODES):
+        raise PlannerInputError(
+            f"spec.disruptionMode must be {{single: {{}}}} or {{all: {{}}}}, not {sorted(mode)}"
+        )
+    return "all" in mode
+
+
+def _parent(spec: Mapping[str, Any]) -> str:
+    """`spec.parentCompositePodGroupName`, checked as the API server checks a name."""
+    parent = _string(spec.get("parentCompositePodGroupName"), "spec.parentCompositePodGroupName")
+    if parent:
+        problem = name_problem(NameKind.POD_GROUP, parent)
+        if problem:
+            raise PlannerInputError(f"spec.parentCompositePodGroupName: {problem}")
+    return parent
+
+
+def decode_composite_pod_group(obj: Mapping[str, Any]) -> CompositePodGroup:
+    """A `scheduling.k8s.io/v1alpha3` CompositePodGroup: its priority, disruption mode and
+    parent (what makes victim units of the PodGroups beneath it)."""
+    namespace, name, meta = _identity(obj, "CompositePodGroup")
+    what = f"compositepodgroup {namespace}/{name}"
+    try:
+        spec = _mapping(obj.get("spec"), "spec")
+        priority = spec.get("priority")
+        uid = meta.get("uid") or str(
+            uuid.uuid5(uuid.NAMESPACE_URL, f"compositepodgroup/{namespace}/{name}")
+        )
+        return CompositePodGroup(
+            namespace=namespace,
+            name=name,
+            uid=_string(uid, "metadata.uid"),
+            priority=0 if priority is None else _int32(priority, "spec.priority"),
+            disruption_all=_disruption_all(spec.get("disruptionMode"), v1alpha2=False),
+            parent=_parent(spec),
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
+    except PlannerInputError as error:
+        raise PlannerInputError(f"{what}: {error}") from None
+    except _SHAPE_ERRORS as error:
+        raise PlannerInputError(f"{what}: {_wrong_shape(error)}") from None
 
 
 _LIST_ITEM_KINDS = {
@@ -1000,6 +1057,7 @@ _LIST_ITEM_KINDS = {
     "CSINodeList": "CSINode",
     "VolumeAttachmentList": "VolumeAttachment",
     "PodGroupList": "PodGroup",
+    "CompositePodGroupList": "CompositePodGroup",
 }
 # The kinds a snapshot's objects are read as; any other kind is skipped.
 SNAPSHOT_KINDS = (
@@ -1013,6 +1071,7 @@ SNAPSHOT_KINDS = (
     "CSINode",
     "VolumeAttachment",
     "PodGroup",
+    "CompositePodGroup",
 )
 
 

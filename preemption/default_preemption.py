@@ -53,6 +53,7 @@ from preemptctl.preemption.find_nodes_that_fit import (
 )
 from preemptctl.preemption.objects import PREEMPT_NEVER, HostPort, Node, Pod, Resources
 from preemptctl.preemption.pod_constraints import PodConstraints
+from preemptctl.preemption.quantity import MAX_VALUE
 from preemptctl.preemption.snapshot import ClusterSnapshot, NodeInfo, importance_key
 from preemptctl.preemption.victim_units import (
     NodeUnits,
@@ -68,7 +69,10 @@ ERR_EXPECTED_VICTIM = "expected at least one victim pod on node"
 ERR_LIST_FULL = "a candidate violating PDBs, not kept: that candidate list is full"
 DEFAULT_PREEMPTION = "DefaultPreemption"
 
-_UNLIMITED = 1 << 62
+# What is free of a resource the preemptor does not request: upstream's `fitsRequest` never
+# checks it, so no pod put back may exhaust it. Each pod's request is at most the largest
+# int64 (a sum beyond it saturates there), and a node holds far fewer than 2**64 pods.
+_UNLIMITED = MAX_VALUE << 64
 _NEVER_STARTED = float("inf")  # upstream's GetPodStartTime falls back to "now": the newest
 _INT32_OFFSET = 2**31  # upstream adds MaxInt32+1 so negative priorities sum sensibly
 

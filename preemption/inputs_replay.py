@@ -26,6 +26,7 @@ from preemptctl.preemption.dataclass_codec import DecodeError, decode
 from preemptctl.preemption.decision import Strategy
 from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.preemption.objects import (
+    CompositePodGroup,
     CSINode,
     HostPort,
     Namespace,
@@ -100,6 +101,9 @@ _ADD: dict[str, Callable[[ClusterSnapshot, Any], None]] = {
     "pdbs": lambda snapshot, raw: snapshot.upsert_pdb(decode(PodDisruptionBudget, raw)),
     "namespaces": lambda snapshot, raw: snapshot.upsert_namespace(decode(Namespace, raw)),
     "podGroups": lambda snapshot, raw: snapshot.upsert_pod_group(decode(PodGroup, raw)),
+    "compositePodGroups": lambda snapshot, raw: snapshot.upsert_composite_pod_group(
+        decode(CompositePodGroup, raw)
+    ),
     **{
         kind: _add_storage(store, key, _STORAGE_CLASSES[kind])
         for kind, (store, key) in STORAGE_KINDS.items()
@@ -109,9 +113,10 @@ _ADD: dict[str, Callable[[ClusterSnapshot, Any], None]] = {
 
 def inline_objects(document: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
     """The objects of inputs written whole, as (tag, JSON): nodes, pods, PDBs, Namespaces,
-    PodGroups, storage objects."""
-    for tag in ("nodes", "pods", "pdbs", "namespaces", "podGroups"):
-        yield from ((tag, raw) for raw in _list(document, tag, required=tag != "podGroups"))
+    PodGroups, CompositePodGroups, storage objects."""
+    for tag in ("nodes", "pods", "pdbs", "namespaces", "podGroups", "compositePodGroups"):
+        required = tag not in ("podGroups", "compositePodGroups")
+        yield from ((tag, raw) for raw in _list(document, tag, required=required))
     storage = document.get("storage", {})
     if not isinstance(storage, Mapping):
         raise RecordedInputsError("recorded inputs unreadable: 'storage' is not an object")

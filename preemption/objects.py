@@ -271,13 +271,16 @@ PREEMPTOR_POLICY_UNSET = ""
 
 @dataclass(slots=True, eq=False)
 class PodGroup:
-    """A `scheduling.k8s.io/v1beta1` PodGroup as preemption reads it (KEP-4671, KEP-5710).
+    """A `scheduling.k8s.io/v1beta1` PodGroup as preemption reads it (KEP-4671, KEP-5710);
+    Kubernetes 1.36's `v1alpha2` shape reads the same (`decode.decode_pod_group`).
 
     `min_count` is the gang's `schedulingPolicy.gang.minCount`, 1 for `basic` (at least one
     member placed). `disruption_all` is `disruptionMode: {all: {}}`: every scheduled member,
     on any node, is one victim unit. `preemption_policy` is "" when the group sets none (its
     members' then decide). `unsupported` names what the planner does not judge for it
-    (topology constraints, resource claims), "" when nothing.
+    (topology constraints, resource claims), "" when nothing. `parent` is
+    `spec.parentCompositePodGroupName`: the CompositePodGroup (same namespace) it belongs
+    to, "" for a group at the root of its hierarchy.
     """
 
     namespace: str
@@ -289,6 +292,30 @@ class PodGroup:
     disruption_all: bool = False
     preemption_policy: str = PREEMPTOR_POLICY_UNSET
     unsupported: str = ""
+    resource_version: str = ""
+    parent: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(slots=True, eq=False)
+class CompositePodGroup:
+    """A `scheduling.k8s.io/v1alpha3` CompositePodGroup as preemption reads it (KEP-6012, the
+    `CompositePodGroup` gate): a group of PodGroups and CompositePodGroups naming it as their
+    parent. `disruption_all` is `disruptionMode: {all: {}}`: the highest such ancestor of a
+    PodGroup makes every scheduled pod of every PodGroup beneath it one victim unit, with
+    the priority of the root of its hierarchy. `parent` is its own
+    `spec.parentCompositePodGroupName`, "" at the root.
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    priority: int = 0
+    disruption_all: bool = False
+    parent: str = ""
     resource_version: str = ""
 
     @property

@@ -29,7 +29,12 @@ and deciding over a snapshot (docs/planner.md gives the whole list):
   (`Unsupported`): the placement judges resources, host ports, node name, cordons, taints and
   node affinity only;
 - an ongoing preemption on a member's nominated node is `Ineligible` (upstream's newest code:
-  Success with the current nominations); nothing is preempted either way.
+  Success with the current nominations); nothing is preempted either way;
+- a PodGroup with a parent CompositePodGroup is refused (`Unsupported`, naming the root of
+  its hierarchy, or the parent the snapshot lacks): upstream's preemptor is then the root
+  CompositePodGroup, placed with every group beneath it (KEP-6012), which the planner does
+  not model. As victims, CompositePodGroups are taken as upstream takes them
+  (`victim_units`).
 """
 
 from __future__ import annotations
@@ -48,8 +53,8 @@ from preemptctl.preemption.errors import PlannerInputError, UnknownPodGroupError
 from preemptctl.preemption.filters import ports_conflict, static_filters
 from preemptctl.preemption.find_nodes_that_fit import ERR_NO_NODES
 from preemptctl.preemption.group_decision import GroupDecision, UnitChoice
-from preemptctl.preemption.objects import PREEMPT_NEVER, HostPort, Node, Pod, Resources
-from preemptctl.preemption.snapshot import ClusterSnapshot
+from preemptctl.preemption.objects import PREEMPT_NEVER, HostPort, Node, Pod, PodGroup, Resources
+from preemptctl.preemption.snapshot import WORKLOAD_MAX_TREE_DEPTH, ClusterSnapshot
 from preemptctl.preemption.victim_units import (
     UnitIndex,
     UnitKind,
@@ -267,7 +272,7 @@ def new_pod_group_preemptor(
             group.min_count,
             policy,
             members,
-            group.unsupported,
+            composite_preemptor(snapshot, group) or group.unsupported,
         )
     label = args.pod_group_label
     members = snapshot.label_group_members(label, key) if label else []
@@ -285,6 +290,33 @@ def new_pod_group_preemptor(
         _members_policy(members),
         members,
         "",
+    )
+
+
+def composite_preemptor(snapshot: ClusterSnapshot, group: PodGroup) -> str:
+    """What refuses a PodGroup that has a parent: upstream's preemptor is then the root
+    CompositePodGroup of its hierarchy (`newPodGroupPreemptor` with `GetCompositePodGroup`),
+    placed with every group beneath it, or, while a parent is missing, nothing at all (the
+    hierarchy waits in the queue); "" for a PodGroup at the root. Deliberate difference:
+    the planner refuses (`Unsupported`) rather than place a composite group."""
+    if not group.parent:
+        return ""
+    chain = snapshot.traverse_hierarchy_up(group.key)
+    root = chain[-1]
+    if root.parent:
+        above = f"{group.namespace}/{root.parent}"
+        if snapshot.composite_pod_group(above) is None:
+            return (
+                f"the CompositePodGroup {above} above {root.key} (not in the snapshot: "
+                "kube-scheduler holds the hierarchy until it is whole)"
+            )
+        return (
+            f"the CompositePodGroups above {group.key} (cyclic, or more than "
+            f"{WORKLOAD_MAX_TREE_DEPTH} levels: kube-scheduler refuses such a hierarchy)"
+        )
+    return (
+        f"the CompositePodGroup {root.key} the group belongs to (kube-scheduler places and "
+        "preempts for the whole hierarchy as one, KEP-6012)"
     )
 
 

@@ -5,9 +5,10 @@ long after the cluster has changed, so each decision keeps everything the planne
 view as the planner saw it (the claims of in-flight preemptions laid over it), every node
 with every pod bound to it, the pending pods the planner reads (every nominated pod, the
 claims' placements among them, and a group decision's own members), every PDB, Namespace,
-PodGroup and storage object, the pods the view could not read; and what is specific to the
-decision: the preemptor as the API server returned it (or the pod group decided for), the
-strategy and the planner's arguments, the claims respected and the decision made. Nothing is
+PodGroup, CompositePodGroup and storage object, the pods the view could not read; and what
+is specific to the decision: the preemptor as the API server returned it (or the pod group
+decided for), the strategy and the planner's arguments, the claims respected and the
+decision made. Nothing is
 summarised, so a replay rebuilds exactly the view the planner decided over, for a pod
 decision as for a group decision (whose planner reads the whole cluster).
 
@@ -38,6 +39,7 @@ from preemptctl.preemption.decision import PLANNER_VERSION, Decision, Strategy
 from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.preemption.group_decision import GroupDecision
 from preemptctl.preemption.objects import (
+    CompositePodGroup,
     Namespace,
     Node,
     Pod,
@@ -85,6 +87,7 @@ class Captured:
     pdbs: list[PodDisruptionBudget]
     namespaces: list[Namespace]
     pod_groups: list[PodGroup]
+    composite_pod_groups: list[CompositePodGroup]
     storage: dict[str, list[Any]]
     rejected: dict[str, str | None]
     claims: list[str]
@@ -174,6 +177,7 @@ def _captured(
         pdbs=list(snapshot.pdbs.values()),
         namespaces=list(snapshot.namespaces.values()),
         pod_groups=list(snapshot.pod_groups.values()),
+        composite_pod_groups=list(snapshot.composite_pod_groups.values()),
         storage={
             kind: list(getattr(snapshot, store).values())
             for kind, (store, _) in STORAGE_KINDS.items()
@@ -249,6 +253,7 @@ def to_json(captured: Captured) -> dict[str, Any]:
     document["pdbs"] = [encode(pdb) for pdb in captured.pdbs]
     document["namespaces"] = [encode(namespace) for namespace in captured.namespaces]
     document["podGroups"] = [encode(group) for group in captured.pod_groups]
+    document["compositePodGroups"] = [encode(group) for group in captured.composite_pod_groups]
     document["storage"] = {kind: encode(objs) for kind, objs in captured.storage.items()}
     return document
 

@@ -2,16 +2,17 @@
 each decision, and the resolver that reads it back.
 
 A decision reads the whole view (`preemption.recorded_inputs`), but between two decisions
-little of it changes. So each object (pod, node, PDB, Namespace, PodGroup, storage object) is
-stored once per distinct content (its JSON's digest), and a decision stores only what is its
-own plus a small tree of references over the shared objects:
+little of it changes. So each object (pod, node, PDB, Namespace, PodGroup, CompositePodGroup,
+storage object) is stored once per distinct content (its JSON's digest), and a decision
+stores only what is its own plus a small tree of references over the shared objects:
 
     root (the decision's row)   per collection, BUCKETS references (None: an empty bucket)
       node bucket               the references of its nodes' entries (nodes by name's CRC)
         node entry              its name, a reference to its Node, to each of its pods
           Node, Pod             the objects themselves
       other bucket              the references of its objects (pending pods by UID, PDBs,
-                                Namespaces, PodGroups, storage objects by their key)
+                                Namespaces, (Composite)PodGroups, storage objects by
+                                their key)
 
 Every part of the tree is content-addressed too: a node entry's digest is that of its Node's
 and pods' digests, a bucket's that of its members' digests. A decision after which k nodes
@@ -74,6 +75,7 @@ _KEYS: dict[str, Callable[[Any], str]] = {
     "pdbs": operator.attrgetter("key"),
     "namespaces": operator.attrgetter("name"),
     "podGroups": operator.attrgetter("key"),
+    "compositePodGroups": operator.attrgetter("key"),
     **{kind: operator.attrgetter(key) for kind, (_, key) in STORAGE_KINDS.items()},
 }
 COLLECTIONS = ("nodes", *_KEYS)
@@ -368,7 +370,12 @@ class InputsPacker:
 
 
 _FIRST = operator.itemgetter(0)
-_ATTRS = {"pdbs": "pdbs", "namespaces": "namespaces", "podGroups": "pod_groups"}
+_ATTRS = {
+    "pdbs": "pdbs",
+    "namespaces": "namespaces",
+    "podGroups": "pod_groups",
+    "compositePodGroups": "composite_pod_groups",
+}
 
 
 # -- reading it back ----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from typing import Any
 
 from preemptctl.preemption.decode import (
     decode_claim,
+    decode_composite_pod_group,
     decode_csinode,
     decode_namespace,
     decode_node,
@@ -34,6 +35,7 @@ from preemptctl.preemption.decode import (
 from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.objects import (
     AffinityTerm,
+    CompositePodGroup,
     CSINode,
     HostPort,
     LabelSelector,
@@ -55,12 +57,18 @@ from preemptctl.preemption.selectors import label_selector_matches
 CLUSTER_SCOPED_KINDS = frozenset(
     {"Node", "Namespace", "PersistentVolume", "StorageClass", "CSINode", "VolumeAttachment"}
 )
-NAMESPACED_KINDS = frozenset({"Pod", "PodDisruptionBudget", "PersistentVolumeClaim", "PodGroup"})
+NAMESPACED_KINDS = frozenset(
+    {"Pod", "PodDisruptionBudget", "PersistentVolumeClaim", "PodGroup", "CompositePodGroup"}
+)
 # Kinds accepted and not kept (none today; a kind the planner stops reading goes here, so
 # an older feed keeps working).
 IGNORED_KINDS: frozenset[str] = frozenset()
 
 _NEVER_STARTED = float("inf")
+
+# `WorkloadMaxTreeDepth`: the levels a hierarchy of (composite) pod groups may have; upstream
+# walks no further up (`traverseHierarchyUp`) or down (`GetPodGroupStates`) than this.
+WORKLOAD_MAX_TREE_DEPTH = 4
 
 
 def importance_key(pod: Pod) -> tuple[int, int, float, str]:
@@ -434,6 +442,14 @@ def _discard(index: dict[Any, dict[str, Pod]], key: Any, uid: str) -> None:
             del index[key]
 
 
+def _discard_child(index: dict[str, dict[str, bool]], parent: str, child: str) -> None:
+    found = index.get(parent)
+    if found is not None:
+        found.pop(child, None)
+        if not found:
+            del index[parent]
+
+
 class ClusterSnapshot:
     """Nodes, pods, PDBs, namespaces and nominations, kept consistent under one-object
     updates."""
@@ -449,6 +465,11 @@ class ClusterSnapshot:
         self.csinodes: dict[str, CSINode] = {}
         self.volume_attachments: dict[str, VolumeAttachment] = {}
         self.pod_groups: dict[str, PodGroup] = {}
+        self.composite_pod_groups: dict[str, CompositePodGroup] = {}
+        # Per CompositePodGroup key ("namespace/name"), the groups naming it as their parent,
+        # each key with whether it is a CompositePodGroup (kept whether the parent exists
+        # or not, as upstream's cache keeps a child under a parent not seen yet).
+        self._children: dict[str, dict[str, bool]] = {}
         # The non-terminal pods naming each pod group ("namespace/name"), bound or pending.
         self._group_members: dict[str, dict[str, Pod]] = {}
         # Per pod label that names groups (a setting), the non-terminal pods by
@@ -489,8 +510,9 @@ class ClusterSnapshot:
         # so a group forgotten and seen again never gets an old stamp back.
         self._unit_stamps: dict[str, int] = {}
         self._stamp_clock = 0
-        # Bumped when a PodGroup appears, goes, or changes its disruption mode: which pods
-        # are taken whole then changes, though no pod did.
+        # Bumped when a PodGroup or CompositePodGroup appears, goes, or changes its
+        # disruption mode or parent (or a CompositePodGroup its priority): which pods are
+        # taken whole then changes, though no pod did.
         self.group_modes_version = 0
         # Set by `warm`: from then on each bound pod's PDB matches are computed as it
         # arrives (by the feed, outside any decision), not by the first decision visiting it.
@@ -580,6 +602,8 @@ class ClusterSnapshot:
             self.volume_attachments[attachment.name] = attachment
         elif kind == "PodGroup":
             self.upsert_pod_group(decode_pod_group(obj))
+        elif kind == "CompositePodGroup":
+            self.upsert_composite_pod_group(decode_composite_pod_group(obj))
         elif kind not in IGNORED_KINDS:
             raise ValueError(f"unsupported kind {kind}")
 
@@ -597,6 +621,8 @@ class ClusterSnapshot:
             self.namespaces.pop(key, None)
         elif kind == "PodGroup":
             self.remove_pod_group(key)
+        elif kind == "CompositePodGroup":
+            self.remove_composite_pod_group(key)
         elif kind in _STORES:
             getattr(self, _STORES[kind]).pop(key, None)
         elif kind not in IGNORED_KINDS:
@@ -857,25 +883,119 @@ class ClusterSnapshot:
     # -- pod groups -------------------------------------------------------------------------
 
     def upsert_pod_group(self, group: PodGroup) -> None:
-        """Add or replace a PodGroup; its members' priority follows the group's."""
+        """Add or replace a PodGroup; its members' priority follows the group's (the root's
+        of its hierarchy, when it has a parent)."""
         key = group.key
         old = self.pod_groups.get(key)
         self.pod_groups[key] = group
         self._stamp(key)
-        if old is None or old.disruption_all != group.disruption_all:
+        moved = old is None or old.parent != group.parent
+        if moved:
+            self._adopt(key, False, old.parent if old is not None else "", group.parent)
+        if moved or old is None or old.disruption_all != group.disruption_all:
             self.group_modes_version += 1
-        if old is None or old.priority != group.priority:
+        if moved or old is None or old.priority != group.priority:
             self._reprioritise_members(key)
 
     def remove_pod_group(self, key: str) -> None:
         """Forget a PodGroup (`namespace/name`); its members take back their own priority."""
-        if self.pod_groups.pop(key, None) is not None:
+        old = self.pod_groups.pop(key, None)
+        if old is not None:
+            self._adopt(key, False, old.parent, "")
             self.group_modes_version += 1
             if key in self._group_members:
                 self._stamp(key)
             else:
                 self._unit_stamps.pop(key, None)
             self._reprioritise_members(key)
+
+    def upsert_composite_pod_group(self, group: CompositePodGroup) -> None:
+        """Add or replace a CompositePodGroup: the members of every PodGroup beneath it take
+        the priority of their hierarchy's root, and are taken whole as its modes say."""
+        key = group.key
+        old = self.composite_pod_groups.get(key)
+        self.composite_pod_groups[key] = group
+        if old is not None and (old.priority, old.disruption_all, old.parent) == (
+            group.priority,
+            group.disruption_all,
+            group.parent,
+        ):
+            return
+        self._adopt(key, True, old.parent if old is not None else "", group.parent)
+        self.group_modes_version += 1
+        for leaf in self.leaf_pod_groups(key, composite=True):
+            self._reprioritise_members(leaf)
+
+    def remove_composite_pod_group(self, key: str) -> None:
+        """Forget a CompositePodGroup (`namespace/name`): the groups beneath it stop there."""
+        if key not in self.composite_pod_groups:
+            return
+        leaves = self.leaf_pod_groups(key, composite=True)  # while it still leads to them
+        old = self.composite_pod_groups.pop(key)
+        self._adopt(key, True, old.parent, "")
+        self.group_modes_version += 1
+        for leaf in leaves:
+            self._reprioritise_members(leaf)
+
+    def _adopt(self, key: str, composite: bool, old_parent: str, new_parent: str) -> None:
+        """Move the group `key` from under `old_parent` to under `new_parent` (names in its
+        namespace; "" for none) in the children index."""
+        namespace = key.partition("/")[0]
+        if old_parent:
+            _discard_child(self._children, f"{namespace}/{old_parent}", key)
+        if new_parent:
+            self._children.setdefault(f"{namespace}/{new_parent}", {})[key] = composite
+
+    def traverse_hierarchy_up(self, key: str) -> list[PodGroup | CompositePodGroup]:
+        """`traverseHierarchyUp`: the PodGroup `key` and its ancestors, nearest first, as far
+        as they exist (a missing parent ends it), at most `WORKLOAD_MAX_TREE_DEPTH` of them
+        and none twice (a cycle ends it)."""
+        group = self.pod_groups.get(key)
+        if group is None:
+            return []
+        found: list[PodGroup | CompositePodGroup] = [group]
+        seen = {key}
+        parent = group.parent
+        namespace = group.namespace
+        while parent and len(found) < WORKLOAD_MAX_TREE_DEPTH:
+            parent_key = f"{namespace}/{parent}"
+            composite = self.composite_pod_groups.get(parent_key)
+            if composite is None or parent_key in seen:
+                break
+            seen.add(parent_key)
+            found.append(composite)
+            parent = composite.parent
+        return found
+
+    def group_priority(self, key: str) -> int | None:
+        """`getPodPriority` for a member of the PodGroup `key`: the priority of the root of
+        its hierarchy (the last group `traverse_hierarchy_up` reaches); None without the
+        PodGroup (the pod's own priority then counts)."""
+        chain = self.traverse_hierarchy_up(key)
+        return chain[-1].priority if chain else None
+
+    def leaf_pod_groups(self, key: str, *, composite: bool) -> list[str]:
+        """`helper.GetPodGroupStates`: the PodGroups at the leaves beneath the group `key`
+        (itself, for a PodGroup), walking down at most `WORKLOAD_MAX_TREE_DEPTH` levels and
+        through each group once; only groups the snapshot holds."""
+        leaves: list[str] = []
+        seen: set[str] = set()
+
+        def walk(at: str, is_composite: bool, depth: int) -> None:
+            if depth >= WORKLOAD_MAX_TREE_DEPTH or at in seen:
+                return
+            seen.add(at)
+            if not is_composite:
+                if at in self.pod_groups:
+                    leaves.append(at)
+                return
+            if at not in self.composite_pod_groups:
+                return
+            for child, child_composite in sorted(self._children.get(at, {}).items()):
+                walk(child, child_composite, depth + 1)
+
+        walk(key, composite, 0)
+        return leaves
 
     def _stamp(self, key: str) -> None:
         self._stamp_clock += 1
@@ -894,20 +1014,24 @@ class ClusterSnapshot:
             self.upsert_pod(pod)
 
     def _with_group_priority(self, pod: Pod) -> Pod:
-        """The pod with its effective priority: its group's when the group is known
-        (upstream `getPodPriority`), else its own (kept in `spec_priority` meanwhile)."""
+        """The pod with its effective priority: its group's (the root's of the group's
+        hierarchy) when the group is known (upstream `getPodPriority`), else its own (kept in
+        `spec_priority` meanwhile)."""
         own = pod.spec_priority if pod.spec_priority is not None else pod.priority
-        group = self.pod_groups.get(f"{pod.namespace}/{pod.group}") if pod.group else None
-        if group is None or group.priority == own:
+        group = self.group_priority(f"{pod.namespace}/{pod.group}") if pod.group else None
+        if group is None or group == own:
             if pod.spec_priority is None:
                 return pod
             return dataclasses.replace(pod, priority=own, spec_priority=None)
-        if pod.priority == group.priority and pod.spec_priority == own:
+        if pod.priority == group and pod.spec_priority == own:
             return pod
-        return dataclasses.replace(pod, priority=group.priority, spec_priority=own)
+        return dataclasses.replace(pod, priority=group, spec_priority=own)
 
     def pod_group(self, key: str) -> PodGroup | None:
         return self.pod_groups.get(key)
+
+    def composite_pod_group(self, key: str) -> CompositePodGroup | None:
+        return self.composite_pod_groups.get(key)
 
     def group_members(self, key: str) -> list[Pod]:
         """The non-terminal pods naming the pod group `namespace/name`, bound or pending."""
@@ -1031,4 +1155,6 @@ _STORES = {
     "CSINode": "csinodes",
     "VolumeAttachment": "volume_attachments",
 }
-_DECODERS = frozenset({"Node", "Pod", "PodDisruptionBudget", "Namespace", "PodGroup", *_STORES})
+_DECODERS = frozenset(
+    {"Node", "Pod", "PodDisruptionBudget", "Namespace", "PodGroup", "CompositePodGroup", *_STORES}
+)

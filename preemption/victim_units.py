@@ -1,16 +1,23 @@
 """Victim units: the pods preemption takes together, or not at all (upstream's `Victim`).
 
 A pod is a unit of one, unless it belongs to a group whose members are only worth anything
-together: a PodGroup with `disruptionMode: {all: {}}` (every scheduled member, on any node),
+together: the highest group with `disruptionMode: {all: {}}` in its PodGroup's hierarchy
+(`get_highest_all_ancestor`): that PodGroup alone (every scheduled member, on any node), or
+a CompositePodGroup above it (every scheduled pod of every PodGroup beneath it, KEP-6012);
 or a group named by a pod label (a setting, for gang sources such as Kueue's pod groups),
-taken whole the same way. Units are ordered by upstream's `MoreImportantVictim` and spend
-PodDisruptionBudgets as a whole (`FilterVictimsWithPDBViolation`): a unit violates if any
-member does, and counts how many of its pods do.
+taken whole the same way. A unit's priority is that of the root of its hierarchy (the
+snapshot gives each member that priority: `ClusterSnapshot.group_priority`). Units are
+ordered by upstream's `MoreImportantVictim` and spend PodDisruptionBudgets as a whole
+(`FilterVictimsWithPDBViolation`): a unit violates if any member does, and counts how many
+of its pods do.
 
 Deliberate differences: the unit of a label-named group has its most important member's
 priority (upstream has no such groups; Kueue gives a workload's pods one priority anyway),
-and a group's "first pod" for the last tie-break is the one with the smallest UID (upstream:
-the first of its scheduled pods, in an order it does not fix).
+a group's "first pod" for the last tie-break is the one with the smallest UID (upstream:
+the first of its scheduled pods, in an order it does not fix), and the walk down a
+CompositePodGroup's hierarchy visits each group once (upstream's `GetPodGroupStates` would
+list the groups of a cyclic hierarchy again until its depth limit, counting their pods more
+than once; kube-scheduler refuses such a hierarchy anyway).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from preemptctl.preemption.objects import Pod
+from preemptctl.preemption.objects import CompositePodGroup, Pod
 from preemptctl.preemption.snapshot import ClusterSnapshot, NodeInfo, importance_key
 
 _NEVER_STARTED = float("inf")
@@ -31,6 +38,9 @@ class UnitKind(StrEnum):
 
     POD = "pod"  # a pod alone (a member of a `single` group included)
     POD_GROUP = "podGroup"  # every scheduled member of a PodGroup with disruptionMode all
+    # every scheduled pod of every PodGroup beneath a CompositePodGroup with disruptionMode
+    # all (the highest such ancestor of their PodGroups)
+    COMPOSITE_POD_GROUP = "compositePodGroup"
     LABEL_GROUP = "labelGroup"  # every scheduled pod of a group named by a label (a setting)
 
 
@@ -42,7 +52,9 @@ class VictimUnit:
     key: str  # "namespace/name" of the pod, or of the group
     pods: tuple[Pod, ...]  # most important first
     priority: int
-    grouped: bool  # a group, or a pod naming one: ranked before plain pods
+    # `victimRank`: 3 for a CompositePodGroup, 2 for a group or a pod naming one, 1 for a
+    # plain pod; ranked higher first at one priority
+    rank: int
     earliest_start: float
     first_uid: str
 
@@ -58,27 +70,36 @@ class VictimUnit:
 
 def importance(unit: VictimUnit) -> tuple[int, int, int, float, str]:
     """Sort key for upstream's `MoreImportantVictim`, most important first: higher priority;
-    a group (or a pod naming one) before a plain pod; the larger unit; the earlier start;
-    the smaller UID of its first pod."""
+    the higher `victimRank` (a CompositePodGroup, then a group or a pod naming one, then a
+    plain pod); the larger unit; the earlier start; the smaller UID of its first pod."""
     return (
         -unit.priority,
-        0 if unit.grouped else 1,
+        -unit.rank,
         -len(unit.pods),
         unit.earliest_start,
         unit.first_uid,
     )
 
 
+_RANK_COMPOSITE, _RANK_GROUP, _RANK_POD = 3, 2, 1
+
+
 def new_victim(kind: UnitKind, key: str, pods: Sequence[Pod], priority: int) -> VictimUnit:
     """`NewVictim`: the unit of `pods`, with their earliest start time."""
     ordered = tuple(sorted(pods, key=importance_key))
     starts = [p.start_time for p in ordered if p.start_time is not None]
+    if kind is UnitKind.COMPOSITE_POD_GROUP:
+        rank = _RANK_COMPOSITE
+    elif kind is not UnitKind.POD or any(p.group for p in ordered):
+        rank = _RANK_GROUP
+    else:
+        rank = _RANK_POD
     return VictimUnit(
         kind,
         key,
         ordered,
         priority,
-        kind is not UnitKind.POD or any(p.group for p in ordered),
+        rank,
         min(starts) if starts else _NEVER_STARTED,
         min(p.uid for p in ordered),
     )
@@ -87,7 +108,26 @@ def new_victim(kind: UnitKind, key: str, pods: Sequence[Pod], priority: int) -> 
 def new_pod_victim(pod: Pod) -> VictimUnit:
     """`NewPodVictim`: a pod alone, ranked as a group member when it names a group."""
     start = pod.start_time if pod.start_time is not None else _NEVER_STARTED
-    return VictimUnit(UnitKind.POD, pod.key, (pod,), pod.priority, bool(pod.group), start, pod.uid)
+    rank = _RANK_GROUP if pod.group else _RANK_POD
+    return VictimUnit(UnitKind.POD, pod.key, (pod,), pod.priority, rank, start, pod.uid)
+
+
+def get_highest_all_ancestor(snapshot: ClusterSnapshot, pod: Pod) -> tuple[UnitKind, str] | None:
+    """`getHighestAllAncestor`: the highest group with `disruptionMode: all` among the pod's
+    PodGroup and the CompositePodGroups above it (`traverseHierarchyUp`: as far as they exist),
+    or None when none is `all` (or the pod names no PodGroup the snapshot holds)."""
+    if not pod.group:
+        return None
+    highest: tuple[UnitKind, str] | None = None
+    for group in snapshot.traverse_hierarchy_up(f"{pod.namespace}/{pod.group}"):
+        if group.disruption_all:
+            kind = (
+                UnitKind.COMPOSITE_POD_GROUP
+                if isinstance(group, CompositePodGroup)
+                else UnitKind.POD_GROUP
+            )
+            highest = (kind, group.key)
+    return highest
 
 
 class UnitIndex:
@@ -107,11 +147,7 @@ class UnitIndex:
     def whole_group_key(self, pod: Pod) -> tuple[UnitKind, str] | None:
         """The group the pod is taken with (`getHighestAllAncestor`), or None when alone."""
         if pod.group:
-            key = f"{pod.namespace}/{pod.group}"
-            group = self.snapshot.pod_group(key)
-            if group is not None and group.disruption_all:
-                return UnitKind.POD_GROUP, key
-            return None
+            return get_highest_all_ancestor(self.snapshot, pod)
         if self.group_label:
             value = pod.labels.get(self.group_label)
             if value is not None:
@@ -125,20 +161,19 @@ class UnitIndex:
             return new_pod_victim(pod)
         found = self._by_group.get(whole)
         if found is None:
-            kind, key = whole
-            if kind is UnitKind.POD_GROUP:
-                members = self.snapshot.group_members(key)
-            else:
-                members = self.snapshot.label_group_members(self.group_label, key)
-            scheduled = [m for m in members if m.node_name] or [pod]
-            priority = max(m.priority for m in scheduled)
-            found = self._by_group[whole] = new_victim(kind, key, scheduled, priority)
+            found = self._by_group[whole] = search_cross_nodes_victim_pods(self, whole, pod)
         return found
 
-    def stamp_key(self, whole: tuple[UnitKind, str]) -> str:
-        """The key of the group's stamp in the snapshot (`ClusterSnapshot.unit_stamp`)."""
+    def stamp_keys(self, whole: tuple[UnitKind, str]) -> tuple[str, ...]:
+        """The keys of the group's stamps in the snapshot (`ClusterSnapshot.unit_stamp`): a
+        PodGroup's own, each leaf PodGroup's beneath a CompositePodGroup (a change to the
+        hierarchy itself bumps `group_modes_version`), a label-named group's."""
         kind, key = whole
-        return key if kind is UnitKind.POD_GROUP else f"{self.group_label}\0{key}"
+        if kind is UnitKind.POD_GROUP:
+            return (key,)
+        if kind is UnitKind.COMPOSITE_POD_GROUP:
+            return tuple(self.snapshot.leaf_pod_groups(key, composite=True))
+        return (f"{self.group_label}\0{key}",)
 
     def units_of(self, pods: Iterable[Pod]) -> list[VictimUnit]:
         """The distinct units of `pods`, in the order first met."""
@@ -147,6 +182,30 @@ class UnitIndex:
             unit = self.unit_of(pod)
             seen.setdefault((unit.kind, unit.key), unit)
         return list(seen.values())
+
+
+def search_cross_nodes_victim_pods(
+    index: UnitIndex, whole: tuple[UnitKind, str], pod: Pod
+) -> VictimUnit:
+    """`searchCrossNodesVictimPods`: every scheduled pod of the group `whole` (of each leaf
+    PodGroup beneath a CompositePodGroup: `GetPodGroupStates`), on any node, as one unit with
+    the priority of its hierarchy's root (its members' effective priority); the pod alone,
+    in that unit, when none is scheduled."""
+    kind, key = whole
+    snapshot = index.snapshot
+    if kind is UnitKind.POD_GROUP:
+        members = snapshot.group_members(key)
+    elif kind is UnitKind.COMPOSITE_POD_GROUP:
+        members = [
+            member
+            for leaf in snapshot.leaf_pod_groups(key, composite=True)
+            for member in snapshot.group_members(leaf)
+        ]
+    else:
+        members = snapshot.label_group_members(index.group_label, key)
+    scheduled = [m for m in members if m.node_name] or [pod]
+    priority = max(m.priority for m in scheduled)
+    return new_victim(kind, key, scheduled, priority)
 
 
 def filter_victims_with_pdb_violation(
@@ -251,8 +310,7 @@ def _build_node_units(snapshot: ClusterSnapshot, info: NodeInfo, index: UnitInde
                 if (found := snapshot.matching_pdbs(member))
             )
         )
-        stamp_key = index.stamp_key(whole)
-        stamps.append((stamp_key, snapshot.unit_stamp(stamp_key)))
+        stamps.extend((key, snapshot.unit_stamp(key)) for key in index.stamp_keys(whole))
         lowest = min(lowest, unit.priority)
     order = sorted(range(len(units)), key=lambda i: importance(units[i]))
     name = info.name

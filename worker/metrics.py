@@ -116,8 +116,9 @@ class ReflectorCollector(Collector):
         )
         absent = GaugeMetricFamily(
             "preemptctl_view_kind_absent",
-            "1 when the API server does not serve this kind (PodGroups without the workload "
-            "API): the view holds none and gangs are known by their label only, else 0.",
+            "1 when the API server does not serve this kind at a version preemptctl reads "
+            "(PodGroups without the workload API, or only in 1.35's first alpha; "
+            "CompositePodGroups without their gate): the view holds none of it, else 0.",
             labels=["kind"],
         )
         for kind, reflector in sorted(stats.items()):

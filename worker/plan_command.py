@@ -26,8 +26,8 @@ Print the preemption decision for one pending pod (--pod) or one pending pod gro
 (--pod-group) as JSON, from a snapshot file alone: no cluster, Temporal or database.
 
 The snapshot is what `kubectl get nodes,pods,pdb,pvc,pv,storageclass,csinodes,
-volumeattachments,namespaces,podgroups -A -o json` prints (a v1 List); kinds the planner does
-not read are skipped.
+volumeattachments,namespaces,podgroups,compositepodgroups -A -o json` prints (a v1 List);
+kinds the planner does not read are skipped.
 
 --pod prints {"preemptor", "status", "nominatedNode", "victims", "numPDBViolations",
 "nominatedPodsToClear", "message", "rationale"}: kube-scheduler's DefaultPreemption (or,
@@ -38,7 +38,11 @@ A pod that joins a pod group is decided only with its group: Ineligible, naming 
 "message", "rationale"}: workload-aware preemption for a PodGroup (scheduling.k8s.io/v1beta1):
 every lower-priority victim unit removed, the group placed once (at least minCount pods,
 or one for a basic group), then units reprieved, PDB-violating ones first, most important
-first, each whole. A group with disruptionMode all is one unit, on every node it runs on.
+first, each whole. A group with disruptionMode all is one unit, on every node it runs on;
+so is the highest CompositePodGroup with disruptionMode all above PodGroups (every pod of
+every PodGroup beneath it, at its root's priority). A PodGroup with a parent
+CompositePodGroup is refused as a preemptor (Unsupported): kube-scheduler preempts for the
+whole hierarchy then.
 
 status is one of Preempt, FitsWithoutPreemption, Ineligible, Unschedulable, Unsupported.
 Exit 0 for any decision; 2 with one line on stderr for bad input."""

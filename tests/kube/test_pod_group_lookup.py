@@ -3,7 +3,10 @@
 Scenarios:
 - the PodGroup with that name and UID is found, decoded in the planner's model, and stands
   pending (its members say more);
-- no PodGroup by that name is gone, and so is every PodGroup on a cluster without the API;
+- no PodGroup by that name is gone, and so is every PodGroup on a cluster without the API
+  (or with only 1.35's first alpha, which has no PodGroups);
+- on a 1.36 cluster the group is read at `v1alpha2`, where it is served (discovery asked
+  once per client: a second read sends no discovery request);
 - a PodGroup by that name with another UID is reported as replaced, with the new group;
 - a refused read (RBAC) is one classified error naming the verb, resource and group.
 """
@@ -64,6 +67,52 @@ def test_every_group_is_gone_on_a_cluster_without_the_api() -> None:
         finally:
             kube.api.close()
     assert lookup.presence is Presence.GONE
+
+
+def test_a_1_35_cluster_has_no_pod_group_to_read() -> None:
+    with running_emulator(pod_group_version="v1alpha1") as emulator:
+        kube = connect(emulator.kubeconfig_path, connect_timeout=1, read_timeout=0.5)
+        try:
+            lookup = get_pod_group(kube, GroupRef("ml", "train-a", "u-1"))
+        finally:
+            kube.api.close()
+    assert lookup.presence is Presence.GONE
+
+
+def test_a_1_36_cluster_serves_the_group_at_v1alpha2() -> None:
+    with running_emulator(pod_group_version="v1alpha2") as emulator:
+        made = pod_group("train-a", "u-1")
+        made["apiVersion"] = "scheduling.k8s.io/v1alpha2"
+        made["spec"]["disruptionMode"] = "PodGroup"
+        emulator.load(made)
+        uid = stored_uid(emulator, "train-a")
+        client = connect(emulator.kubeconfig_path, connect_timeout=1, read_timeout=0.5)
+        kube = _Counting(client)
+        try:
+            first = get_pod_group(kube, GroupRef("ml", "train-a", uid))  # type: ignore[arg-type]
+            again = get_pod_group(kube, GroupRef("ml", "train-a", uid))  # type: ignore[arg-type]
+        finally:
+            client.api.close()
+        reads = [r.path for r in emulator.requests if r.resource == "podgroups"]
+    assert first.presence is Presence.FOUND and again.presence is Presence.FOUND
+    assert first.group is not None and first.group.disruption_all
+    assert kube.discovery == ["/apis/scheduling.k8s.io", "/apis/scheduling.k8s.io/v1alpha2"]
+    assert reads == ["/apis/scheduling.k8s.io/v1alpha2/namespaces/ml/podgroups/train-a"] * 2
+
+
+class _Counting:
+    """A client whose direct sends (discovery's) are noted; its other calls go through."""
+
+    def __init__(self, kube: KubeClient) -> None:
+        self._kube = kube
+        self.discovery: list[str] = []
+
+    def send(self, method: str, path: str, **options: Any) -> Any:
+        self.discovery.append(path)
+        return self._kube.send(method, path, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kube, name)
 
 
 def test_a_group_with_another_uid_is_replaced(kube: KubeClient, emulator: Emulator) -> None:

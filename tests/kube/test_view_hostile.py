@@ -28,6 +28,10 @@ from preemptctl.kube.reflector import Backoff
 from preemptctl.kube.view import KINDS, ClusterView
 from tests.support.emulator import as_list, node, pod
 
+# The kinds the view watches on the emulator, which serves no CompositePodGroups by default
+# (their gate is alpha): that kind is absent there, never watched.
+WATCHED = len(KINDS) - 1
+
 
 @pytest.fixture
 def rejected() -> list[str]:
@@ -45,7 +49,7 @@ def view(emulator: Emulator, kube: KubeClient, rejected: list[str]) -> Iterator[
     )
     started.start()
     assert started.wait_ready(5)
-    assert emulator.wait_for_watches(len(KINDS))
+    assert emulator.wait_for_watches(WATCHED)
     yield started
     started.stop()
 

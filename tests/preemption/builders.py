@@ -398,14 +398,18 @@ def pod_group(
     preemption_policy: str | None = None,
     topology: bool = False,
     uid: str | None = None,
+    parent: str | None = None,
 ) -> Json:
-    """A scheduling.k8s.io/v1beta1 PodGroup: a gang of `min_count` (basic when None)."""
+    """A scheduling.k8s.io/v1beta1 PodGroup: a gang of `min_count` (basic when None), under
+    the CompositePodGroup `parent` when given."""
     spec: Json = {
         "schedulingPolicy": {"basic": {}}
         if min_count is None
         else {"gang": {"minCount": min_count}},
         "disruptionMode": {disruption: {}},
     }
+    if parent is not None:
+        spec["parentCompositePodGroupName"] = parent
     if priority is not None:
         spec["priority"] = priority
     if preemption_policy:
@@ -416,6 +420,37 @@ def pod_group(
         "apiVersion": "scheduling.k8s.io/v1beta1",
         "kind": "PodGroup",
         "metadata": {"name": name, "namespace": namespace, "uid": uid or f"pg-{name}"},
+        "spec": spec,
+    }
+
+
+def composite_pod_group(
+    name: str,
+    *,
+    namespace: str = "default",
+    priority: int | None = None,
+    disruption: str = "single",
+    parent: str | None = None,
+    min_group_count: int | None = None,
+    uid: str | None = None,
+) -> Json:
+    """A scheduling.k8s.io/v1alpha3 CompositePodGroup (KEP-6012) of `min_group_count` child
+    groups (basic when None), under `parent` when given."""
+    spec: Json = {
+        "schedulingPolicy": {"basic": {}}
+        if min_group_count is None
+        else {"gang": {"minGroupCount": min_group_count}},
+        "disruptionMode": {disruption: {}},
+        "workloadRef": {"name": "w", "compositePodGroupTemplateName": name},
+    }
+    if parent is not None:
+        spec["parentCompositePodGroupName"] = parent
+    if priority is not None:
+        spec["priority"] = priority
+    return {
+        "apiVersion": "scheduling.k8s.io/v1alpha3",
+        "kind": "CompositePodGroup",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid or f"cpg-{name}"},
         "spec": spec,
     }
 

@@ -17,6 +17,10 @@ decision:
 And for a single pod preempting in the same clusters: an `all` group is never split either;
 the dry run from a node's kept units answers as units built afresh do, also after a whole
 group changed on another node.
+
+With some of the victim groups beneath a CompositePodGroup (`all` or `single`, at one of the
+priorities), neither a group nor a single pod ever splits a unit: the composite group's
+scheduled pods when it is `all`, else each `all` PodGroup's.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from preemptctl.preemption.default_preemption import (
 from preemptctl.preemption.planner import plan
 from preemptctl.preemption.pod_group_preemption import plan_pod_group
 from preemptctl.preemption.victim_units import UnitIndex, node_units
-from tests.preemption.builders import node, pdb, pod, pod_group, snapshot
+from tests.preemption.builders import composite_pod_group, node, pdb, pod, pod_group, snapshot
 
 Json = dict[str, Any]
 GROUP_PRIORITY = 20
@@ -199,3 +203,38 @@ def test_the_kept_units_give_the_answer_units_built_afresh_give(
         cluster.remove_pod(members[0].uid)
         for fast, slow in both():
             assert fast == slow
+
+
+@st.composite
+def composite_clusters(draw: st.DrawFn) -> tuple[list[Json], list[set[str]]]:
+    """A generated cluster whose victim groups may belong to the CompositePodGroup `root`,
+    and the scheduled pods of each unit taken whole, as upstream forms them."""
+    items, _, modes = draw(clusters())
+    root_all = draw(st.booleans())
+    children = {group for group in sorted(modes) if draw(st.booleans())}
+    for item in items:
+        if item["kind"] == "PodGroup" and item["metadata"]["name"] in children:
+            item["spec"]["parentCompositePodGroupName"] = "root"
+    priority = draw(st.sampled_from([1, 5, 50]))
+    disruption = "all" if root_all else "single"
+    items.append(composite_pod_group("root", priority=priority, disruption=disruption))
+    whole: list[set[str]] = []
+    if root_all and children:
+        whole.append(set().union(*(group_members(items, group) for group in children)))
+    whole += [
+        group_members(items, group)
+        for group, is_all in modes.items()
+        if is_all and not (root_all and group in children)
+    ]
+    return items, whole
+
+
+@settings(max_examples=150, deadline=None)
+@given(composite_clusters())
+def test_no_decision_splits_a_composite_unit(generated: tuple[list[Json], list[set[str]]]) -> None:
+    items, whole = generated
+    built = snapshot(*items)
+    for decision in (plan_pod_group(built, "default/train"), plan(built, "default/solo")):
+        victims = {victim.name for victim in decision.victims}
+        for unit in whole:
+            assert victims & unit in (set(), unit)

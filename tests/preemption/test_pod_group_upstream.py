@@ -560,7 +560,7 @@ def unit(priority: int, *, grouped: bool = False, size: int = 1, start: float = 
         priority,
     )
     return made.__class__(
-        made.kind, made.key, made.pods, made.priority, made.grouped, start, made.first_uid
+        made.kind, made.key, made.pods, made.priority, made.rank, start, made.first_uid
     )
 
 

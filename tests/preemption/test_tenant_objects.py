@@ -7,6 +7,12 @@ Scenarios:
 - a running pod whose requests overflow is counted saturated at the largest int64 (as
   upstream's quantity arithmetic caps), not refused: its node stays a candidate for a
   preemptor that does not ask for that resource;
+- such a pod below the preemptor's priority, on the node the preemptor needs, is no extra
+  victim when the preemptor asks no ephemeral storage (issue 27, point 6): upstream's
+  `fitsRequest` checks only what the preemptor requests, so the pod goes back beside it;
+  alone, or with a pod of a `disruptionMode: all` group as the victim, for a pending pod
+  group as for a pod, and for a single `5E` container (beyond 2^62, within int64) as for
+  the saturated sum;
 - a terminal pod (Succeeded or Failed) holds nothing, so even a malformed quantity in it is
   never read: it decodes with no request and its node is judged as if it were gone;
 - except what the trigger and the critical-admission strategy read: a pod the kubelet
@@ -27,10 +33,10 @@ from preemptctl.preemption.decision import Verdict
 from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.objects import Resources
-from preemptctl.preemption.planner import plan
+from preemptctl.preemption.planner import plan, plan_group
 from preemptctl.preemption.quantity import MAX_VALUE
 from preemptctl.preemption.snapshot import ClusterSnapshot
-from tests.preemption.builders import container, listing, node, pod, victim_names
+from tests.preemption.builders import container, listing, node, pod, pod_group, victim_names
 
 Json = dict[str, Any]
 
@@ -106,6 +112,55 @@ def test_a_saturated_pod_keeps_its_node_a_candidate_for_other_resources() -> Non
     items[2] = pod("low-1", cpu="2", node="node-1", priority=1, start=0)
     decision = plan(ClusterSnapshot.from_list(listing(*items)), "default/p")
     assert (decision.nominated_node, victim_names(decision)) == ("node-1", ["low-1"])
+
+
+def tenant(containers: list[Json]) -> Json:
+    """Another tenant's running pod on node-1, below the preemptor's priority, asking only
+    for ephemeral storage."""
+    return pod("tenant", node="node-1", containers=containers, priority=0, start=0)
+
+
+ONE_5E = [container(extra={"ephemeral-storage": "5E"}, name="a")]
+
+
+@pytest.mark.parametrize("containers", [OVERFLOWING, ONE_5E], ids=["saturated-sum", "one-5E"])
+def test_a_lower_pod_asking_only_what_the_preemptor_does_not_is_no_victim(
+    containers: list[Json],
+) -> None:
+    decision = plan(
+        ClusterSnapshot.from_list(listing(*two_nodes(), tenant(containers))), "default/p"
+    )
+    assert (decision.verdict, decision.nominated_node, victim_names(decision)) == (
+        Verdict.PREEMPT,
+        "node-1",
+        ["low-1"],
+    )
+
+
+def test_nor_beside_a_group_taken_whole() -> None:
+    items = [*two_nodes(), tenant(OVERFLOWING), pod_group("gang", disruption="all", priority=1)]
+    items[2] = pod("low-1", cpu="2", node="node-1", priority=1, start=0, group="gang")
+    decision = plan(ClusterSnapshot.from_list(listing(*items)), "default/p")
+    assert (decision.verdict, decision.nominated_node, victim_names(decision)) == (
+        Verdict.PREEMPT,
+        "node-1",
+        ["low-1"],
+    )
+
+
+def test_nor_for_a_pending_pod_group() -> None:
+    items = [
+        node("node-1", cpu="2"),
+        pod("low-1", cpu="2", node="node-1", priority=1, start=0),
+        tenant(OVERFLOWING),
+        pod_group("gang", priority=10, min_count=1),
+        pod("member", cpu="2", priority=10, group="gang"),
+    ]
+    decision = plan_group(ClusterSnapshot.from_list(listing(*items)), "default/gang")
+    assert (decision.verdict, [victim.name for victim in decision.victims]) == (
+        Verdict.PREEMPT,
+        ["low-1"],
+    )
 
 
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed"])

@@ -103,6 +103,7 @@ CONTROLLER_RBAC: dict[tuple[str, str], set[str]] = {
     ("storage.k8s.io", "volumeattachments"): {"get", "list", "watch"},
     ("policy", "poddisruptionbudgets"): {"list", "watch"},
     ("scheduling.k8s.io", "podgroups"): {"get", "list", "watch"},  # where the API is served
+    ("scheduling.k8s.io", "compositepodgroups"): {"list", "watch"},  # where it is served
     ("events.k8s.io", "events"): {"create"},
     ("", "events"): {"list", "watch"},  # shadow mode records kube-scheduler's Preempted Events
 }

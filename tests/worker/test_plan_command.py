@@ -12,12 +12,16 @@ Scenarios:
   quantity exponent, an unknown pod, a malformed quantity or a negative request
   (naming the object), a `--pod` that is not NAMESPACE/NAME;
 - `--explain` prints the rationale as tables, naming the filter and its reason per node;
+  a lower tenant pod asking only for ephemeral storage (two containers of `5E`, a sum
+  beyond int64) beside the one victim the preemptor needs is no second victim (issue 27);
 - `--pod-group` prints exactly the group contract's fields (nominations per placed pod,
   victims most important first); `--pod` on a member is Ineligible naming its group; an
   unknown or malformed group, or a key that is not NAMESPACE/NAME, is one line and exit 2;
   `--pod` and `--pod-group` exclude each other; `--pod-group-label` takes a label-named
   group whole, also a member whose labels exceed the planner's caps (the label is kept);
   `plan --help` states the contracts itself, pointing to no file;
+- CompositePodGroups in the snapshot: a pod takes a composite unit whole (both its pods, on
+  two nodes); a pending PodGroup with a parent is Unsupported (exit 0), naming the root;
 - the installed `preemptctl` on the bundled online/offline scenario preempts the two batch
   pods on node-1 by minSumPriorities and clears the lower-priority nomination there.
 """
@@ -33,7 +37,15 @@ from typing import Any
 import pytest
 
 from preemptctl.worker.cli import main
-from tests.preemption.builders import container, listing, node, pod, pod_group, term
+from tests.preemption.builders import (
+    composite_pod_group,
+    container,
+    listing,
+    node,
+    pod,
+    pod_group,
+    term,
+)
 
 SCENARIO = Path(__file__).resolve().parents[2] / "worker" / "scenarios" / "online-offline.json"
 PREEMPTCTL = Path(sys.executable).parent / "preemptctl"
@@ -360,6 +372,28 @@ def test_explain_names_the_filter_and_its_reason_per_node(
     assert "InterPodAffinity: node(s) didn't match pod anti-affinity rules" in out
 
 
+def test_explain_shows_one_victim_beside_a_tenant_pod_asking_only_storage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    storage = [
+        container(extra={"ephemeral-storage": "5E"}, name="a"),
+        container(extra={"ephemeral-storage": "5E"}, name="b"),
+    ]
+    items = listing(
+        node("node-1", cpu="2"),
+        node("node-2", cpu="2"),
+        pod("low-1", cpu="2", node="node-1", priority=1, start=0),
+        pod("low-2", cpu="2", node="node-2", priority=2, start=0),
+        pod("tenant", node="node-1", priority=0, start=0, containers=storage),
+        pod("p", cpu="2", priority=10),
+    )
+    code, out, err = run_plan(capsys, write(tmp_path, items), "default/p", "--explain")
+    assert (code, err) == (0, "")
+    assert "node-1  candidate  1        0               default/low-1\n" in out
+    assert "Victims (most important first), 0 PDB violation(s)" in out
+    assert "default/tenant" not in out
+
+
 def test_the_installed_command_plans_the_bundled_scenario() -> None:
     finished = subprocess.run(
         [str(PREEMPTCTL), "plan", "--snapshot", str(SCENARIO), "--pod", "default/nginx-a"],
@@ -528,3 +562,39 @@ def test_plan_help_describes_the_contract_without_pointing_to_a_missing_file(
     shown = capsys.readouterr().out
     assert "docs/" not in shown
     assert all(word in shown for word in ("--pod-group", "podGroup", "nominations", "minCount"))
+
+
+COMPOSITE = [
+    node("n1", cpu="1"),
+    node("n2", cpu="1"),
+    pod("a-0", cpu="1", node="n1", priority=1, group="a"),
+    pod("b-0", cpu="1", node="n2", priority=1, group="b"),
+    pod_group("a", priority=1, parent="job"),
+    pod_group("b", priority=1, parent="job"),
+    composite_pod_group("job", priority=1, disruption="all"),
+]
+
+
+def test_a_pod_takes_a_composite_unit_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    items = listing(*COMPOSITE, pod("p", cpu="1", priority=10))
+    decided = plan_json(capsys, write(tmp_path, items), "default/p")
+    assert (decided["status"], sorted(v["name"] for v in decided["victims"])) == (
+        "Preempt",
+        ["a-0", "b-0"],
+    )
+
+
+def test_a_pod_group_with_a_parent_is_unsupported_naming_the_root(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    items = listing(
+        *COMPOSITE,
+        pod_group("c", priority=10, min_count=1, parent="job"),
+        pod("c-0", cpu="1", priority=10, group="c"),
+    )
+    code, out, err = run_group(capsys, write(tmp_path, items), "default/c")
+    decided = json.loads(out)
+    assert (code, err, decided["status"], decided["victims"]) == (0, "", "Unsupported", [])
+    assert "the CompositePodGroup default/job the group belongs to" in decided["message"]
