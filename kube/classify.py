@@ -89,6 +89,18 @@ def is_uid_precondition_conflict(status: ApiStatus) -> bool:
     )
 
 
+def is_uid_mismatch_refusal(status: ApiStatus) -> bool:
+    """A 422 refusing a patch or a server-side apply whose `metadata.uid` is not the
+    object's: how kube-apiserver answers a write that names a pod replaced since it was read
+    (`metadata.uid: Invalid value: "<uid sent>": field is immutable`). Unlike a refused
+    delete precondition, it names only the UID sent, not the one the object has now."""
+    return (
+        status.code == 422
+        and "metadata.uid" in status.message
+        and "field is immutable" in status.message
+    )
+
+
 # The object's current UID as each wording names it: `rest.BeforeDelete`'s "... does not
 # match the UID in record (Y)" and storage's `Preconditions.Check`, "Precondition failed: UID
 # in precondition: X, UID in object meta: Y".

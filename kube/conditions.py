@@ -9,7 +9,8 @@ who marked the pod. This does the same under the field manager `preemptctl`. Lik
 retried activity then costs one GET, and the condition's lastTransitionTime is not bumped.
 
 The applied object carries the victim's UID, so a pod replaced under the same name since the
-GET is refused by the API server (UID precondition) rather than marked.
+GET is refused by the API server rather than marked: kube-apiserver answers 422 (`metadata.uid`
+is immutable), without naming the new pod, which a GET then finds.
 
 Removal applies the same manager's configuration without the condition: server-side apply
 removes what its manager no longer applies. A condition this manager does not own (another
@@ -29,6 +30,7 @@ from preemptctl.kube.classify import (
     Call,
     api_status,
     classify_status,
+    is_uid_mismatch_refusal,
     is_uid_precondition_conflict,
     replacement_uid,
 )
@@ -155,7 +157,9 @@ def _refused(kube: KubeClient, victim: PodRef, status: ApiStatus, call: Call) ->
     current_uid = replacement_uid(status) if is_uid_precondition_conflict(status) else None
     if current_uid:  # the answer names the pod now under the name: no need to read it
         return replaced(victim, "victim", current_uid)
-    if status.code == 409:
+    if status.code == 409 or is_uid_mismatch_refusal(status):
+        # A conflict, or the 422 a real API server gives an apply naming a replaced pod
+        # (it does not say the new UID): the pod now under the name says which it is.
         absent = result_if_absent(get_pod(kube, victim), victim, "victim")
         if absent is not None:
             return absent
