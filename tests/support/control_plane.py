@@ -516,18 +516,20 @@ class ControlPlane:
         )
         return name
 
-    def priority_class(self, value: int) -> str:
-        """The PriorityClass named for `value` (`p-<value>`), created if need be: the
-        Priority admission plugin sets a pod's `spec.priority` from its class, and refuses
-        a pod that gives one of its own."""
+    def priority_class(self, value: int, *, never: bool = False) -> str:
+        """The PriorityClass named for `value` (`p-<value>`, `p-<value>-never` for
+        `preemptionPolicy: Never`), created if need be: the Priority admission plugin sets a
+        pod's `spec.priority` and `preemptionPolicy` from its class, and refuses a pod that
+        gives either of its own."""
         name = f"p-{value}" if value >= 0 else f"p-minus-{-value}"
+        name += "-never" if never else ""
         answer = self.api().call(
             "POST",
             "/apis/scheduling.k8s.io/v1/priorityclasses",
             {
                 "metadata": {"name": name},
                 "value": value,
-                "preemptionPolicy": "PreemptLowerPriority",
+                "preemptionPolicy": "Never" if never else "PreemptLowerPriority",
             },
         )
         assert answer.code in (201, 409), answer
@@ -649,12 +651,21 @@ def create_pod(api: HttpApi, namespace: str, manifest: Mapping[str, Any]) -> dic
     return created
 
 
-def mark_running(api: HttpApi, namespace: str, name: str) -> dict[str, Any]:
-    """Report the pod Running, as its kubelet would once its containers started (the
-    eviction API weighs a budget only for a pod that is not Pending)."""
+def mark_running(
+    api: HttpApi, namespace: str, name: str, start_time: str | None = None
+) -> dict[str, Any]:
+    """Report the pod Running (since `start_time`, RFC 3339, or now), as its kubelet would once
+    its containers started (the eviction API weighs a budget only for a pod not Pending)."""
+    started = start_time or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     running: dict[str, Any] = api.patch(
         f"/api/v1/namespaces/{namespace}/pods/{name}/status",
-        {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
+        {
+            "status": {
+                "phase": "Running",
+                "startTime": started,
+                "conditions": [{"type": "Ready", "status": "True"}],
+            }
+        },
         MERGE_PATCH,
     ).ok()
     return running
