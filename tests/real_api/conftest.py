@@ -12,7 +12,12 @@ from collections.abc import Iterator
 import pytest
 
 from preemptctl.kube.client import KubeClient, connect
-from tests.support.control_plane import Binaries, ControlPlane, find_binaries
+from tests.support.control_plane import (
+    Binaries,
+    ControlPlane,
+    find_binaries,
+    no_scheduler_reason,
+)
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +34,8 @@ def control_plane(
 ) -> Iterator[ControlPlane]:
     """One control plane for the module; stopped and removed after it."""
     options = getattr(request.module, "CONTROL_PLANE", {})
+    if options.get("scheduler", True) and binaries.kube_scheduler is None:
+        pytest.skip(no_scheduler_reason(binaries))
     plane = ControlPlane(tmp_path_factory.mktemp("control-plane"), binaries, **options)
     plane.start()
     try:

