@@ -302,18 +302,16 @@ class Store:
         subresource: str,
     ) -> Obj:
         """Server-side apply (see `emulator.apply`); a body naming another uid is refused as
-        the API server refuses a failed UID precondition."""
+        kube-apiserver refuses it, and a patch naming one: 422, `metadata.uid` is immutable
+        (checked against kube-apiserver 1.36 by tests/real_api/emulator)."""
         meta = (body.get("metadata") if isinstance(body, dict) else None) or {}
         wanted_uid = meta.get("uid")
         if wanted_uid and wanted_uid != current["metadata"]["uid"]:
-            raise status.ApiError(
-                409,
-                status.status_body(
-                    409,
-                    "Conflict",
-                    f"Precondition failed: UID in precondition: {wanted_uid}, UID in object "
-                    f"meta: {current['metadata']['uid']}",
-                ),
+            raise status.invalid(
+                resource.kind,
+                current["metadata"]["name"],
+                "metadata.uid",
+                f'Invalid value: "{wanted_uid}": field is immutable',
             )
         applied = server_side_apply(current, body, field_manager, force, subresource, now_rfc3339())
         return self._replace(resource, current, applied, subresource)

@@ -9,8 +9,8 @@ Scenarios:
 - a victim replaced by a same-named pod is left alone, and the result names the replacement's
   UID;
 - a victim already terminating is left alone: nothing is written (terminating);
-- an apply the API server refuses for the victim's UID is the replacement, named by the
-  answer itself;
+- an apply the API server refuses for the victim's UID (422: metadata.uid is immutable, the
+  new pod unnamed, as kube-apiserver answers) is the replacement, which a second read names;
 - the condition is written with server-side apply (field manager preemptctl, force) and
   managedFields show preemptctl owning it on the status subresource;
 - the applied object carries the victim's UID, and a conflict from the server with the pod
@@ -123,7 +123,8 @@ def test_an_apply_refused_for_the_uid_names_the_replacement(
     emulator.faults.on_arrival = replace_before_the_apply
     outcome = add_disruption_target(kube, victim, "default-scheduler")
     assert (outcome.effect, outcome.replaced_by_uid) == (WriteEffect.REPLACED, "new-uid")
-    assert len(emulator.requests.matching("get", "pods")) == 1  # its read before the apply
+    # its read before the apply, and the one that names the pod the refusal does not name
+    assert len(emulator.requests.matching("get", "pods")) == 2
 
 
 def test_conflict_with_the_pod_still_there_is_retryable(
