@@ -358,6 +358,8 @@ class Store:
             if "status" in resource.subresources:
                 merged["status"] = current.get("status", {})
         merged["metadata"] = meta
+        if _unchanged(current, merged):
+            return current  # a no-op: kube-apiserver stores nothing, so no version, no event
         key = (meta.get("namespace", ""), meta["name"])
         updated = self._commit(resource, key, merged, MODIFIED, previous=current)
         if (
@@ -535,6 +537,23 @@ class Store:
         """Hold the store still across several calls (an eviction reads a PDB and a pod)."""
         with self.lock:
             yield
+
+
+def _unchanged(current: Obj, new: Obj) -> bool:
+    """Whether `new` is `current` but for its resourceVersion and the times its field managers
+    were recorded at: a write kube-apiserver answers with the object as it was, storing
+    nothing (an apply or patch that changes no field)."""
+    return _comparable(current) == _comparable(new)
+
+
+def _comparable(obj: Obj) -> Obj:
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"}
+    if isinstance(meta.get("managedFields"), list):
+        meta["managedFields"] = [
+            {k: v for k, v in entry.items() if k != "time"} if isinstance(entry, dict) else entry
+            for entry in meta["managedFields"]
+        ]
+    return {**obj, "metadata": meta}
 
 
 def _bound(pod: Obj) -> bool:

@@ -9,6 +9,8 @@ Scenarios:
   the owner; with force=true it takes the field over;
 - a manager that stops applying a condition removes it; one still owned by another manager
   stays;
+- an apply that changes nothing stores nothing: the same resourceVersion, no watch event (as
+  kube-apiserver; a merge patch likewise);
 - an applied object naming another UID is refused as kube-apiserver refuses it: 422 Invalid,
   `metadata.uid` immutable (not the 409 of a delete precondition).
 """
@@ -144,3 +146,23 @@ def test_apply_naming_another_uid_is_invalid(emulator: Emulator, uid: str) -> No
         'Pod "web" is invalid: metadata.uid: Invalid value: "someone-else": field is immutable'
     )
     assert conditions_of(emulator) == ["Ready:"]
+
+
+def test_an_apply_that_changes_nothing_stores_nothing(emulator: Emulator, uid: str) -> None:
+    first = apply(emulator, [condition("PreemptionByScheduler")])
+    revision = emulator.store.revision
+    again = apply(emulator, [condition("PreemptionByScheduler")])
+    assert again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    assert emulator.store.revision == revision
+    same = emulator.store.patch(
+        PODS,
+        "default",
+        "web",
+        "application/merge-patch+json",
+        {"status": {"phase": first["status"]["phase"]}},
+        "status",
+    )
+    assert (same["metadata"]["resourceVersion"], emulator.store.revision) == (
+        first["metadata"]["resourceVersion"],
+        revision,
+    )
