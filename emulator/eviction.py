@@ -2,9 +2,10 @@
 PodDisruptionBudget has no disruptions left.
 
 Mirrors the checks of `pkg/registry/core/pod/storage/eviction.go` that a preemption can meet:
-terminal or already-terminating pods skip the budget, more than one matching budget is a 500,
-an exhausted budget is a 429 with a `DisruptionBudget` cause, and an allowed eviction spends
-one disruption (`status.disruptionsAllowed`, `status.disruptedPods`) before deleting.
+terminal, pending or already-terminating pods skip the budget (`canIgnorePDB`), more than one
+matching budget is a 500, an exhausted budget is a 429 with a `DisruptionBudget` cause, and an
+allowed eviction spends one disruption (`status.disruptionsAllowed`, `status.disruptedPods`)
+before deleting.
 """
 
 from __future__ import annotations
@@ -83,8 +84,12 @@ def _check_preconditions(pod: Obj, preconditions: Mapping[str, Any]) -> None:
 
 
 def _needs_budget(pod: Obj) -> bool:
-    phase = (pod.get("status") or {}).get("phase")
-    return phase not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp")
+    """Upstream's `canIgnorePDB`, negated: a terminal, pending or terminating pod is evicted
+    without a look at its budget."""
+    phase = (pod.get("status") or {}).get("phase", "Pending")
+    return phase not in ("Succeeded", "Failed", "Pending") and not pod["metadata"].get(
+        "deletionTimestamp"
+    )
 
 
 def _spend_disruption(store: Store, namespace: str, pod: Obj) -> None:

@@ -5,6 +5,8 @@ Scenarios:
 - evicting a pod whose budget has no disruptions left is a 429 worded as the API server words
   it, with a DisruptionBudget cause, and the pod stays;
 - a pod no budget covers is evicted without a check;
+- a pending pod is evicted without a look at its budget, however exhausted (`canIgnorePDB`,
+  as kube-apiserver; the pods above run on a node);
 - a pod two budgets cover cannot be evicted (500), as upstream;
 - eviction honours a UID precondition, and a refused one spends no disruption.
 """
@@ -37,7 +39,7 @@ def _allowed(emulator: Emulator, name: str = "budget") -> int:
 def test_allowed_eviction_spends_a_disruption_and_deletes(core: Any, emulator: Emulator) -> None:
     emulator.load(
         as_list(
-            pod("web", labels={"app": "web"}),
+            pod("web", node_name="n1", labels={"app": "web"}, grace_period=0),
             pdb("budget", match_labels={"app": "web"}, disruptions_allowed=1),
         )
     )
@@ -50,7 +52,7 @@ def test_allowed_eviction_spends_a_disruption_and_deletes(core: Any, emulator: E
 def test_exhausted_budget_refuses_with_429(core: Any, emulator: Emulator) -> None:
     emulator.load(
         as_list(
-            pod("web", labels={"app": "web"}),
+            pod("web", node_name="n1", labels={"app": "web"}),
             pdb(
                 "budget",
                 match_labels={"app": "web"},
@@ -83,7 +85,7 @@ def test_pod_without_budget_is_evicted(core: Any, emulator: Emulator) -> None:
 def test_pod_with_two_budgets_cannot_be_evicted(core: Any, emulator: Emulator) -> None:
     emulator.load(
         as_list(
-            pod("web", labels={"app": "web"}),
+            pod("web", node_name="n1", labels={"app": "web"}),
             pdb("one", match_labels={"app": "web"}, disruptions_allowed=1),
             pdb("two", match_labels={"app": "web"}, disruptions_allowed=1),
         )
@@ -96,7 +98,7 @@ def test_pod_with_two_budgets_cannot_be_evicted(core: Any, emulator: Emulator) -
 def test_refused_uid_precondition_spends_no_disruption(core: Any, emulator: Emulator) -> None:
     emulator.load(
         as_list(
-            pod("web", labels={"app": "web"}, uid="new"),
+            pod("web", node_name="n1", labels={"app": "web"}, uid="new"),
             pdb("budget", match_labels={"app": "web"}, disruptions_allowed=1),
         )
     )
@@ -104,3 +106,15 @@ def test_refused_uid_precondition_spends_no_disruption(core: Any, emulator: Emul
         _evict(core, "web", uid="old")
     assert raised.value.status == 409
     assert _allowed(emulator) == 1
+
+
+def test_pending_pod_is_evicted_without_its_budget(core: Any, emulator: Emulator) -> None:
+    emulator.load(
+        as_list(
+            pod("queued", labels={"app": "web"}),
+            pdb("budget", match_labels={"app": "web"}, disruptions_allowed=0),
+        )
+    )
+    _evict(core, "queued")
+    assert emulator.pod("default/queued") is None
+    assert _allowed(emulator) == 0
