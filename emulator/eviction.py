@@ -3,9 +3,11 @@ PodDisruptionBudget has no disruptions left.
 
 Mirrors the checks of `pkg/registry/core/pod/storage/eviction.go` that a preemption can meet:
 terminal, pending or already-terminating pods skip the budget (`canIgnorePDB`), more than one
-matching budget is a 500, an exhausted budget is a 429 with a `DisruptionBudget` cause, and an
-allowed eviction spends one disruption (`status.disruptionsAllowed`, `status.disruptedPods`)
-before deleting.
+matching budget is a 500, a running pod that is not Ready goes without spending a disruption
+when the budget's `unhealthyPodEvictionPolicy` lets it (AlwaysAllow; or IfHealthyBudget, the
+default, while the budget is healthy), an exhausted budget is a 429 with a `DisruptionBudget`
+cause, and an allowed eviction spends one disruption (`status.disruptionsAllowed`,
+`status.disruptedPods`) before deleting.
 """
 
 from __future__ import annotations
@@ -92,6 +94,27 @@ def _needs_budget(pod: Obj) -> bool:
     )
 
 
+def _ready(pod: Obj) -> bool:
+    """`podutil.IsPodReady`, what a budget counts as healthy: the Ready condition is True."""
+    return any(
+        isinstance(condition, dict)
+        and condition.get("type") == "Ready"
+        and condition.get("status") == "True"
+        for condition in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def _unhealthy_may_go(budget: Obj) -> bool:
+    """Whether a running pod that is not Ready is evicted without the budget's check: always
+    under `unhealthyPodEvictionPolicy: AlwaysAllow`; under the default, IfHealthyBudget,
+    while the application is not disrupted (`currentHealthy >= desiredHealthy > 0`)."""
+    if (budget.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
+        return True
+    budget_status = budget.get("status") or {}
+    desired = int(budget_status.get("desiredHealthy") or 0)
+    return desired > 0 and int(budget_status.get("currentHealthy") or 0) >= desired
+
+
 def _spend_disruption(store: Store, namespace: str, pod: Obj) -> None:
     labels = pod["metadata"].get("labels") or {}
     budgets = [
@@ -113,6 +136,8 @@ def _spend_disruption(store: Store, namespace: str, pod: Obj) -> None:
         )
     budget = budgets[0]
     budget_status = budget.get("status") or {}
+    if not _ready(pod) and _unhealthy_may_go(budget):
+        return  # it counts for nothing in the budget: evicted without spending a disruption
     if int(budget_status.get("disruptionsAllowed", 0)) <= 0:
         raise status.too_many_requests(
             EVICTION_REFUSED,
