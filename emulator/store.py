@@ -45,6 +45,16 @@ Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped obje
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 DEFAULT_GRACE_SECONDS = 30
 _LIST_SNAPSHOTS = 64
+# kube-apiserver's words (`storage.NewResourceExpired` in etcd3's continue handling), which
+# go on to offer a continue token for an inconsistent rest of the list; the emulator offers
+# none (tests/real_api/emulator names that).
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter, or use the continue token in this "
+    "response to retrieve the remainder of the results. Continuing with the provided token "
+    "results in an inconsistent list - objects that were created, modified, or deleted between "
+    "the time the first chunk was returned and now may show up in the list."
+)
 
 
 def now_rfc3339(offset: float = 0.0) -> str:
@@ -142,10 +152,7 @@ class Store:
                 snapshot_id, offset = _decode_continue(continue_token)
                 snapshot = self._snapshots.get(snapshot_id)
                 if snapshot is None:
-                    raise status.gone(
-                        "The provided continue parameter is too old to display a consistent "
-                        "list result. You can start a new list without the continue parameter."
-                    )
+                    raise status.gone(CONTINUE_EXPIRED)
                 revision, items = snapshot
             else:
                 offset = 0
