@@ -397,6 +397,11 @@ class Store:
                     resource, name, "ResourceVersion", resource_version, meta["resourceVersion"]
                 )
             key = (meta.get("namespace", ""), name)
+            if resource is PODS and grace_period == 0 and meta.get("deletionGracePeriodSeconds"):
+                # `rest.BeforeDelete` cutting a pending graceful deletion short: the pod is
+                # written with its grace period at 0 (MODIFIED), then removed (DELETED).
+                self._mark_deleting(PODS, key, current, 0)
+                return self._remove(PODS, key)
             if resource is PODS and self._graceful(current, grace_period):
                 return self._terminate(key, current, grace_period)
             if meta.get("finalizers"):
