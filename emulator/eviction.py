@@ -55,14 +55,18 @@ def evict(store: Store, namespace: str, name: str, eviction: Mapping[str, Any]) 
     preconditions = options.get("preconditions") or {}
     with store.transaction():
         pod = store.get(PODS, namespace, name)
-        _check_preconditions(pod, preconditions)
         if _needs_budget(pod):
             _spend_disruption(store, namespace, pod)
+        # The preconditions are the delete's, checked after the budget is spent: a refused
+        # one leaves the disruption spent, as on kube-apiserver (its disruption controller
+        # gives it back once the pod named in disruptedPods is seen not to go).
         store.delete(
             PODS,
             namespace,
             name,
             grace_period=options.get("gracePeriodSeconds"),
+            uid=preconditions.get("uid"),
+            resource_version=preconditions.get("resourceVersion"),
         )
     return {
         "kind": "Status",
@@ -71,18 +75,6 @@ def evict(store: Store, namespace: str, name: str, eviction: Mapping[str, Any]) 
         "status": "Success",
         "code": 201,
     }
-
-
-def _check_preconditions(pod: Obj, preconditions: Mapping[str, Any]) -> None:
-    """Checked before the budget is spent, so a refused eviction costs no disruption."""
-    meta = pod["metadata"]
-    uid, rv = preconditions.get("uid"), preconditions.get("resourceVersion")
-    if uid is not None and uid != meta["uid"]:
-        raise status.precondition_failed(PODS, meta["name"], "UID", uid, meta["uid"])
-    if rv is not None and rv != meta["resourceVersion"]:
-        raise status.precondition_failed(
-            PODS, meta["name"], "ResourceVersion", rv, meta["resourceVersion"]
-        )
 
 
 def _needs_budget(pod: Obj) -> bool:

@@ -11,7 +11,9 @@ Scenarios:
   spending a disruption while the budget is healthy (IfHealthyBudget, the default), refused
   while it is not, and evicted anyway under AlwaysAllow;
 - a pod two budgets cover cannot be evicted (500), as upstream;
-- eviction honours a UID precondition, and a refused one spends no disruption.
+- eviction honours a UID precondition, checked by its delete, after the budget: a refused
+  one leaves a disruption spent, as kube-apiserver does (its disruption controller gives it
+  back later); with the budget exhausted it is the budget's 429.
 """
 
 from __future__ import annotations
@@ -98,17 +100,24 @@ def test_pod_with_two_budgets_cannot_be_evicted(core: Any, emulator: Emulator) -
     assert raised.value.status == 500
 
 
-def test_refused_uid_precondition_spends_no_disruption(core: Any, emulator: Emulator) -> None:
+def test_refused_uid_precondition_is_checked_after_the_budget(
+    core: Any, emulator: Emulator
+) -> None:
     emulator.load(
         as_list(
-            pod("web", node_name="n1", labels={"app": "web"}, uid="new"),
+            pod("web", node_name="n1", labels={"app": "web"}, uid="new", ready=True),
             pdb("budget", match_labels={"app": "web"}, disruptions_allowed=1),
         )
     )
     with pytest.raises(ApiException) as raised:
         _evict(core, "web", uid="old")
     assert raised.value.status == 409
-    assert _allowed(emulator) == 1
+    assert "the UID in the precondition (old) does not match" in raised.value.body
+    assert _allowed(emulator) == 0
+    assert emulator.pod("default/web") is not None
+    with pytest.raises(ApiException) as exhausted:
+        _evict(core, "web", uid="old")
+    assert exhausted.value.status == 429
 
 
 def test_pending_pod_is_evicted_without_its_budget(core: Any, emulator: Emulator) -> None:
