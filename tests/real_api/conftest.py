@@ -7,6 +7,7 @@ A module may set `CONTROL_PLANE = {...}`: the options of its control plane
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -50,3 +51,21 @@ def kube(control_plane: ControlPlane) -> Iterator[KubeClient]:
     client = connect(str(control_plane.kubeconfig("preemptctl")), read_timeout=30)
     yield client
     client.api.close()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """What the differential suite compared, and how each came out (tests/real_api/emulator)."""
+    report = sys.modules.get("tests.real_api.emulator.test_differential")
+    compared: list[tuple[str, str]] = getattr(report, "REPORT", [])
+    if not compared:
+        return
+    same = sum(1 for _, outcome in compared if outcome == "same")
+    terminalreporter.section(
+        f"the emulator against kube-apiserver: {len(compared)} comparisons, {same} the same, "
+        f"{len(compared) - same} different (named: a simplification on purpose)"
+    )
+    for what, outcome in compared:
+        label, _, why = outcome.partition(": ")
+        terminalreporter.line(f"  {label:<8} {what}")
+        if why:
+            terminalreporter.line(f"           ({why})")
