@@ -8,8 +8,10 @@ control plane's tests and the differential suite need it bare.
     answer.code, answer.body                       # 404, {"kind": "Status", ...}
     events = api.watch("/api/v1/pods", {"resourceVersion": rv}, count=2, timeout=10)
 
-One connection per call (no pool): slower than the product's client, and simpler to reason
-about in a test. Nothing here retries.
+One connection per call by default (simple to reason about in a test); `keep_alive=True`
+keeps one per thread, for scripts that make thousands of calls (the oracle). Nothing here
+retries, except a request sent on a kept connection the server had closed while idle (it
+never reached the server), which is sent again on a new one.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,9 +53,16 @@ class HttpApi:
     its certificate checked against `ca_file`); `token` is sent as a bearer token."""
 
     def __init__(
-        self, base_url: str, *, token: str | None = None, ca_file: Path | None = None
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        ca_file: Path | None = None,
+        keep_alive: bool = False,
     ) -> None:
         split = urlsplit(base_url)
+        self.keep_alive = keep_alive
+        self._kept = threading.local()
         self.base_url = base_url
         self.host = split.hostname or "127.0.0.1"
         self.port = split.port or (443 if split.scheme == "https" else 80)
@@ -94,24 +104,37 @@ class HttpApi:
     ) -> Answer:
         """One request; the answer whatever its code."""
         payload = None if body is None else json.dumps(body).encode()
-        connection = self._connection(timeout)
+        target = self._target(path, query)
+        headers = self._headers(content_type if payload is not None else None)
+        kept: http.client.HTTPConnection | None = getattr(self._kept, "connection", None)
+        connection = kept or self._connection(timeout)
         try:
-            connection.request(
-                method,
-                self._target(path, query),
-                body=payload,
-                headers=self._headers(content_type if payload is not None else None),
-            )
-            response = connection.getresponse()
+            try:
+                connection.request(method, target, body=payload, headers=headers)
+                response = connection.getresponse()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                if kept is None:
+                    raise
+                connection.close()  # closed by the server while idle: a new one
+                connection = self._connection(timeout)
+                connection.request(method, target, body=payload, headers=headers)
+                response = connection.getresponse()
             raw = response.read()
-            headers = {name: value for name, value in response.getheaders()}
-        finally:
+            answer_headers = {name: value for name, value in response.getheaders()}
+        except BaseException:
             connection.close()
+            self._kept.connection = None
+            raise
+        if self.keep_alive and not response.will_close:
+            self._kept.connection = connection
+        else:
+            connection.close()
+            self._kept.connection = None
         try:
             parsed = json.loads(raw) if raw else None
         except ValueError:
             parsed = raw.decode(errors="replace")
-        return Answer(response.status, parsed, headers)
+        return Answer(response.status, parsed, answer_headers)
 
     # -- shorthands ---------------------------------------------------------------------------
 
