@@ -107,11 +107,12 @@ def generate(index: int, seed: int, max_nodes: int = 6) -> Case:
         name = f"{prefix}-n{n}"
         cpu_millis = rng.choice((2000, 4000, 4000))
         memory_mi = rng.choice((2048, 8192, 8192))
-        node = {
+        pod_slots = rng.choice((110, 110, 110, 4))
+        node: dict[str, Any] = {
             "name": name,
             "cpu": f"{cpu_millis}m",
             "memory": f"{memory_mi}Mi",
-            "pods": rng.choice(("110", "110", "110", "4")),
+            "pods": str(pod_slots),
             "labels": {"zone": rng.choice(("a", "b")), CASE_LABEL: str(index)},
             "taints": (
                 [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}]
@@ -122,7 +123,7 @@ def generate(index: int, seed: int, max_nodes: int = 6) -> Case:
         }
         case.nodes.append(node)
         used, used_memory, count = 0, 0, 0
-        limit = int(node["pods"])
+        limit = pod_slots
         ports_taken = False
         while count < limit:
             cpu = rng.choice((250, 500, 500, 1000, 1000, 2000))
