@@ -13,10 +13,11 @@ and the victims, and every disagreement is classified:
 - `tie`: the same victims would be taken on either node and upstream's criteria cannot tell
   the nodes apart (`pickOneNodeForPreemption` ends on a tie); upstream then takes the first of
   its candidates in an order its random offset and Go's map iteration decide, ours the first
-  by name: both are right. Or, on the same node, the victims differ only by pods upstream's
-  `MoreImportantPod` cannot tell apart (same priority and start time): kube-scheduler 1.36
-  reprieves them in the order of the node's pod list (its sort is not told more), ours by
-  UID;
+  by name: both are right. Or the outcome depends on the order of pods upstream's
+  `MoreImportantPod` cannot tell apart (same priority and start time), which decides which of
+  them is reprieved first: kube-scheduler 1.36 leaves them in the order of the node's pod list,
+  ours breaks the tie by UID; planned again with UIDs in that order (`in_pod_order`), ours
+  decides as upstream;
 - anything else (`node`, `victims`, `outcome`) is a disagreement to explain: a bug of the
   planner, or of this harness. Its snapshot is saved under `--out` for `preemptctl plan`.
 
@@ -425,24 +426,46 @@ def _ours(decision: Decision) -> Outcome:
     return Outcome(None, status=decision.verdict.value)
 
 
-def ranks(snapshot: dict[str, Any], pods: frozenset[str]) -> list[tuple[int, str]]:
-    """(priority, start time) of each of `pods` ("namespace/name"), sorted: what upstream's
-    MoreImportantPod orders victims by."""
-    found = {
-        f"{item['metadata']['namespace']}/{item['metadata']['name']}": item
-        for item in snapshot["items"]
-        if item["kind"] == "Pod"
-    }
-    return sorted(
-        (int(found[key]["spec"].get("priority") or 0), str(found[key]["status"].get("startTime")))
-        for key in pods
-    )
+def in_pod_order(snapshot: dict[str, Any], keep: str) -> dict[str, Any]:
+    """The snapshot with every pod's UID but `keep`'s replaced by one that sorts as the pod was
+    created (its resourceVersion here: each pod is created and marked running before the
+    next): our planner breaks ties between pods of equal priority and start time by UID, and
+    kube-scheduler 1.36 keeps them in its node's pod list, in the order they came."""
+    copied: dict[str, Any] = json.loads(json.dumps(snapshot))
+    for item in copied["items"]:
+        meta = item["metadata"]
+        if item["kind"] == "Pod" and meta["uid"] != keep:
+            meta["uid"] = f"00000000-0000-0000-0000-{int(meta['resourceVersion']):012d}"
+    return copied
 
 
 def classify(
     upstream: Outcome, ours: Outcome, decision: Decision, snapshot: dict[str, Any]
 ) -> tuple[str, str]:
-    """`agree`, `tie` (explained) or the kind of disagreement, with what explains it."""
+    """`agree`, `tie` (explained) or the kind of disagreement, with what explains it. A
+    disagreement that goes away when the planner breaks ties between equally important pods
+    as upstream does (`in_pod_order`) is a tie too: which of them upstream reprieves is not
+    specified by its criteria (1.36's MoreImportantPod has no last tie-break)."""
+    verdict, explanation = compare(upstream, ours, decision)
+    if verdict in ("agree", "tie") or ours != _ours(decision):
+        return verdict, explanation  # (the second: an outcome that is not the planner's)
+    reordered = plan(
+        ClusterSnapshot.from_list(in_pod_order(snapshot, decision.preemptor.uid)),
+        decision.preemptor.key,
+    )
+    again, _ = compare(upstream, _ours(reordered), reordered)
+    if again in ("agree", "tie"):
+        return "tie", (
+            f"{explanation}; it depends on the order of pods upstream's MoreImportantPod cannot "
+            "tell apart (same priority and start time): with them in the order of the node's "
+            "pod list, as kube-scheduler 1.36 keeps them, the planner decides as upstream"
+        )
+    return verdict, explanation
+
+
+def compare(upstream: Outcome, ours: Outcome, decision: Decision) -> tuple[str, str]:
+    """`agree`, `tie` (on the node: `pickOneNodeForPreemption` tied to the end) or the kind
+    of disagreement."""
     if upstream.fits or ours.fits:
         if upstream.fits and ours.fits:
             return "agree", "fits without preemption (on any node that fits)"
@@ -454,17 +477,9 @@ def classify(
     if upstream.node == ours.node:
         if upstream.victims == ours.victims:
             return "agree", "same node, same victims"
-        theirs_only, ours_only = upstream.victims - ours.victims, ours.victims - upstream.victims
-        shown = (
+        return "victims", (
             f"on {ours.node}: upstream took {sorted(upstream.victims)}, ours {sorted(ours.victims)}"
         )
-        if ranks(snapshot, theirs_only) == ranks(snapshot, ours_only):
-            return "tie", (
-                f"{shown}; the pods in question are equally important to upstream's "
-                "MoreImportantPod (same priority, same start time), which 1.36 leaves in the "
-                "order of the node's pod list, ours by UID"
-            )
-        return "victims", shown
     evaluated = {e.node: e for e in decision.rationale.evaluated if e.candidate}
     theirs = evaluated.get(upstream.node)
     if theirs is None:
