@@ -163,5 +163,5 @@ class KubeletStandIn:
         )
         if answer.code == 200:
             self.started.append(_key(pod))
-        elif answer.code not in (404, 409):
+        elif answer.code not in (404, 409, 422):  # gone, changed, or replaced (another UID)
             self.errors.append(f"run {_key(pod)}: HTTP {answer.code} {answer.body}")
