@@ -2,9 +2,12 @@
 PodDisruptionBudget has no disruptions left.
 
 Mirrors the checks of `pkg/registry/core/pod/storage/eviction.go` that a preemption can meet:
-terminal or already-terminating pods skip the budget, more than one matching budget is a 500,
-an exhausted budget is a 429 with a `DisruptionBudget` cause, and an allowed eviction spends
-one disruption (`status.disruptionsAllowed`, `status.disruptedPods`) before deleting.
+terminal, pending or already-terminating pods skip the budget (`canIgnorePDB`), more than one
+matching budget is a 500, a running pod that is not Ready goes without spending a disruption
+when the budget's `unhealthyPodEvictionPolicy` lets it (AlwaysAllow; or IfHealthyBudget, the
+default, while the budget is healthy), an exhausted budget is a 429 with a `DisruptionBudget`
+cause, and an allowed eviction spends one disruption (`status.disruptionsAllowed`,
+`status.disruptedPods`) before deleting.
 """
 
 from __future__ import annotations
@@ -52,14 +55,18 @@ def evict(store: Store, namespace: str, name: str, eviction: Mapping[str, Any]) 
     preconditions = options.get("preconditions") or {}
     with store.transaction():
         pod = store.get(PODS, namespace, name)
-        _check_preconditions(pod, preconditions)
         if _needs_budget(pod):
             _spend_disruption(store, namespace, pod)
+        # The preconditions are the delete's, checked after the budget is spent: a refused
+        # one leaves the disruption spent, as on kube-apiserver (its disruption controller
+        # gives it back once the pod named in disruptedPods is seen not to go).
         store.delete(
             PODS,
             namespace,
             name,
             grace_period=options.get("gracePeriodSeconds"),
+            uid=preconditions.get("uid"),
+            resource_version=preconditions.get("resourceVersion"),
         )
     return {
         "kind": "Status",
@@ -70,21 +77,34 @@ def evict(store: Store, namespace: str, name: str, eviction: Mapping[str, Any]) 
     }
 
 
-def _check_preconditions(pod: Obj, preconditions: Mapping[str, Any]) -> None:
-    """Checked before the budget is spent, so a refused eviction costs no disruption."""
-    meta = pod["metadata"]
-    uid, rv = preconditions.get("uid"), preconditions.get("resourceVersion")
-    if uid is not None and uid != meta["uid"]:
-        raise status.precondition_failed(PODS, meta["name"], "UID", uid, meta["uid"])
-    if rv is not None and rv != meta["resourceVersion"]:
-        raise status.precondition_failed(
-            PODS, meta["name"], "ResourceVersion", rv, meta["resourceVersion"]
-        )
-
-
 def _needs_budget(pod: Obj) -> bool:
-    phase = (pod.get("status") or {}).get("phase")
-    return phase not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp")
+    """Upstream's `canIgnorePDB`, negated: a terminal, pending or terminating pod is evicted
+    without a look at its budget."""
+    phase = (pod.get("status") or {}).get("phase", "Pending")
+    return phase not in ("Succeeded", "Failed", "Pending") and not pod["metadata"].get(
+        "deletionTimestamp"
+    )
+
+
+def _ready(pod: Obj) -> bool:
+    """`podutil.IsPodReady`, what a budget counts as healthy: the Ready condition is True."""
+    return any(
+        isinstance(condition, dict)
+        and condition.get("type") == "Ready"
+        and condition.get("status") == "True"
+        for condition in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def _unhealthy_may_go(budget: Obj) -> bool:
+    """Whether a running pod that is not Ready is evicted without the budget's check: always
+    under `unhealthyPodEvictionPolicy: AlwaysAllow`; under the default, IfHealthyBudget,
+    while the application is not disrupted (`currentHealthy >= desiredHealthy > 0`)."""
+    if (budget.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
+        return True
+    budget_status = budget.get("status") or {}
+    desired = int(budget_status.get("desiredHealthy") or 0)
+    return desired > 0 and int(budget_status.get("currentHealthy") or 0) >= desired
 
 
 def _spend_disruption(store: Store, namespace: str, pod: Obj) -> None:
@@ -108,6 +128,8 @@ def _spend_disruption(store: Store, namespace: str, pod: Obj) -> None:
         )
     budget = budgets[0]
     budget_status = budget.get("status") or {}
+    if not _ready(pod) and _unhealthy_may_go(budget):
+        return  # it counts for nothing in the budget: evicted without spending a disruption
     if int(budget_status.get("disruptionsAllowed", 0)) <= 0:
         raise status.too_many_requests(
             EVICTION_REFUSED,

@@ -45,6 +45,16 @@ Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped obje
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 DEFAULT_GRACE_SECONDS = 30
 _LIST_SNAPSHOTS = 64
+# kube-apiserver's words (`storage.NewResourceExpired` in etcd3's continue handling), which
+# go on to offer a continue token for an inconsistent rest of the list; the emulator offers
+# none (tests/real_api/emulator names that).
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter, or use the continue token in this "
+    "response to retrieve the remainder of the results. Continuing with the provided token "
+    "results in an inconsistent list - objects that were created, modified, or deleted between "
+    "the time the first chunk was returned and now may show up in the list."
+)
 
 
 def now_rfc3339(offset: float = 0.0) -> str:
@@ -142,10 +152,7 @@ class Store:
                 snapshot_id, offset = _decode_continue(continue_token)
                 snapshot = self._snapshots.get(snapshot_id)
                 if snapshot is None:
-                    raise status.gone(
-                        "The provided continue parameter is too old to display a consistent "
-                        "list result. You can start a new list without the continue parameter."
-                    )
+                    raise status.gone(CONTINUE_EXPIRED)
                 revision, items = snapshot
             else:
                 offset = 0
@@ -302,18 +309,16 @@ class Store:
         subresource: str,
     ) -> Obj:
         """Server-side apply (see `emulator.apply`); a body naming another uid is refused as
-        the API server refuses a failed UID precondition."""
+        kube-apiserver refuses it, and a patch naming one: 422, `metadata.uid` is immutable
+        (checked against kube-apiserver 1.36 by tests/real_api/emulator)."""
         meta = (body.get("metadata") if isinstance(body, dict) else None) or {}
         wanted_uid = meta.get("uid")
         if wanted_uid and wanted_uid != current["metadata"]["uid"]:
-            raise status.ApiError(
-                409,
-                status.status_body(
-                    409,
-                    "Conflict",
-                    f"Precondition failed: UID in precondition: {wanted_uid}, UID in object "
-                    f"meta: {current['metadata']['uid']}",
-                ),
+            raise status.invalid(
+                resource.kind,
+                current["metadata"]["name"],
+                "metadata.uid",
+                f'Invalid value: "{wanted_uid}": field is immutable',
             )
         applied = server_side_apply(current, body, field_manager, force, subresource, now_rfc3339())
         return self._replace(resource, current, applied, subresource)
@@ -360,6 +365,8 @@ class Store:
             if "status" in resource.subresources:
                 merged["status"] = current.get("status", {})
         merged["metadata"] = meta
+        if _unchanged(current, merged):
+            return current  # a no-op: kube-apiserver stores nothing, so no version, no event
         key = (meta.get("namespace", ""), meta["name"])
         updated = self._commit(resource, key, merged, MODIFIED, previous=current)
         if (
@@ -390,6 +397,11 @@ class Store:
                     resource, name, "ResourceVersion", resource_version, meta["resourceVersion"]
                 )
             key = (meta.get("namespace", ""), name)
+            if resource is PODS and grace_period == 0 and meta.get("deletionGracePeriodSeconds"):
+                # `rest.BeforeDelete` cutting a pending graceful deletion short: the pod is
+                # written with its grace period at 0 (MODIFIED), then removed (DELETED).
+                self._mark_deleting(PODS, key, current, 0)
+                return self._remove(PODS, key)
             if resource is PODS and self._graceful(current, grace_period):
                 return self._terminate(key, current, grace_period)
             if meta.get("finalizers"):
@@ -537,6 +549,23 @@ class Store:
         """Hold the store still across several calls (an eviction reads a PDB and a pod)."""
         with self.lock:
             yield
+
+
+def _unchanged(current: Obj, new: Obj) -> bool:
+    """Whether `new` is `current` but for its resourceVersion and the times its field managers
+    were recorded at: a write kube-apiserver answers with the object as it was, storing
+    nothing (an apply or patch that changes no field)."""
+    return _comparable(current) == _comparable(new)
+
+
+def _comparable(obj: Obj) -> Obj:
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"}
+    if isinstance(meta.get("managedFields"), list):
+        meta["managedFields"] = [
+            {k: v for k, v in entry.items() if k != "time"} if isinstance(entry, dict) else entry
+            for entry in meta["managedFields"]
+        ]
+    return {**obj, "metadata": meta}
 
 
 def _bound(pod: Obj) -> bool:

@@ -80,16 +80,21 @@ def api_status(error: ApiException) -> ApiStatus:
 
 
 def is_uid_precondition_conflict(status: ApiStatus) -> bool:
-    """An answer that says the object is another one than the UID we pinned. A DELETE's
-    precondition is refused with a 409, worded by `rest.BeforeDelete` ("the UID in the
-    precondition (...) does not match the UID in record") or, when the pod changed between
-    that check and the write, by storage ("Precondition failed: UID in precondition: ...").
-    A PATCH whose body carries the UID (a merge patch, or a server-side apply) is refused by
-    kube-apiserver's validation with a 422: "metadata.uid: Invalid value: ...: field is
-    immutable" (seen on v1.36.2; that answer does not name the UID there now)."""
-    if status.code == 409:
-        message = status.message
-        return "UID in the precondition" in message or "UID in precondition" in message
+    """A 409 that says the object is another one than the UID we pinned: worded by
+    `rest.BeforeDelete` ("the UID in the precondition (...) does not match the UID in record")
+    or, when the pod changed between that check and the write, by storage ("Precondition
+    failed: UID in precondition: ..."). A patch naming another UID is answered otherwise
+    (`is_uid_mismatch_refusal`)."""
+    return status.code == 409 and (
+        "UID in the precondition" in status.message or "UID in precondition" in status.message
+    )
+
+
+def is_uid_mismatch_refusal(status: ApiStatus) -> bool:
+    """A 422 refusing a patch or a server-side apply whose `metadata.uid` is not the
+    object's: how kube-apiserver answers a write that names a pod replaced since it was read
+    (`metadata.uid: Invalid value: "<uid sent>": field is immutable`). Unlike a refused
+    delete precondition, it names only the UID sent, not the one the object has now."""
     return (
         status.code == 422
         and "metadata.uid" in status.message

@@ -6,7 +6,8 @@ victim's controllers and the kubelet know why the pod goes away, with server-sid
 the status subresource (`ApplyStatus`, a field manager, force): `managedFields` then shows
 who marked the pod. This does the same under the field manager `preemptctl`, with no read
 first: the applied object carries the victim's UID, so a pod replaced under the same name is
-refused by the API server (UID precondition) rather than marked, and the answer is the pod
+refused by the API server rather than marked (kube-apiserver answers 422, `metadata.uid` is
+immutable, without naming the new pod, which a GET then finds), and the answer is the pod
 as it is now, so a victim already terminating (its deletionTimestamp set: deleted already,
 by this preemption's earlier attempt or by anyone) is told apart without a GET. The price,
 paid only when a step is run again: the condition's lastTransitionTime is bumped, where
@@ -30,6 +31,7 @@ from preemptctl.kube.classify import (
     Call,
     api_status,
     classify_status,
+    is_uid_mismatch_refusal,
     is_uid_precondition_conflict,
     replacement_uid,
 )
@@ -146,7 +148,9 @@ def _refused(kube: KubeClient, victim: PodRef, status: ApiStatus, call: Call) ->
     current_uid = replacement_uid(status) if is_uid_precondition_conflict(status) else None
     if current_uid:  # the answer names the pod now under the name: no need to read it
         return replaced(victim, "victim", current_uid)
-    if status.code == 409:
+    if status.code == 409 or is_uid_mismatch_refusal(status):
+        # A conflict, or the 422 a real API server gives an apply naming a replaced pod
+        # (it does not say the new UID): the pod now under the name says which it is.
         absent = result_if_absent(get_pod(kube, victim), victim, "victim")
         if absent is not None:
             return absent

@@ -8,7 +8,10 @@ so nobody needs to read it again.
 
 With `use_eviction`, the policy/v1 Eviction API is used instead of DELETE, so the API server
 enforces PodDisruptionBudgets at the moment of deletion (the planner's PDB check works on a
-view that may be a moment old). An exhausted budget is a 429, hence retryable.
+view that may be a moment old). An exhausted budget is a 429, hence retryable. kube-apiserver
+weighs the budget before the delete's UID precondition: evicting a victim replaced by a Ready
+pod under a budget spends one of its disruptions even though the 409 then spares the pod (the
+disruption controller gives it back a couple of minutes later).
 """
 
 from __future__ import annotations

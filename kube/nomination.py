@@ -23,6 +23,7 @@ from preemptctl.kube.classify import (
     Call,
     api_status,
     classify_status,
+    is_uid_mismatch_refusal,
     is_uid_precondition_conflict,
     replacement_uid,
 )
@@ -52,7 +53,7 @@ def _patch_nomination(
         status = api_status(error)
         if status.code == 404:
             return WriteResult(WriteEffect.ALREADY_GONE, ref.key, "pod is already gone")
-        if is_uid_precondition_conflict(status):
+        if is_uid_precondition_conflict(status) or is_uid_mismatch_refusal(status):
             return replaced(ref, "pod", replacement_uid(status))
         raise classify_status(status, call) from None
     return None

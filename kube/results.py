@@ -9,8 +9,9 @@ Temporal's retryable or non-retryable `ApplicationError`; nothing here knows Tem
 The classification (see docs/kubernetes.md for the table):
 
 - 404 on a victim: `ALREADY_GONE` (success: the goal, a victim that no longer runs, holds);
-- UID precondition conflict: `REPLACED` (success: the pod we chose is gone; the same-named pod
-  now there is someone else's and must not be touched, so this is never retried);
+- UID precondition conflict (or, for an apply, kube-apiserver's 422 refusing another
+  `metadata.uid`): `REPLACED` (success: the pod we chose is gone; the same-named pod now there
+  is someone else's and must not be touched, so this is never retried);
 - 409 resourceVersion conflict, 429 (with `retry_after`), 5xx, timeouts, dropped
   connections: `Retryable`;
 - 401 and 403: `PermissionDenied` (not retryable; names the RBAC verb and resource);

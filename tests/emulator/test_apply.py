@@ -9,7 +9,10 @@ Scenarios:
   the owner; with force=true it takes the field over;
 - a manager that stops applying a condition removes it; one still owned by another manager
   stays;
-- an applied object naming another UID is a 409 precondition failure.
+- an apply that changes nothing stores nothing: the same resourceVersion, no watch event (as
+  kube-apiserver; a merge patch likewise);
+- an applied object naming another UID is refused as kube-apiserver refuses it: 422 Invalid,
+  `metadata.uid` immutable (not the 409 of a delete precondition).
 """
 
 from __future__ import annotations
@@ -135,9 +138,31 @@ def test_condition_no_longer_applied_is_removed_unless_another_owns_it(
     assert conditions_of(emulator) == ["Ready:", "DisruptionTarget:Same"]
 
 
-def test_apply_naming_another_uid_is_a_precondition_failure(emulator: Emulator, uid: str) -> None:
+def test_apply_naming_another_uid_is_invalid(emulator: Emulator, uid: str) -> None:
     with pytest.raises(ApiError) as raised:
         apply(emulator, [condition("X")], uid="someone-else")
-    assert raised.value.code == 409
-    assert "Precondition failed" in raised.value.body["message"]
+    assert (raised.value.code, raised.value.body["reason"]) == (422, "Invalid")
+    assert raised.value.body["message"] == (
+        'Pod "web" is invalid: metadata.uid: Invalid value: "someone-else": field is immutable'
+    )
     assert conditions_of(emulator) == ["Ready:"]
+
+
+def test_an_apply_that_changes_nothing_stores_nothing(emulator: Emulator, uid: str) -> None:
+    first = apply(emulator, [condition("PreemptionByScheduler")])
+    revision = emulator.store.revision
+    again = apply(emulator, [condition("PreemptionByScheduler")])
+    assert again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    assert emulator.store.revision == revision
+    same = emulator.store.patch(
+        PODS,
+        "default",
+        "web",
+        "application/merge-patch+json",
+        {"status": {"phase": first["status"]["phase"]}},
+        "status",
+    )
+    assert (same["metadata"]["resourceVersion"], emulator.store.revision) == (
+        first["metadata"]["resourceVersion"],
+        revision,
+    )

@@ -9,7 +9,9 @@ Scenarios:
 - a second delete with a shorter grace period shortens it, a longer one changes nothing;
 - a UID precondition that does not hold is a 409 Conflict worded as `rest.BeforeDelete` words it;
 - a resourceVersion precondition that does not hold is the same kind of 409;
-- a delete is a watch event: MODIFIED when termination starts, DELETED when the pod goes.
+- a delete is a watch event: MODIFIED when termination starts, DELETED when the pod goes;
+- a terminating pod deleted with grace period 0 (a kubelet's, or a forced, delete) is written
+  with its grace period cut to 0 (MODIFIED) before it goes (DELETED), as kube-apiserver does.
 """
 
 from __future__ import annotations
@@ -118,3 +120,19 @@ def test_graceful_delete_is_modified_then_deleted_on_the_watch(
     )
     types = [json.loads(line)["type"] for line in stream if line.strip()]
     assert types == ["MODIFIED", "DELETED"]
+
+
+def test_cutting_a_termination_short_is_modified_then_deleted(
+    core: Any, emulator: Emulator
+) -> None:
+    emulator.load(pod("web", node_name="n1", grace_period=600))
+    core.delete_namespaced_pod("web", "default")
+    since = core.list_namespaced_pod("default").metadata.resource_version
+    core.delete_namespaced_pod("web", "default", grace_period_seconds=0)
+    stream = core.list_namespaced_pod(
+        "default", watch=True, resource_version=since, timeout_seconds=1, _preload_content=False
+    )
+    events = [json.loads(line) for line in stream if line.strip()]
+    assert [e["type"] for e in events] == ["MODIFIED", "DELETED"]
+    assert events[0]["object"]["metadata"]["deletionGracePeriodSeconds"] == 0
+    assert emulator.pod("default/web") is None

@@ -5,8 +5,15 @@ Scenarios:
 - evicting a pod whose budget has no disruptions left is a 429 worded as the API server words
   it, with a DisruptionBudget cause, and the pod stays;
 - a pod no budget covers is evicted without a check;
+- a pending pod is evicted without a look at its budget, however exhausted (`canIgnorePDB`,
+  as kube-apiserver; the pods above run on a node, Ready);
+- a running pod that is not Ready counts for nothing in its budget: it is evicted without
+  spending a disruption while the budget is healthy (IfHealthyBudget, the default), refused
+  while it is not, and evicted anyway under AlwaysAllow;
 - a pod two budgets cover cannot be evicted (500), as upstream;
-- eviction honours a UID precondition, and a refused one spends no disruption.
+- eviction honours a UID precondition, checked by its delete, after the budget: a refused
+  one leaves a disruption spent, as kube-apiserver does (its disruption controller gives it
+  back later); with the budget exhausted it is the budget's 429.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ def _allowed(emulator: Emulator, name: str = "budget") -> int:
 def test_allowed_eviction_spends_a_disruption_and_deletes(core: Any, emulator: Emulator) -> None:
     emulator.load(
         as_list(
-            pod("web", labels={"app": "web"}),
+            pod("web", node_name="n1", labels={"app": "web"}, grace_period=0, ready=True),
             pdb("budget", match_labels={"app": "web"}, disruptions_allowed=1),
         )
     )
@@ -50,7 +57,7 @@ def test_allowed_eviction_spends_a_disruption_and_deletes(core: Any, emulator: E
 def test_exhausted_budget_refuses_with_429(core: Any, emulator: Emulator) -> None:
     emulator.load(
         as_list(
-            pod("web", labels={"app": "web"}),
+            pod("web", node_name="n1", labels={"app": "web"}, ready=True),
             pdb(
                 "budget",
                 match_labels={"app": "web"},
@@ -83,7 +90,7 @@ def test_pod_without_budget_is_evicted(core: Any, emulator: Emulator) -> None:
 def test_pod_with_two_budgets_cannot_be_evicted(core: Any, emulator: Emulator) -> None:
     emulator.load(
         as_list(
-            pod("web", labels={"app": "web"}),
+            pod("web", node_name="n1", labels={"app": "web"}),
             pdb("one", match_labels={"app": "web"}, disruptions_allowed=1),
             pdb("two", match_labels={"app": "web"}, disruptions_allowed=1),
         )
@@ -93,14 +100,70 @@ def test_pod_with_two_budgets_cannot_be_evicted(core: Any, emulator: Emulator) -
     assert raised.value.status == 500
 
 
-def test_refused_uid_precondition_spends_no_disruption(core: Any, emulator: Emulator) -> None:
+def test_refused_uid_precondition_is_checked_after_the_budget(
+    core: Any, emulator: Emulator
+) -> None:
     emulator.load(
         as_list(
-            pod("web", labels={"app": "web"}, uid="new"),
+            pod("web", node_name="n1", labels={"app": "web"}, uid="new", ready=True),
             pdb("budget", match_labels={"app": "web"}, disruptions_allowed=1),
         )
     )
     with pytest.raises(ApiException) as raised:
         _evict(core, "web", uid="old")
     assert raised.value.status == 409
-    assert _allowed(emulator) == 1
+    assert "the UID in the precondition (old) does not match" in raised.value.body
+    assert _allowed(emulator) == 0
+    assert emulator.pod("default/web") is not None
+    with pytest.raises(ApiException) as exhausted:
+        _evict(core, "web", uid="old")
+    assert exhausted.value.status == 429
+
+
+def test_pending_pod_is_evicted_without_its_budget(core: Any, emulator: Emulator) -> None:
+    emulator.load(
+        as_list(
+            pod("queued", labels={"app": "web"}),
+            pdb("budget", match_labels={"app": "web"}, disruptions_allowed=0),
+        )
+    )
+    _evict(core, "queued")
+    assert emulator.pod("default/queued") is None
+    assert _allowed(emulator) == 0
+
+
+def _unready_under(emulator: Emulator, current_healthy: int, policy: str | None = None) -> None:
+    budget = pdb(
+        "budget",
+        match_labels={"app": "web"},
+        disruptions_allowed=0,
+        desired_healthy=2,
+        current_healthy=current_healthy,
+    )
+    if policy:
+        budget["spec"]["unhealthyPodEvictionPolicy"] = policy
+    emulator.load(as_list(pod("crashing", node_name="n1", labels={"app": "web"}), budget))
+
+
+def test_unready_pod_goes_free_while_its_budget_is_healthy(core: Any, emulator: Emulator) -> None:
+    _unready_under(emulator, current_healthy=2)
+    _evict(core, "crashing")
+    stored = emulator.pod("default/crashing")
+    assert stored is not None and stored["metadata"]["deletionTimestamp"]  # its grace period
+    assert _allowed(emulator) == 0
+
+
+def test_unready_pod_is_refused_while_its_budget_is_not_healthy(
+    core: Any, emulator: Emulator
+) -> None:
+    _unready_under(emulator, current_healthy=1)
+    with pytest.raises(ApiException) as raised:
+        _evict(core, "crashing")
+    assert raised.value.status == 429
+
+
+def test_unready_pod_goes_under_always_allow(core: Any, emulator: Emulator) -> None:
+    _unready_under(emulator, current_healthy=1, policy="AlwaysAllow")
+    _evict(core, "crashing")
+    stored = emulator.pod("default/crashing")
+    assert stored is not None and stored["metadata"]["deletionTimestamp"]  # its grace period

@@ -3,7 +3,7 @@
 Scenarios:
 - `limit` cuts a list into pages joined by `continue`, each page at the first page's revision;
 - objects created after the first page do not appear in later pages (a consistent snapshot);
-- a continue token from a compacted snapshot is 410 Expired;
+- a continue token from a compacted snapshot is 410 Expired, worded as kube-apiserver words it;
 - label selectors: equality, inequality, set-based `in`/`notin`, existence;
 - field selectors: spec.nodeName, status.phase, metadata.name, metadata.namespace, and `!=`;
 - an unsupported field selector is a 400, as on a real server;
@@ -12,12 +12,14 @@ Scenarios:
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
 from preemptctl.emulator import Emulator
+from preemptctl.emulator.store import CONTINUE_EXPIRED
 from tests.support.emulator import as_list, pod
 
 
@@ -56,6 +58,8 @@ def test_continue_from_compacted_snapshot_is_expired(core: Any, emulator: Emulat
     with pytest.raises(ApiException) as raised:
         core.list_pod_for_all_namespaces(limit=2, _continue=first.metadata._continue)
     assert raised.value.status == 410
+    refusal = json.loads(raised.value.body)
+    assert (refusal["reason"], refusal["message"]) == ("Expired", CONTINUE_EXPIRED)
 
 
 @pytest.mark.parametrize(

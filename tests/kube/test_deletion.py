@@ -29,7 +29,7 @@ from tests.support.emulator import as_list, pdb, pod
 
 @pytest.fixture
 def victim(emulator: Emulator) -> PodRef:
-    emulator.load(pod("web-1", node_name="n1", labels={"app": "web"}, grace_period=600))
+    emulator.load(pod("web-1", node_name="n1", labels={"app": "web"}, grace_period=600, ready=True))
     return ref_of(emulator, "default/web-1")
 
 

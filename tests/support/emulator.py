@@ -47,7 +47,10 @@ def pod(
     uid: str | None = None,
     grace_period: int | None = None,
     nominated_node: str | None = None,
+    ready: bool = False,
 ) -> dict[str, Any]:
+    """A pod; `ready` adds the Ready condition a kubelet reports once its containers are ready
+    (what a PodDisruptionBudget counts as healthy)."""
     spec: dict[str, Any] = {
         "schedulerName": "default-scheduler",
         "priority": priority,
@@ -62,6 +65,8 @@ def pod(
     status: dict[str, Any] = {"phase": phase or ("Running" if node_name else "Pending")}
     if nominated_node:
         status["nominatedNodeName"] = nominated_node
+    if ready:
+        status["conditions"] = [{"type": "Ready", "status": "True"}]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
