@@ -268,6 +268,9 @@ class EndInput:
     # its end, in one statement (earlier runs had each step append its own).
     victims: list[VictimFate] = field(default_factory=list)
     writes: list[Written] = field(default_factory=list)
+    # The runbook the run follows: from 2 on, a completed run ends at its last victim's
+    # delete, before its preemptor is bound, so its end says nothing of the bind.
+    runbook: int = 1
 
     def __post_init__(self) -> None:
         if self.outcome not in WORKFLOW_OUTCOMES:

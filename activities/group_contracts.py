@@ -140,6 +140,7 @@ class GroupEndInput:
     retryable: bool = True
     victims: list[VictimFate] = field(default_factory=list)  # as `EndInput.victims`
     writes: list[Written] = field(default_factory=list)
+    runbook: int = 1  # as `EndInput.runbook`
 
     def __post_init__(self) -> None:
         if self.outcome not in WORKFLOW_OUTCOMES:

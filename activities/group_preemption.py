@@ -430,6 +430,8 @@ class GroupPreemptionActivities:
             )
         elif request.outcome is Outcome.ABORTED:
             ended = Terminal(reason=request.message)
+        elif request.runbook >= 2:  # ends before the binds, which the trigger records
+            ended = Terminal(request.message)
         else:
             ended = Terminal(None if scheduled else request.message, preemptor_scheduled=scheduled)
         kind = KIND_OF_OUTCOME[request.outcome]

@@ -438,6 +438,8 @@ class PreemptionActivities:
             )
         elif request.outcome is Outcome.ABORTED:
             ended = Terminal(reason=request.message)
+        elif request.runbook >= 2:  # ends before the bind, which the trigger records
+            ended = Terminal(request.message)
         else:
             bound = request.scheduled_node is not None
             ended = Terminal(None if bound else request.message, preemptor_scheduled=bound)

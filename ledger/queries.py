@@ -30,7 +30,7 @@ from sqlalchemy import ColumnElement, Connection, Engine, and_, func, or_, selec
 
 from preemptctl.ledger.engine import translated_errors
 from preemptctl.ledger.events import RecordedEvent
-from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.kinds import TERMINAL_KINDS, EventKind
 from preemptctl.ledger.models import events
 from preemptctl.ledger.views import (
     AttemptView,
@@ -114,6 +114,21 @@ def recorded_event(row: Any) -> RecordedEvent:
         payload=row.payload,
         idempotency_key=row.idempotency_key,
     )
+
+
+def ended_runs(engine: Engine, preemption_ids: Sequence[str]) -> set[tuple[str, str]]:
+    """The runs of these preemptions that recorded their end, as (preemption ID, run ID).
+    One read on the preemption's index, whatever the number of preemptions asked."""
+    if not preemption_ids:
+        return set()
+    terminal = [kind.value for kind in TERMINAL_KINDS]
+    with translated_errors(engine), engine.connect() as connection:
+        rows = connection.execute(
+            select(events.c.preemption_id, events.c.run_id)
+            .where(events.c.preemption_id.in_(list(preemption_ids)))
+            .where(events.c.kind.in_(terminal))
+        ).all()
+    return {(str(row.preemption_id), str(row.run_id)) for row in rows}
 
 
 def recorded_attempt(engine: Engine, preemption_id: str, run_id: str) -> AttemptView | None:

@@ -53,9 +53,11 @@ from typing import Any
 
 from sqlalchemy import Engine
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.service import RPCError, RPCStatusCode
 
 from preemptctl.kube.view import ClusterView
+from preemptctl.ledger.kinds import DECISION_KINDS, TERMINAL_KINDS, EventKind
+from preemptctl.ledger.payloads import Terminal
+from preemptctl.ledger.views import AttemptView
 from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.ledger.writer import record_bound_after_end, record_scheduled
 from preemptctl.preemption.decision import PodRef, Strategy
@@ -64,6 +66,7 @@ from preemptctl.preemption.objects import Pod
 from preemptctl.worker.cancellation import cancel_and_wait
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
+from preemptctl.worker.run_ends import ASK_TEMPORAL_AFTER, RunEnds
 from preemptctl.worker.starter import (
     group_preemption_request,
     preemption_request,
@@ -139,6 +142,30 @@ def _awaits_bind(result: PreemptionResult | GroupPreemptionResult) -> bool:
     return result.runbook >= RUNBOOK and result.outcome == Outcome.COMPLETED and preempted
 
 
+def _attempt_awaits_bind(attempt: AttemptView) -> bool:
+    """As `_awaits_bind`, for a run the ledger tells: completed after preempting, with no
+    bind on record and an end that says nothing of one (a run of the one runbook)."""
+    if attempt.outcome is not Outcome.COMPLETED or attempt.scheduled_at is not None:
+        return False
+    if not any(victim.fate is not Fate.SPARED for victim in attempt.victims):
+        return False
+    end = next((e for e in reversed(attempt.events) if e.kind is EventKind.COMPLETED), None)
+    return end is not None and Terminal.from_json(end.payload).preemptor_scheduled is None
+
+
+def _end_message(attempt: AttemptView) -> str:
+    """How the run ended, in its own words: its end's reason or error, or its decision's
+    message when the decision ended it."""
+    for recorded in reversed(attempt.events):
+        if recorded.kind in DECISION_KINDS:
+            return str(recorded.payload.get("message") or "")
+        if recorded.kind in TERMINAL_KINDS:
+            ended = Terminal.from_json(recorded.payload)
+            if ended.reason or ended.error:
+                return ended.error or ended.reason or ""
+    return ""
+
+
 def group_signature(pending: PendingGroup) -> str:
     """What a pending group asks of the cluster: its priority and what each waiting member
     asks (`pod_signature`); a parked group is tried again when this changes (a member added,
@@ -190,6 +217,9 @@ class TriggerLoop:
         self._recheck_budget = recheck_budget
         self._eager_start = eager_start
         self._ledger = ledger
+        # The ends of the runs followed, from the ledger (no long poll on Temporal per run).
+        self._ends = RunEnds(ledger) if ledger is not None else None
+        self._watching_ends: asyncio.Task[None] | None = None
         self._lock = threading.Lock()
         self._pending: dict[str, PendingPod] = {}
         # Groups that need a group preemption, by group UID; the groups the loop has seen,
@@ -236,11 +266,17 @@ class TriggerLoop:
         self.resync()
         self._task = spawn("trigger-loop", self.run)
         self._housekeeping = spawn("trigger-housekeeping", self._housekeep)
+        if self._ends is not None:
+            self._watching_ends = spawn("trigger-ends", self._watch_ends)
 
     async def stop(self, drain: bool = True) -> None:
         """Stop starting preemptions; with `drain`, wait for the ones followed to finish
         (they go on in Temporal regardless: another worker picks them up)."""
-        loops = [task for task in (self._task, self._housekeeping) if task is not None]
+        loops = [
+            task
+            for task in (self._task, self._housekeeping, self._watching_ends)
+            if task is not None
+        ]
         if loops:
             await cancel_and_wait(loops, what="the trigger loop")
         if drain and self._in_flight:
@@ -467,6 +503,14 @@ class TriggerLoop:
             else:
                 self._refresh_groups()
             await self._start_due()
+
+    async def _watch_ends(self) -> None:
+        """Every tick while runs are followed: one look at the ledger for their ends
+        (`worker.run_ends`). Runs until cancelled."""
+        assert self._ends is not None
+        while True:
+            await asyncio.sleep(self._tick)
+            await self._ends.poll()
 
     # -- housekeeping: off the start path -------------------------------------------------------
 
@@ -713,8 +757,6 @@ class TriggerLoop:
         target = _Target(group.uid, group.key, group=group)
         request = group_preemption_request(group, settings, reason=pending.reason)
         try:
-            if await self._ended_too_recently(target, now):
-                return
             async with asyncio.timeout(RPC_TIMEOUT.total_seconds()):
                 handle = await start_group_preemption(
                     self._client, request, task_queue=settings.task_queue, eager=self._eager_start
@@ -747,20 +789,6 @@ class TriggerLoop:
         )
         self._metrics.in_flight.set(len(self._in_flight))
 
-    async def _ended_too_recently(self, target: _Target, now: float) -> bool:
-        """Whether another worker just finished this target's preemption, within its retry
-        backoff: our view may not show its effect yet, and the backoff counts for it too
-        (then held until the backoff has passed)."""
-        ended_ago = await self._seconds_since_last_run_ended(target.workflow_id)
-        if ended_ago is None:
-            return False
-        wait = self._book.current_delay(target.uid)
-        if ended_ago >= wait:
-            return False
-        with self._lock:
-            self._book.hold(target.uid, now + wait - ended_ago)
-        return True
-
     async def _start(self, pending: PendingPod, now: float) -> None:
         # Every step but the decision runs as a local activity unless
         # `Settings.local_activities` is false: it cuts the Temporal server's CPU per
@@ -773,8 +801,6 @@ class TriggerLoop:
             PodRef.of(pod), settings, reason=pending.reason, strategy=pending.strategy
         )
         try:
-            if await self._ended_too_recently(_Target(pod.uid, pod.key, pod=pod), now):
-                return
             async with asyncio.timeout(RPC_TIMEOUT.total_seconds()):
                 handle = await start_preemption(
                     self._client, request, task_queue=settings.task_queue, eager=self._eager_start
@@ -800,32 +826,26 @@ class TriggerLoop:
         self._in_flight[pod.uid] = asyncio.create_task(self._follow(target, handle, self._clock()))
         self._metrics.in_flight.set(len(self._in_flight))
 
-    async def _seconds_since_last_run_ended(self, workflow_id: str) -> float | None:
-        """How long ago the latest run of `workflow_id` closed; None if it runs or never
-        ran."""
-        handle = self._client.get_workflow_handle(workflow_id)
-        try:
-            description = await handle.describe(rpc_timeout=RPC_TIMEOUT)
-        except RPCError as error:
-            if error.status is RPCStatusCode.NOT_FOUND:
-                return None
-            raise
-        if description.close_time is None:
-            return None
-        return (datetime.now(UTC) - description.close_time).total_seconds()
-
     async def _follow(
         self, target: _Target, handle: WorkflowHandle[Any, Any], began: float
     ) -> None:
-        """Wait for the preemption's end, report it, and book it (`_ended`)."""
+        """Wait for the preemption's end, report it, and book it (`_ended`). The end is
+        read from the ledger (`worker.run_ends`); from Temporal when the loop has no ledger,
+        or the run recorded none."""
         fields: dict[str, Any] = {}
         outcome: str = Outcome.FAILED  # a failure that carries no result
         retryable, lost = True, False
         try:
-            result = await handle.result()
-            outcome, retryable, fields = self._read_any(result)
-            if _awaits_bind(result):
-                await self._record_the_bind(target, handle, fields)
+            attempt = await self._end_on_record(handle)
+            if attempt is not None:
+                outcome, retryable, fields = self._read_attempt(target, attempt)
+                if _attempt_awaits_bind(attempt):
+                    await self._record_the_bind(target, handle, fields)
+            else:
+                result = await handle.result()
+                outcome, retryable, fields = self._read_any(result)
+                if _awaits_bind(result):
+                    await self._record_the_bind(target, handle, fields)
         except WorkflowFailureError as error:
             # A failed preemption (an RBAC denial among them) carries its result in the
             # failure's details: read `retryable` there too, or a denial would back off and
@@ -861,6 +881,47 @@ class TriggerLoop:
         if self._loop is not None:
             self._wake.set()
 
+    async def _end_on_record(self, handle: WorkflowHandle[Any, Any]) -> AttemptView | None:
+        """The run's end as the ledger records it; None when the loop has no ledger, or the
+        run closed without recording one (then Temporal's result tells it)."""
+        run_id = handle.result_run_id
+        if self._ends is None or not run_id:
+            return None
+        while True:
+            attempt = await self._ends.wait(handle.id, run_id, ASK_TEMPORAL_AFTER)
+            if attempt is not None:
+                return attempt
+            description = await handle.describe(rpc_timeout=RPC_TIMEOUT)
+            if description.close_time is not None:
+                self._ends.forget(handle.id, run_id)
+                return None
+
+    def _read_attempt(
+        self, target: _Target, attempt: AttemptView
+    ) -> tuple[str, bool, dict[str, Any]]:
+        """Outcome, retryability and report fields of a run that ended, as the ledger tells
+        it; upstream's metrics of it observed."""
+        outcome = attempt.outcome or Outcome.FAILED
+        victims = [v.victim.key for v in attempt.victims if v.fate is not Fate.SPARED]
+        throttled = sum(1 for e in attempt.events if e.kind is EventKind.THROTTLED)
+        decided, finished = attempt.decided_at, attempt.finished
+        evaluation = (decided - attempt.started).total_seconds() if decided else None
+        execution = (
+            (finished - decided).total_seconds() if decided and finished and victims else None
+        )
+        self._observe(len(victims), throttled, outcome, evaluation, execution)
+        fields: dict[str, Any] = {"node": attempt.node, "victims": victims}
+        if target.group is not None:
+            summary = ((attempt.decision or {}).get("rationale") or {}).get("group") or {}
+            fields.update(
+                node=None,
+                members={m.pod: m.node for m in attempt.members},
+                bound=0,
+                minCount=int(summary.get("minCount") or 1),
+            )
+        fields["message"] = _end_message(attempt)
+        return str(outcome), attempt.retryable is not False, fields
+
     def _read_any(
         self, result: PreemptionResult | GroupPreemptionResult
     ) -> tuple[str, bool, dict[str, Any]]:
@@ -871,7 +932,13 @@ class TriggerLoop:
     def _read_group(self, result: GroupPreemptionResult) -> tuple[str, bool, dict[str, Any]]:
         """Outcome, retryability and report fields of a finished group preemption: its
         victims on every node, where it placed each member, how many are bound."""
-        self._observe(result.victims, result.throttled, result.outcome, result)
+        self._observe(
+            len(result.victims),
+            result.throttled,
+            result.outcome,
+            result.evaluation_seconds,
+            result.execution_seconds,
+        )
         fields = {
             "node": None,
             "victims": [v.pod.key for v in result.victims if v.fate is not Fate.SPARED],
@@ -885,7 +952,13 @@ class TriggerLoop:
     def _read(self, result: PreemptionResult) -> tuple[str, bool, dict[str, Any]]:
         """Outcome, retryability and report fields of a finished preemption's result."""
         victims = [v.pod.key for v in result.victims if v.fate is not Fate.SPARED]
-        self._observe(result.victims, result.throttled, result.outcome, result)
+        self._observe(
+            len(result.victims),
+            result.throttled,
+            result.outcome,
+            result.evaluation_seconds,
+            result.execution_seconds,
+        )
         fields = {
             "node": result.node,
             "victims": victims,
@@ -895,26 +968,23 @@ class TriggerLoop:
 
     def _observe(
         self,
-        victims: list[Any],
+        victims: int,
         throttled: int,
         outcome: str,
-        timed: PreemptionResult | GroupPreemptionResult,
+        evaluation_seconds: float | None,
+        execution_seconds: float | None,
     ) -> None:
         """Upstream's metrics of a finished preemption: its victims, its two step timings
         (labelled as upstream labels them: the preemption plugin, and how it went)."""
         if victims:
-            self._metrics.victims.observe(len(victims))
+            self._metrics.victims.observe(victims)
         if throttled:
             self._metrics.throttled.inc(throttled)
         plugin = "DefaultPreemption"
-        if timed.evaluation_seconds is not None:
-            self._metrics.evaluation_duration.labels(plugin, outcome).observe(
-                timed.evaluation_seconds
-            )
-        if timed.execution_seconds is not None:
-            self._metrics.execution_duration.labels(plugin, outcome).observe(
-                timed.execution_seconds
-            )
+        if evaluation_seconds is not None:
+            self._metrics.evaluation_duration.labels(plugin, outcome).observe(evaluation_seconds)
+        if execution_seconds is not None:
+            self._metrics.execution_duration.labels(plugin, outcome).observe(execution_seconds)
 
     def _ended(
         self, target: _Target, outcome: str, retryable: bool, fields: dict[str, Any], *, lost: bool

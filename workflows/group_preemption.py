@@ -509,6 +509,7 @@ class GroupRunbook(Runbook[GroupSelection, GroupPreemptionResult]):
                 retryable=stop.retryable,
                 victims=fates,
                 writes=writes,
+                runbook=RUNBOOK,
             ),
             f"ledger: {stop.outcome.value}",
             LEDGER_DEADLINE,

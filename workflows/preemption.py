@@ -530,6 +530,7 @@ class PodRunbook(Runbook[Selection, PreemptionResult]):
                 retryable=stop.retryable,
                 victims=fates,
                 writes=writes,
+                runbook=RUNBOOK,
             ),
             f"ledger: {stop.outcome.value}",
             LEDGER_DEADLINE,

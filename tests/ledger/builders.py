@@ -182,6 +182,52 @@ def completed_preemption(
     return story
 
 
+def one_runbook_completed(
+    preemption_id: str,
+    *,
+    preemptor: PodRef = API,
+    victims: Sequence[PodRef] = (BATCH_7, BATCH_8),
+    node: str = "node-3",
+    start: datetime = T0,
+    run_id: str = "run-1",
+) -> list[LedgerEvent]:
+    """A run of the one runbook that completed: its decision, then, with its end, the
+    nomination and each victim deleted, the end saying nothing of the bind (which comes
+    after, recorded by whoever sees it)."""
+    story = decision_events(
+        preemption_id, run_id, preemptor, four_candidate(preemptor, victims, node), start
+    )
+    at = start + timedelta(seconds=1)
+    story.append(
+        event(preemption_id, EventKind.NOMINATED, at, preemptor=preemptor, node=node, run_id=run_id)
+    )
+    for victim in victims:
+        story.append(
+            event(
+                preemption_id,
+                EventKind.VICTIM_DELETED,
+                at,
+                preemptor=preemptor,
+                node=node,
+                victim=victim,
+                run_id=run_id,
+            )
+        )
+    reason = f"{len(victims)} victim(s) preempted on {node} for {preemptor.key}"
+    story.append(
+        event(
+            preemption_id,
+            EventKind.COMPLETED,
+            at,
+            preemptor=preemptor,
+            node=node,
+            payload=Terminal(reason).to_json(),
+            run_id=run_id,
+        )
+    )
+    return story
+
+
 def retried(
     preemption_id: str,
     at: datetime,

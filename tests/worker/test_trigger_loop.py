@@ -1,8 +1,7 @@
 """The trigger loop against a stand-in Temporal client and view, on a fake clock.
 
 Scenarios:
-- an UNAVAILABLE answer to the pre-start describe() does not end the loop: the pod waits
-  out a 1 s backoff and its preemption starts after it;
+- nothing is asked of Temporal before a start (no describe, issue 29);
 - a failed start_workflow (Temporal unavailable) does not end the loop either;
 - losing track of a running preemption (its result unreadable while Temporal is
   unavailable) is not counted as an attempt, and the loop follows it again after 1 s;
@@ -40,6 +39,9 @@ Scenarios:
   nominated (their binds not yet seen) is not started again: not within the backoff, a
   resync meanwhile included, nor after it once the view shows them bound; and the loop is
   caught up;
+- with a ledger, a run's end is read from it (one look per tick for every run followed),
+  never from a long poll on Temporal; a run with no end on record past ASK_TEMPORAL_AFTER
+  is asked of Temporal;
 - a run of the one runbook (issue 29) ends at its last victim's delete: the loop follows it on
   until the watch shows its preemptor bound (a group: minCount of its placed members), then
   records the bind in the ledger (`preemptor_scheduled`, for that run) and reports it, and no
@@ -78,7 +80,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from preemptctl import migrations
 from preemptctl.ledger.engine import create_ledger_engine
+from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.kinds import EventKind
+from preemptctl.ledger.payloads import Terminal
 from preemptctl.ledger.queries import events_of
 from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.ledger.writer import append_batch
@@ -100,7 +104,13 @@ from preemptctl.workflows.contract import (
     PreemptionResult,
     VictimProgress,
 )
-from tests.ledger.builders import failed_attempt
+from tests.ledger.builders import (
+    TRAIN_A,
+    TRAIN_A_MEMBERS,
+    failed_attempt,
+    group_preemption,
+    one_runbook_completed,
+)
 from tests.preemption.builders import pod_group
 
 SETTINGS = Settings(min_priority=0, retry_backoff_max_seconds=300)
@@ -169,11 +179,13 @@ class FakeHandle:
     id: str
     outcome: asyncio.Future[Any]
     result_run_id: str = "run-1"
+    results_asked: int = 0  # long polls for the result
     closed_at: datetime | None = None
     signals: list[tuple[str, Any]] = field(default_factory=list)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def result(self) -> Any:
+        self.results_asked += 1
         return await self.outcome
 
     async def signal(self, signal: Any, arg: Any = None, *, args: Any = (), **kwargs: Any) -> None:
@@ -226,6 +238,7 @@ class FakeClient:
 
         class Handle:
             id = workflow_id
+            result_run_id = kwargs.get("run_id")
 
             async def describe(self, **kwargs: Any) -> Description:
                 client.describing.append(workflow_id)
@@ -364,17 +377,12 @@ def unavailable() -> RPCError:
     return RPCError("frontend restarting", RPCStatusCode.UNAVAILABLE, b"")
 
 
-async def test_unavailable_describe_does_not_end_the_loop(harness: Harness) -> None:
+async def test_nothing_is_asked_of_temporal_before_a_start(harness: Harness) -> None:
     harness.client.describe_errors.append(unavailable())
     harness.view.event("ADDED", pending_pod())
     harness.trigger.start()
-    async with asyncio.timeout(5):
-        while not harness.trigger._book.uids():
-            await asyncio.sleep(0)
-    assert not harness.trigger._book.due("uid-1", harness.clock.now + 0.9)
-    harness.advance(1.0)
     await harness.client.next_start(1)
-    assert harness.trigger._task is not None and not harness.trigger._task.done()
+    assert harness.client.describing == []
 
 
 async def test_failed_start_does_not_end_the_loop(harness: Harness) -> None:
@@ -571,7 +579,7 @@ async def test_parked_pods_being_rechecked_do_not_hold_up_a_start(harness: Harne
     harness.view.event("ADDED", pending_pod("new", "uid-new"))
     started = await harness.client.next_start(21)
     assert started.id == "preemption-default-new-uid-new"
-    assert len(harness.client.describing) - 1 == 4  # re-checks in flight: RECHECK_SLOTS
+    assert len(harness.client.describing) == 4  # re-checks in flight: RECHECK_SLOTS
 
 
 async def test_signalling_a_bound_preemptor_does_not_hold_up_a_start(harness: Harness) -> None:
@@ -656,11 +664,15 @@ async def test_a_parked_pod_bound_with_no_run_waiting_is_recorded_bound(
         tick=0.005,
         ledger=ledger,
     )
-    harness = Harness(view, client, clock, Metrics(), trigger, [])
     try:
-        [first] = await park(harness, "web")
+        view.event("ADDED", pending_pod("web", "uid-web"))
+        trigger.start()
+        first = await client.next_start(1)
         web = PodRef("default", "web", "uid-web")
         append_batch(ledger, failed_attempt(first.id, preemptor=web, start=datetime.now(UTC)))
+        async with asyncio.timeout(5):  # its end, read from the ledger, parks it
+            while not trigger.parked():
+                await asyncio.sleep(0.01)
         client.closed[first.id] = datetime.now(UTC) - timedelta(minutes=1)
         bound = pending_pod("web", "uid-web")
         bound["spec"]["nodeName"] = "node-2"
@@ -790,7 +802,7 @@ async def test_a_group_preemption_completed_before_its_binds_are_seen_is_not_run
     assert harness.trigger.caught_up()
 
 
-def one_runbook_completed(victims: int = 2) -> PreemptionResult:
+def one_runbook_result(victims: int = 2) -> PreemptionResult:
     deleted = [
         VictimProgress(PodRef("default", f"batch-{i}", f"uid-batch-{i}"), Fate.DELETED, node="n1")
         for i in range(victims)
@@ -836,8 +848,11 @@ async def test_a_completed_run_is_followed_until_its_preemptor_is_bound(tmp_path
             view.event("ADDED", pending_pod())
             trigger.start()
             handle = await client.next_start(1)
-            handle.outcome.set_result(one_runbook_completed())
-            await asyncio.sleep(0.05)
+            web = PodRef("default", "web", "uid-1", 1000)
+            batch = [PodRef("default", f"batch-{i}", f"uid-batch-{i}", 1) for i in range(2)]
+            ended = one_runbook_completed(handle.id, preemptor=web, victims=batch, node="node-2")
+            append_batch(ledger, ended)  # the run's end, as its last step records it
+            await asyncio.sleep(0.1)
             assert trigger.in_flight == 1 and trigger.finished == []  # waiting for the bind
             bound = pending_pod()
             bound["spec"]["nodeName"] = "node-2"
@@ -864,7 +879,7 @@ async def test_a_completed_run_whose_preemptor_is_never_bound_is_reported_so(
     harness.view.event("ADDED", pending_pod())
     harness.trigger.start()
     handle = await harness.client.next_start(1)
-    handle.outcome.set_result(one_runbook_completed())
+    handle.outcome.set_result(one_runbook_result())
     await asyncio.sleep(0.05)
     assert harness.trigger.finished == []
     harness.advance(SETTINGS.scheduled_wait_seconds)
@@ -872,6 +887,15 @@ async def test_a_completed_run_whose_preemptor_is_never_bound_is_reported_so(
         while not harness.trigger.finished:
             await asyncio.sleep(0.01)
     assert harness.trigger.finished[0]["message"] == "default/web was not bound within 300s"
+
+
+def train_a_member(index: int, node: str | None = None) -> dict[str, Any]:
+    """ml/train-a's member `index` (the ledger builders' gang), pending or bound to `node`."""
+    pod = member(f"train-a-{index}", "train-a")
+    pod["metadata"].update(namespace="ml", uid=TRAIN_A_MEMBERS[index].uid)
+    if node is not None:
+        pod["spec"]["nodeName"] = node
+    return pod
 
 
 async def test_a_group_run_is_followed_until_min_count_members_are_bound(
@@ -888,42 +912,41 @@ async def test_a_group_run_is_followed_until_min_count_members_are_bound(
             tick=0.005,
             ledger=ledger,
         )
-        harness = Harness(view, client, clock, Metrics(), trigger, [])
         try:
-            train_group(harness)
-            harness.view.event("ADDED", member("train-0"))
-            harness.view.event("ADDED", member("train-1"))
+            view.group(
+                pod_group("train-a", namespace="ml", priority=1000, min_count=4, uid=TRAIN_A.uid)
+            )
+            for i in range(4):
+                view.event("ADDED", train_a_member(i))
             trigger.start()
             handle = await client.next_start(1)
-            members = [
-                MemberProgress(PodRef("default", f"train-{i}", f"uid-train-{i}"), f"node-{i}")
-                for i in range(2)
-            ]
-            victim = VictimProgress(
-                PodRef("default", "low", "uid-low"), Fate.DELETED, node="node-0"
-            )
-            handle.outcome.set_result(
-                GroupPreemptionResult(
-                    Outcome.COMPLETED, "preempted", members, [victim], 2, runbook=RUNBOOK
+            story = group_preemption(handle.id, end=None)
+            story.append(
+                LedgerEvent(
+                    handle.id,
+                    "run-1",
+                    EventKind.COMPLETED,
+                    TRAIN_A.as_preemptor(),
+                    payload=Terminal("4 victim(s) preempted on 3 node(s)").to_json(),
+                    occurred_at=datetime.now(UTC),
                 )
             )
-            for i in range(2):
-                bound = member(f"train-{i}")
-                bound["spec"]["nodeName"] = f"node-{i}"
+            append_batch(ledger, story)
+            for i, node in enumerate(("node-1", "node-1", "node-2", "node-2")):
                 await asyncio.sleep(0.02)
-                assert trigger.finished == []  # minCount 2: not yet
-                view.event("MODIFIED", bound)
+                assert trigger.finished == []  # minCount 4: not yet
+                view.event("MODIFIED", train_a_member(i, node))
             async with asyncio.timeout(5):
                 while not trigger.finished:
                     await asyncio.sleep(0.01)
             [record] = trigger.finished
             assert (record["bound"], record["message"]) == (
-                2,
-                "default/train: 2 member(s) bound (minCount 2)",
+                4,
+                "ml/train-a: 4 member(s) bound (minCount 4)",
             )
             [(run_id, node, payload)] = scheduled_rows(ledger, handle.id)
-            assert (run_id, node, payload["membersBound"]) == ("run-1", None, 2)
-            assert client.signals == []
+            assert (run_id, node, payload["membersBound"]) == ("run-1", None, 4)
+            assert client.signals == [] and handle.results_asked == 0
         finally:
             await trigger.stop(drain=False)
 
