@@ -27,18 +27,21 @@ import logging
 import os
 import secrets
 import shutil
+import socket
 import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing import AuthenticationError
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
 log = logging.getLogger(__name__)
+
+ACCEPT_TICK = 0.5  # seconds the accepting thread waits before it looks whether it is closed
 
 Serve = Callable[[str, Any], Any]
 """What the main process does for a request: (operation name, argument) -> answer."""
@@ -96,7 +99,10 @@ class ViewChannelServer:
         self.address = ChannelAddress(
             os.path.join(self._directory, "view.sock"), secrets.token_bytes(32)
         )
-        self._listener = Listener(self.address.path, "AF_UNIX", authkey=self.address.authkey)
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._socket.bind(self.address.path)
+        self._socket.listen(64)
+        self._socket.settimeout(ACCEPT_TICK)  # so that the accepting thread sees it closed
         self._closed = threading.Event()
         self._open: set[Connection] = set()
         self._lock = threading.Lock()
@@ -111,14 +117,10 @@ class ViewChannelServer:
         """Stop listening and hang up on every workflow process (their calls in flight fail
         retryably, as when this process dies)."""
         self._closed.set()
-        # A thread blocked in accept() is not woken by closing the socket under it: a last
-        # connection of our own wakes it, and it sees it is closed.
-        with contextlib.suppress(OSError, EOFError, AuthenticationError):
-            Client(self.address.path, "AF_UNIX", authkey=self.address.authkey).close()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         with contextlib.suppress(OSError):
-            self._listener.close()
+            self._socket.close()
         with self._lock:
             connections, self._open = self._open, set()
         for connection in connections:
@@ -129,22 +131,28 @@ class ViewChannelServer:
     def _accept(self) -> None:
         while not self._closed.is_set():
             try:
-                connection = self._listener.accept()
-            except (OSError, EOFError, AuthenticationError):  # closed, or not one of ours
-                if self._closed.is_set():
-                    return
+                accepted, _ = self._socket.accept()
+            except TimeoutError:
                 continue
-            if self._closed.is_set():
-                connection.close()
+            except OSError:  # closed under it
                 return
+            accepted.settimeout(None)
             threading.Thread(
                 target=self._answer,
-                args=(connection,),
+                args=(Connection(accepted.detach()),),
                 name="preemptctl-view-channel-call",
                 daemon=True,
             ).start()
 
     def _answer(self, connection: Connection) -> None:
+        """Authenticate the caller (a workflow process of this replica proves it holds the
+        key, and learns this process does), then serve its calls until it hangs up."""
+        try:
+            deliver_challenge(connection, self.address.authkey)
+            answer_challenge(connection, self.address.authkey)
+        except (AuthenticationError, EOFError, OSError):
+            connection.close()
+            return
         with self._lock:
             if self._closed.is_set():
                 connection.close()
