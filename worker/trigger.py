@@ -902,7 +902,8 @@ class TriggerLoop:
         """Outcome, retryability and report fields of a run that ended, as the ledger tells
         it; upstream's metrics of it observed."""
         outcome = attempt.outcome or Outcome.FAILED
-        victims = [v.victim.key for v in attempt.victims if v.fate is not Fate.SPARED]
+        dry = outcome is Outcome.DRY_RUN  # its victims were chosen, never touched
+        victims = [v.victim.key for v in attempt.victims if dry or v.fate is not Fate.SPARED]
         throttled = sum(1 for e in attempt.events if e.kind is EventKind.THROTTLED)
         decided, finished = attempt.decided_at, attempt.finished
         evaluation = (decided - attempt.started).total_seconds() if decided else None

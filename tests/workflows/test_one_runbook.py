@@ -26,6 +26,7 @@ in tests/workflows/test_full_stack_groups.py):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -200,7 +201,18 @@ async def test_a_preemption_that_goes_through(run: Run) -> None:
 
 
 async def test_the_victims_but_the_last_run_in_parallel_sixteen_at_once(run: Run) -> None:
-    script = Script(selections=[decided(count=VICTIM_SLOTS + 5)])
+    full = asyncio.Event()
+
+    async def step(victim: VictimInput) -> VictimResult:
+        """Held until sixteen are in flight at once (or a second, if fewer ever are)."""
+        if script.running >= VICTIM_SLOTS:
+            full.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await full.wait()
+        return VictimResult(Fate.DELETED, "victim deleted", marked=True)
+
+    script = Script(selections=[decided(count=VICTIM_SLOTS + 5)], step=step)
     result = await run(script)
     assert result.outcome is Outcome.COMPLETED
     assert script.most_at_once == VICTIM_SLOTS

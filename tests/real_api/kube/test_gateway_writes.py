@@ -153,7 +153,8 @@ def test_another_nomination_is_kept_unless_overwritten(
     nominate(kube, ref, "node-a", overwrite=False)
     kept = nominate(kube, ref, "node-b", overwrite=False)
     assert (kept.effect, kept.previous) == (WriteEffect.KEPT_OTHER_NOMINATION, "node-a")
-    overwritten = nominate(kube, ref, "node-b", overwrite=True)
+    # Overwriting is one patch carrying the UID, no read: what the decision saw is named.
+    overwritten = nominate(kube, ref, "node-b", overwrite=True, seen="node-a")
     assert (overwritten.effect, overwritten.previous) == (WriteEffect.DONE, "node-a")
     assert read(admin, ref)["status"]["nominatedNodeName"] == "node-b"
 
@@ -214,14 +215,27 @@ def test_disruption_target_is_applied_as_upstream_writes_it(
     assert (FIELD_MANAGER, "Apply", "status") in owners
 
 
-def test_disruption_target_is_not_applied_twice(
+def test_disruption_target_applied_again_stays_one_condition(
     kube: KubeClient, admin: HttpApi, namespace: str, node: str
 ) -> None:
+    """The mark is one apply, no read first (issue 29): applied again (a step run again),
+    the condition stays one, under the one field manager."""
     ref = make_pod(admin, namespace, unique("victim"), node=node)
     add_disruption_target(kube, ref, "default-scheduler")
-    version = read(admin, ref)["metadata"]["resourceVersion"]
-    assert add_disruption_target(kube, ref, "default-scheduler").effect is WriteEffect.UNCHANGED
-    assert read(admin, ref)["metadata"]["resourceVersion"] == version
+    assert add_disruption_target(kube, ref, "default-scheduler").effect is WriteEffect.DONE
+    conditions = read(admin, ref)["status"].get("conditions") or []
+    assert [c["type"] for c in conditions].count(DISRUPTION_TARGET) == 1
+
+
+def test_a_victim_already_terminating_is_told_by_the_marks_answer(
+    kube: KubeClient, admin: HttpApi, namespace: str, node: str
+) -> None:
+    """The apply's answer is the pod as it is: one deleted already (terminating, as a real
+    API server keeps it until its kubelet finishes it) needs no DELETE."""
+    ref = make_pod(admin, namespace, unique("victim"), node=node)
+    assert delete_victim(kube, ref).effect is WriteEffect.DONE
+    marked = add_disruption_target(kube, ref, "default-scheduler")
+    assert marked.effect is WriteEffect.TERMINATING
 
 
 def test_disruption_target_is_removed(

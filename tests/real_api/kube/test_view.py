@@ -7,10 +7,10 @@ its PriorityClass and adds the not-ready/unreachable NoExecute tolerations, defa
 all of it as the planner needs it.
 
 Scenarios:
-- the view syncs every kind the planner reads; the PodGroup API the server serves
-  (`scheduling.k8s.io/v1alpha2` in 1.36) is not the one the product reads (`v1beta1`, 1.37's),
-  so PodGroups are counted absent, and a v1alpha2 PodGroup (its `disruptionMode` a string)
-  is refused by the decoder rather than misread;
+- the view syncs every kind the planner reads; PodGroups are watched at the version the
+  server serves (`scheduling.k8s.io/v1alpha2` in 1.36; `v1beta1` is 1.37's), discovered, and
+  a v1alpha2 PodGroup (its `disruptionMode` a string, `Pod` by default) is read in its own
+  shape;
 - a node: allocatable resources, allowed pods, labels, taints, unschedulable;
 - a bound, running pod: priority from its class, requests, node, phase and start time, QoS,
   the tolerations admission added, preemption policy;
@@ -35,7 +35,6 @@ from preemptctl.kube.deletion import delete_victim
 from preemptctl.kube.view import ClusterView
 from preemptctl.preemption.decision import PodRef
 from preemptctl.preemption.decode import decode_pod_group
-from preemptctl.preemption.errors import PlannerInputError
 from preemptctl.preemption.objects import Pod
 from preemptctl.preemption.selectors import label_selector_matches
 from tests.support.control_plane import (
@@ -137,13 +136,16 @@ def pod_of(view: ClusterView, uid: str) -> Pod:
         return snapshot.pods[uid]
 
 
-def test_every_kind_syncs_and_pod_groups_are_absent(view: ClusterView) -> None:
+def test_every_kind_syncs_and_pod_groups_are_watched_at_the_served_version(
+    view: ClusterView,
+) -> None:
     progress = view.sync_progress()
     assert all(kind["synced"] for kind in progress.values()), progress
-    assert progress["PodGroup"].get("absent") is True
+    assert "absent" not in progress["PodGroup"]
+    assert progress["PodGroup"]["version"] == "scheduling.k8s.io/v1alpha2"  # no v1beta1 in 1.36
 
 
-def test_a_pod_group_of_the_served_version_is_refused_not_misread(
+def test_a_pod_group_of_the_served_version_is_read_in_its_own_shape(
     control_plane: ControlPlane, admin: HttpApi, cluster: dict[str, str]
 ) -> None:
     served = admin.create(
@@ -156,8 +158,8 @@ def test_a_pod_group_of_the_served_version_is_refused_not_misread(
         },
     )
     assert served["spec"]["disruptionMode"] == "Pod"  # v1alpha2: a string, defaulted
-    with pytest.raises(PlannerInputError, match="disruptionMode"):
-        decode_pod_group(served)
+    group = decode_pod_group(served)
+    assert (group.gang, group.min_count, group.disruption_all) == (True, 2, False)
 
 
 def test_a_node_is_read_with_its_resources_labels_and_taints(view: ClusterView) -> None:
