@@ -807,7 +807,14 @@ def test_a_bookmark_after_a_change_not_seen(sides: list[Side]) -> None:
                     "timeoutSeconds": "4",
                     "fieldSelector": "metadata.name=nothing-by-this-name",
                 },
-                until=lambda event: event["type"] == "BOOKMARK" and bool(unseen),
+                # until a bookmark past the change (one sent before it, but read after it
+                # was made, is not the answer: the watch reads on)
+                until=lambda event: (
+                    event["type"] == "BOOKMARK"
+                    and bool(unseen)
+                    and int(event["object"]["metadata"]["resourceVersion"])
+                    >= int(unseen[0]["metadata"]["resourceVersion"])
+                ),
                 timeout=8,
             )
         finally:
