@@ -1,5 +1,6 @@
 """What a workflow process asks of the process that holds the cluster view, over a local
-channel (issue 29): the select, and where a preemptor (or a pod group) stands.
+channel (issue 29): the select, and where a preemptor (or a pod group) stands; and what that
+process asks of a workflow process: to start a preemption, so that the start is eager.
 
 A replica runs its workflows and their local activities in workflow processes, and holds its
 one cluster view, its decision path and its claims in the main process
@@ -12,6 +13,13 @@ only this user can read): the main process decides exactly as before (the same a
 method, the same lock, queue, claims and write-ahead), and the answer comes back in the
 time of a local call. The victims' steps ask the same channel whether the room is still
 needed, answered from the view (no GET of the preemptor per victim).
+
+The other way round: a start is eager only through the client of the worker that runs the
+workflow, and the trigger loop that starts preemptions is the main process's. So each
+workflow process also holds one connection on which it serves the main process
+(`ViewChannel.serve_main`); the main process hands a start to one of them, in turn
+(`ViewChannelServer.ask`), and the first workflow task comes back in the start's answer, to
+the worker that will run it.
 
 Both ends are ours and of one version (the workflow processes are forked from the main
 one), so requests and answers are pickled dataclasses. A failure the main process raised
@@ -41,6 +49,8 @@ from temporalio.exceptions import ApplicationError
 
 log = logging.getLogger(__name__)
 
+SERVE = "serve the main process"  # a workflow process's first word on its serving connection
+SERVES = object()
 ACCEPT_TICK = 0.5  # seconds the accepting thread waits before it looks whether it is closed
 
 Serve = Callable[[str, Any], Any]
@@ -106,6 +116,9 @@ class ViewChannelServer:
         self._closed = threading.Event()
         self._open: set[Connection] = set()
         self._lock = threading.Lock()
+        # Connections on which a workflow process serves this one (`ask`), each with its lock.
+        self._served_by: list[tuple[Connection, threading.Lock]] = []
+        self._turn = 0
         self._thread = threading.Thread(
             target=self._accept, name="preemptctl-view-channel", daemon=True
         )
@@ -123,6 +136,8 @@ class ViewChannelServer:
             self._socket.close()
         with self._lock:
             connections, self._open = self._open, set()
+            connections |= {connection for connection, _ in self._served_by}
+            self._served_by = []
         for connection in connections:
             with contextlib.suppress(OSError):
                 connection.close()
@@ -158,24 +173,60 @@ class ViewChannelServer:
                 connection.close()
                 return
             self._open.add(connection)
+        serving = kept = False
         try:
-            self._serve_calls(connection)
+            serving = self._serve_calls(connection) is SERVES
         finally:
             with self._lock:
                 self._open.discard(connection)
-            with contextlib.suppress(OSError):
-                connection.close()
+                kept = serving and not self._closed.is_set()
+                if kept:  # this process asks on it from now on (`ask`)
+                    self._served_by.append((connection, threading.Lock()))
+            if not kept:
+                with contextlib.suppress(OSError):
+                    connection.close()
 
-    def _serve_calls(self, connection: Connection) -> None:
+    def _serve_calls(self, connection: Connection) -> object:
+        """Answer the calls on `connection` until it hangs up; `SERVES` when its first word
+        says the workflow process serves this one on it instead."""
+        first = True
         while not self._closed.is_set():
             try:
                 operation, argument = connection.recv()
             except (EOFError, OSError, TypeError):  # hung up (or closed under the read)
-                return
+                return None
+            if first and operation == SERVE:
+                return SERVES
+            first = False
             try:
                 connection.send(self._answer_to(operation, argument))
             except (OSError, ValueError):
-                return
+                return None
+        return None
+
+    def ask(self, operation: str, argument: Any, timeout: float) -> Any:
+        """A workflow process's answer to `operation` on `argument` (each asked in turn);
+        `NoWorkflowProcess` when none serves (none started yet, or every one gone)."""
+        while True:
+            with self._lock:
+                if not self._served_by:
+                    raise NoWorkflowProcess("no workflow process serves this one yet")
+                self._turn = (self._turn + 1) % len(self._served_by)
+                connection, lock = self._served_by[self._turn]
+            try:
+                with lock:
+                    connection.send((operation, argument))
+                    if not connection.poll(timeout):
+                        raise TimeoutError(f"no answer to {operation} within {timeout:g}s")
+                    answer = connection.recv()
+            except (EOFError, OSError, ValueError):
+                with self._lock:  # gone: the next one is asked
+                    if (connection, lock) in self._served_by:
+                        self._served_by.remove((connection, lock))
+                continue
+            if isinstance(answer, _Failed):
+                raise ApplicationError(answer.message, type=answer.type)
+            return answer
 
     def _answer_to(self, operation: str, argument: Any) -> Any:
         """What the main process answers: its result, or its failure as the step raises it."""
@@ -192,6 +243,10 @@ class ViewChannelServer:
         except Exception as error:  # a bug: retryable, with its words
             log.exception("the view channel failed to serve %s", operation)
             return _Failed(f"{type(error).__name__}: {error}", None, False, None)
+
+
+class NoWorkflowProcess(Exception):
+    """No workflow process serves the main process (yet): do it otherwise."""
 
 
 class ViewChannel:
@@ -223,6 +278,30 @@ class ViewChannel:
                 next_retry_delay=timedelta(seconds=delay) if delay is not None else None,
             )
         return answer
+
+    def serve_main(self, serve: Serve, stopped: threading.Event) -> None:
+        """Serve the main process's requests (`ViewChannelServer.ask`) until `stopped`, on a
+        connection of its own, connecting again if it drops (run it in a thread)."""
+        while not stopped.is_set():
+            try:
+                connection = Client(self._address.path, "AF_UNIX", authkey=self._address.authkey)
+            except (OSError, EOFError, AuthenticationError):
+                stopped.wait(1.0)
+                continue
+            with connection:
+                try:
+                    connection.send((SERVE, None))
+                    while not stopped.is_set():
+                        if not connection.poll(ACCEPT_TICK):
+                            continue
+                        operation, argument = connection.recv()
+                        try:
+                            answer: Any = serve(operation, argument)
+                        except Exception as error:  # told to the main process, as a failure
+                            answer = _Failed(f"{type(error).__name__}: {error}", None, False, None)
+                        connection.send(answer)
+                except (EOFError, OSError):
+                    stopped.wait(1.0)
 
     def _connection(self) -> Connection:
         connection: Connection | None = getattr(self._local, "connection", None)

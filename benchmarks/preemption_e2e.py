@@ -89,7 +89,7 @@ from preemptctl.preemption.decision import PodRef, Strategy, Verdict
 from preemptctl.preemption.planner import plan_for
 from preemptctl.worker.config import load_settings
 from preemptctl.worker.metrics import Metrics
-from preemptctl.worker.starter import start_preemption
+from preemptctl.worker.starter import Starts
 from preemptctl.worker.supervisor import Supervisor
 from preemptctl.worker.temporal_binary import temporal_cli
 from preemptctl.worker.temporal_worker import Role, build_worker, with_cached_hints
@@ -619,6 +619,9 @@ async def run_durable(
             if profiles is not None:
                 profiles.start()
             started: dict[str, float] = {}
+            # As the trigger loop starts them: eagerly, in the workflow process when there is
+            # one (handed over the view channel), else through this process's worker.
+            starts = Starts(client, "bench", eager=not processes, workflow_processes=channel)
             began = time.time()
 
             async def start(i: int) -> Any:
@@ -636,14 +639,12 @@ async def run_durable(
                     runbook=RUNBOOK,  # as the trigger starts it
                 )
                 started[preemptor.name] = time.time()
-                return await start_preemption(
-                    client, request, task_queue="bench", eager=not processes
-                )
+                return await starts.preemption(request)
 
             handles = await asyncio.gather(*(start(i) for i in range(count)))
             all_started = time.time() - began
             # The SDK marks a handle whose start came back with the first workflow task.
-            eager = sum(1 for h in handles if getattr(h, "__temporal_eagerly_started", False))
+            eager = starts.eagerly
             # Each run's end is in the ledger, as the trigger loop learns it: no result long
             # poll per run (read below, once the meter has stopped).
             await ends_recorded(url, count, timeout=max(60.0, 4 * count / rate))

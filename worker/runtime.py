@@ -35,6 +35,7 @@ from preemptctl.worker.config import Settings
 from preemptctl.worker.connections import StartupError
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.probes import ProbeServer, loop_answers, open_probe_server
+from preemptctl.worker.starter import Starts
 from preemptctl.worker.supervisor import Supervisor
 from preemptctl.worker.temporal_worker import (
     Role,
@@ -306,9 +307,15 @@ async def running_controller(
                     metrics,
                     report=report,
                     recheck_parked_every=recheck_parked_every,
-                    # An eager start hands the first workflow task to a worker of this
-                    # process: there is none when the workflows run elsewhere.
-                    eager_start=processes is None,
+                    # Eager: the first workflow task comes back in the start's answer, to
+                    # the worker that runs the workflows: this process's, or handed to a
+                    # workflow process to start there (`worker.starter.Starts`).
+                    starts=Starts(
+                        client,
+                        settings.task_queue,
+                        eager=processes is None,
+                        workflow_processes=channel,
+                    ),
                     ledger=ledger,
                 )
                 trigger.start(supervisor.spawn)

@@ -9,6 +9,11 @@ older run's; only which pod, why, and who started it come from the caller.
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import (
     SearchAttributePair,
@@ -16,6 +21,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
 )
 
+from preemptctl.activities.view_channel import NoWorkflowProcess, ViewChannelServer
 from preemptctl.preemption.decision import PodRef, Strategy
 from preemptctl.preemption.group_decision import GroupRef
 from preemptctl.worker.config import Settings
@@ -32,6 +38,12 @@ from preemptctl.workflows.contract import (
 )
 from preemptctl.workflows.group_preemption import GroupPreemptionWorkflow
 from preemptctl.workflows.preemption import PreemptionWorkflow
+
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=4)
+"""How long a workflow task may go unanswered before another worker takes it. A preemption
+is one workflow task whose steps are local activities (longer ones are extended by the SDK
+as they run): when its worker dies mid-way, this is how soon another runs it again (the
+server's default, 10 s, was the whole of the recovery time)."""
 
 
 def preemption_request(
@@ -105,6 +117,7 @@ async def start_preemption(
             + ("; dry run" if request.dry_run else "")
         ),
         request_eager_start=eager,
+        task_timeout=WORKFLOW_TASK_TIMEOUT,
     )
 
 
@@ -169,4 +182,102 @@ async def start_group_preemption(
             f"{request.reason}" + ("; dry run" if request.dry_run else "")
         ),
         request_eager_start=eager,
+        task_timeout=WORKFLOW_TASK_TIMEOUT,
     )
+
+
+@dataclass(frozen=True)
+class Started:
+    """A start made in a workflow process: the run, and whether its first workflow task
+    came back in the start's answer (eager)."""
+
+    workflow_id: str
+    run_id: str
+    eager: bool
+
+
+class Starts:
+    """How the trigger loop starts preemptions: eagerly, through the client of the worker
+    that runs the workflows (this process's own, or a workflow process's, handed over the
+    view channel, `activities.view_channel`). Where no workflow process serves yet, the
+    start goes through this process's client, not eagerly."""
+
+    def __init__(
+        self,
+        client: Client,
+        task_queue: str,
+        *,
+        eager: bool = True,
+        workflow_processes: ViewChannelServer | None = None,
+    ) -> None:
+        self._client = client
+        self._task_queue = task_queue
+        self._eager = eager
+        self._processes = workflow_processes
+        self.eagerly = 0  # starts whose first workflow task came back in their answer
+
+    async def preemption(
+        self, request: PreemptionRequest
+    ) -> WorkflowHandle[PreemptionWorkflow, PreemptionResult]:
+        started = await self._in_a_workflow_process("start_preemption", request)
+        if started is not None:
+            return self._client.get_workflow_handle_for(
+                PreemptionWorkflow.run, started.workflow_id, run_id=started.run_id
+            )
+        handle = await start_preemption(
+            self._client, request, task_queue=self._task_queue, eager=self._eager
+        )
+        self.eagerly += bool(getattr(handle, "__temporal_eagerly_started", False))
+        return handle
+
+    async def group_preemption(
+        self, request: GroupPreemptionRequest
+    ) -> WorkflowHandle[GroupPreemptionWorkflow, GroupPreemptionResult]:
+        started = await self._in_a_workflow_process("start_group_preemption", request)
+        if started is not None:
+            return self._client.get_workflow_handle_for(
+                GroupPreemptionWorkflow.run, started.workflow_id, run_id=started.run_id
+            )
+        handle = await start_group_preemption(
+            self._client, request, task_queue=self._task_queue, eager=self._eager
+        )
+        self.eagerly += bool(getattr(handle, "__temporal_eagerly_started", False))
+        return handle
+
+    async def _in_a_workflow_process(self, operation: str, request: Any) -> Started | None:
+        if self._processes is None:
+            return None
+        try:
+            started: Started = await asyncio.to_thread(
+                self._processes.ask, operation, request, START_SECONDS
+            )
+        except NoWorkflowProcess:
+            return None
+        self.eagerly += started.eager
+        return started
+
+
+START_SECONDS = 10.0  # how long a start handed to a workflow process may take
+
+
+def start_in_this_process(client: Client, task_queue: str, loop: asyncio.AbstractEventLoop) -> Any:
+    """What a workflow process answers the main process's starts with (`Starts`), from the
+    thread that serves it: the start, made through this process's client on its event
+    loop, eagerly (this process's worker takes the first workflow task)."""
+
+    def start(operation: str, request: Any) -> Started:
+        async def started() -> Started:
+            if operation == "start_group_preemption":
+                handle: WorkflowHandle[Any, Any] = await start_group_preemption(
+                    client, request, task_queue=task_queue, eager=True
+                )
+            elif operation == "start_preemption":
+                handle = await start_preemption(client, request, task_queue=task_queue, eager=True)
+            else:
+                raise ValueError(f"no such start: {operation!r}")
+            eager = bool(getattr(handle, "__temporal_eagerly_started", False))
+            return Started(handle.id, handle.result_run_id or "", eager)
+
+        return asyncio.run_coroutine_threadsafe(started(), loop).result(START_SECONDS)
+
+    return start

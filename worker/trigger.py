@@ -67,12 +67,7 @@ from preemptctl.worker.cancellation import cancel_and_wait
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.run_ends import ASK_TEMPORAL_AFTER, RunEnds
-from preemptctl.worker.starter import (
-    group_preemption_request,
-    preemption_request,
-    start_group_preemption,
-    start_preemption,
-)
+from preemptctl.worker.starter import Starts, group_preemption_request, preemption_request
 from preemptctl.worker.trigger_rules import (
     GroupKey,
     Parked,
@@ -198,6 +193,7 @@ class TriggerLoop:
         recheck_budget: float = RECHECK_BUDGET,
         eager_start: bool = True,
         ledger: Engine | None = None,
+        starts: Starts | None = None,
     ) -> None:
         """`recheck_parked_every`: how often the parked pods' workflows are described for a
         run a person started (default: every `resync_every`; dev mode looks every second);
@@ -215,7 +211,7 @@ class TriggerLoop:
         self._resync_every = resync_every
         self._recheck_every = resync_every if recheck_parked_every is None else recheck_parked_every
         self._recheck_budget = recheck_budget
-        self._eager_start = eager_start
+        self._starts = starts or Starts(client, settings.task_queue, eager=eager_start)
         self._ledger = ledger
         # The ends of the runs followed, from the ledger (no long poll on Temporal per run).
         self._ends = RunEnds(ledger) if ledger is not None else None
@@ -758,9 +754,7 @@ class TriggerLoop:
         request = group_preemption_request(group, settings, reason=pending.reason)
         try:
             async with asyncio.timeout(RPC_TIMEOUT.total_seconds()):
-                handle = await start_group_preemption(
-                    self._client, request, task_queue=settings.task_queue, eager=self._eager_start
-                )
+                handle = await self._starts.group_preemption(request)
         except Exception as error:  # Temporal unavailable or slow: try this group later
             with self._lock:
                 delay = self._book.start_failed(group.uid, now)
@@ -802,9 +796,7 @@ class TriggerLoop:
         )
         try:
             async with asyncio.timeout(RPC_TIMEOUT.total_seconds()):
-                handle = await start_preemption(
-                    self._client, request, task_queue=settings.task_queue, eager=self._eager_start
-                )
+                handle = await self._starts.preemption(request)
         except Exception as error:  # Temporal unavailable or slow: try this pod later
             with self._lock:
                 delay = self._book.start_failed(pod.uid, now)

@@ -24,6 +24,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -35,6 +36,7 @@ from preemptctl.worker.config import Settings
 from preemptctl.worker.connections import StartupError, connect_cluster, connect_temporal
 from preemptctl.worker.logs import configure_logging
 from preemptctl.worker.metrics import FamilyReport, Metrics, report_of
+from preemptctl.worker.starter import start_in_this_process
 from preemptctl.worker.temporal_worker import Role, build_worker, preemption_activities
 
 log = logging.getLogger("preemptctl")
@@ -103,6 +105,7 @@ async def serve(
     """Connect, poll the workflows' task queue and report, until SIGTERM, SIGINT, or the main
     process no longer reads; then drain and return."""
     stop = asyncio.Event()
+    serving = threading.Event()  # set: stop serving the main process's starts
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
@@ -136,24 +139,31 @@ async def serve(
         )
         # A view never started: the view is the main process's alone, asked over the view
         # channel; without one, every look-up misses and asks the API server instead.
+        to_main = ViewChannel(view_channel) if view_channel is not None else None
         activities = preemption_activities(
-            settings,
-            kube,
-            ClusterView(kube, kinds=()),
-            ledger,
-            view_channel=ViewChannel(view_channel) if view_channel is not None else None,
+            settings, kube, ClusterView(kube, kinds=()), ledger, view_channel=to_main
         )
         async with build_worker(
             client, activities, task_queue=settings.task_queue, role=Role.WORKFLOWS
         ):
             ready = True
             log.info("%s ready: workflows of task queue %s", name, settings.task_queue)
+            if to_main is not None:  # the main process's starts, made here: eager
+                serve_main = threading.Thread(
+                    target=to_main.serve_main,
+                    args=(start_in_this_process(client, settings.task_queue, loop), serving),
+                    name="serve-main",
+                    daemon=True,
+                )
+                serve_main.start()
             await stop.wait()
+            serving.set()
             ready = False
             log.info("%s stopping: draining the steps in flight", name)
         await asyncio.to_thread(activities.close)
     finally:
         stop.set()
+        serving.set()
         reporting.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reporting
