@@ -69,7 +69,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from preemptctl.ledger.engine import create_ledger_engine, default_sqlite_path, display_url
+from preemptctl.ledger.engine import create_ledger_engine, dev_ledger_directory, display_url
 from preemptctl.migrations import upgrade
 from preemptctl.worker.cancellation import cancel_and_wait
 from preemptctl.worker.config import ConfigError, Settings, load_settings
@@ -254,7 +254,7 @@ def run_ledger_url(now: datetime | None = None) -> str:
     directory), named by its start time: dev's cluster and Temporal server live as long as
     the run, so its ledger holds that run's story alone and outlives it for `history`."""
     moment = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H%M%SZ")
-    path = default_sqlite_path().parent / "dev" / f"ledger-{moment}-{secrets.token_hex(2)}.sqlite"
+    path = dev_ledger_directory() / f"ledger-{moment}-{secrets.token_hex(2)}.sqlite"
     return f"sqlite:///{path}"
 
 

@@ -12,10 +12,14 @@ masked (`ledger.engine.masked_url`): a password in it is never printed.
 
 The database is `--database-url`, else `PREEMPT_DATABASE_URL`, else (history and explain)
 the settings file's `database_url`, else the embedded SQLite file
-(`ledger.engine.default_sqlite_path`). Every flag value is validated here rather than
-by argparse `type=`/`choices=`, because argparse reports a bad value in two lines (usage
-and error) and the CLI promises one. A database that cannot be reached is exit 1 (a runtime
-failure); a URL, flag or schema that is wrong is exit 2 (the command line must change).
+(`ledger.engine.default_sqlite_path`) or, when the newest `preemptctl dev` run's ledger was
+written after it (or it does not exist), that run's, said in one line on stderr
+(`ledger.engine.unnamed_ledger`): the same for `replay --decision` and `compare`.
+
+Every flag value is validated here rather than by argparse `type=`/`choices=`, because
+argparse reports a bad value in two lines (usage and error) and the CLI promises one. A
+database that cannot be reached is exit 1 (a runtime failure); a URL, flag or schema that is
+wrong is exit 2 (the command line must change).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -38,13 +43,16 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from preemptctl import migrations
 from preemptctl.ledger.engine import (
+    DATABASE_URL_ENV,
     configured_url,
     create_ledger_engine,
+    dev_ledger_directory,
     display_url,
     masked_url,
     normalise_url,
     sqlite_path,
     translated_errors,
+    unnamed_ledger,
 )
 from preemptctl.ledger.errors import LedgerError, LedgerUnavailableError
 from preemptctl.ledger.narrative import (
@@ -83,7 +91,7 @@ def register(subparsers: Any) -> None:
         help="create or upgrade the ledger's schema (Alembic, to head)",
         description="Upgrade the ledger database to the newest schema. Safe to run again.",
     )
-    _database_flag(migrate)
+    _database_flag(migrate, reading=False)
     migrate.set_defaults(handler=run_migrate)
 
     past = subparsers.add_parser(
@@ -145,11 +153,19 @@ def register(subparsers: Any) -> None:
     why.set_defaults(handler=run_explain)
 
 
-def _database_flag(parser: argparse.ArgumentParser) -> None:
+READ_DATABASE_HELP = (
+    "ledger database (default: $PREEMPT_DATABASE_URL, else the embedded SQLite file, or the "
+    "newest `preemptctl dev` run's ledger when it is newer)"
+)
+
+
+def _database_flag(parser: argparse.ArgumentParser, *, reading: bool = True) -> None:
     parser.add_argument(
         "--database-url",
         metavar="URL",
-        help="ledger database (default: $PREEMPT_DATABASE_URL, else an embedded SQLite file)",
+        help=READ_DATABASE_HELP
+        if reading
+        else "ledger database (default: $PREEMPT_DATABASE_URL, else the embedded SQLite file)",
     )
 
 
@@ -251,17 +267,50 @@ def _url(args: argparse.Namespace) -> str:
     return url
 
 
+def reading_url(args: argparse.Namespace) -> str:
+    """The ledger a reading command opens: the one named (--database-url, the settings
+    file's, PREEMPT_DATABASE_URL), else `unnamed_ledger`'s choice; when that is a dev run's
+    ledger, one line on stderr says which, so nobody reads a ledger unaware."""
+    if args.database_url or os.environ.get(DATABASE_URL_ENV):
+        return _url(args)
+    unnamed = unnamed_ledger()
+    if unnamed.dev:
+        print(
+            f"reading {unnamed.url}, the newest `preemptctl dev` run's ledger (none named: "
+            "--database-url or PREEMPT_DATABASE_URL names another)",
+            file=sys.stderr,
+        )
+    return unnamed.url
+
+
+def _missing(path: Path, named: bool) -> str:
+    """Why a SQLite ledger that is not there cannot be read, and what to do: `migrate` only
+    for a worker's ledger, never for a dev run's (a dev run makes its own)."""
+    directory = dev_ledger_directory()
+    if path.parent == directory:
+        return f"no ledger at {path}: that `preemptctl dev` run's ledger was removed"
+    if named:
+        return f"no ledger at {path}; run `preemptctl migrate` first"
+    return (
+        f"no ledger at {path}, and no `preemptctl dev` run has left one in {directory}: "
+        "name the worker's ledger with --database-url or PREEMPT_DATABASE_URL, or run "
+        "`preemptctl dev` (each run records in a ledger of its own)"
+    )
+
+
 @contextmanager
 def open_ledger(args: argparse.Namespace) -> Iterator[Engine]:
-    """An engine on a reachable, migrated ledger, or a one-line `UsageError` saying why not.
+    """An engine on a reachable, migrated ledger (`reading_url`), or a one-line `UsageError`
+    saying why not.
 
     A missing SQLite file is reported rather than created: reading must not leave an empty
     ledger behind that a later `migrate` would be mistaken to have filled.
     """
-    url = _url(args)
+    named = bool(args.database_url or os.environ.get(DATABASE_URL_ENV))
+    url = reading_url(args)
     path = sqlite_path(normalise_url(url))
     if path is not None and not path.exists():
-        raise UsageError(f"no ledger at {path}; run `preemptctl migrate` first")
+        raise UsageError(_missing(path, named))
     engine = create_ledger_engine(url, pool_size=1)
     try:
         with translated_errors(engine):

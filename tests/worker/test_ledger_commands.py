@@ -3,6 +3,9 @@
 Scenarios:
 - migrate brings an empty Postgres database to head and says so; running it again is harmless
 - migrate with no URL creates the embedded SQLite ledger under $XDG_STATE_HOME
+- with no ledger named, history, explain, compare and replay --decision read the newest
+  `preemptctl dev` run's ledger, saying which on stderr, unless the embedded ledger was
+  written after it
 - PREEMPT_DATABASE_URL selects the database; --database-url overrides it
 - a postgresql:// URL (no driver) works
 - history prints a table, most recent first: a header line per preemption (preemptor, ID,
@@ -25,7 +28,8 @@ Scenarios:
 - explain tells a preemptor's story: decision, victims' fates, scheduling
 - each bad input exits 2 with one line naming the problem: unparseable --since (or one
   reaching back 800000 days), unknown --outcome, bad --limit (a superscript digit, a huge
-  number), malformed pod, unmigrated database, missing SQLite ledger, unsupported URL, a URL
+  number), malformed pod, unmigrated database, missing SQLite ledger (never sent to
+  `migrate` when none is named, nor for a dev run's), unsupported URL, a URL
   with a bad port or connect_timeout (its password never shown), a pod not in the ledger,
   an unknown -o format, a settings file that cannot be read
 - an unreachable database is a runtime failure: one line, exit 1
@@ -64,6 +68,7 @@ import yaml
 
 from preemptctl import migrations
 from preemptctl.ledger.engine import DATABASE_URL_ENV, create_ledger_engine
+from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import Terminal
 from preemptctl.ledger.vocabulary import Outcome
@@ -394,8 +399,78 @@ def test_a_missing_embedded_ledger_exits_2_and_is_not_created(
 ) -> None:
     code, _, err = _run(capsys, "explain", "prod/api-0")
     assert (code, err.count("\n")) == (2, 1)
-    assert "run `preemptctl migrate` first" in err
-    assert not (tmp_path / "state" / "preemptctl" / "ledger.sqlite").exists()
+    state = tmp_path / "state" / "preemptctl"
+    assert err == (
+        f"preemptctl explain: no ledger at {state / 'ledger.sqlite'}, and no `preemptctl dev` "
+        f"run has left one in {state / 'dev'}: name the worker's ledger with --database-url or "
+        "PREEMPT_DATABASE_URL, or run `preemptctl dev` (each run records in a ledger of its "
+        "own)\n"
+    )
+    assert "migrate" not in err  # an empty ledger would answer nothing
+    assert not (state / "ledger.sqlite").exists()
+
+
+def _sqlite_ledger(path: Path, story: list[LedgerEvent], written: float) -> str:
+    """A migrated SQLite ledger at `path` holding `story`, last written at `written`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    url = f"sqlite:///{path}"
+    migrations.upgrade(url)
+    engine = create_ledger_engine(url)
+    append_batch(engine, story)
+    engine.dispose()
+    for file in path.parent.glob(f"{path.name}*"):
+        os.utime(file, (written, written))
+    return url
+
+
+def test_with_no_ledger_named_the_newest_dev_runs_is_read_and_named(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    dev = tmp_path / "state" / "preemptctl" / "dev"
+    _sqlite_ledger(
+        dev / "ledger-2026-12-01T100000Z-aaaa.sqlite", completed_preemption("p-old"), 1e9
+    )
+    newest = dev / "ledger-2026-12-02T100000Z-0000.sqlite"
+    _sqlite_ledger(newest, completed_preemption("p-new"), 1e9 - 60)
+    notice = (
+        f"reading sqlite:///{newest}, the newest `preemptctl dev` run's ledger (none named: "
+        "--database-url or PREEMPT_DATABASE_URL names another)\n"
+    )
+    code, out, err = _run(capsys, "history")
+    assert (code, err) == (0, notice)
+    assert "p-new" in out and "p-old" not in out
+    code, out, err = _run(capsys, "explain", "prod/api-0")
+    assert (code, err) == (0, notice)
+    assert "p-new: completed after 1 attempt" in out
+    code, _, err = _run(capsys, "compare")
+    assert (code, err) == (0, notice)
+    code, _, err = _run(capsys, "replay", "--decision", "p-new")
+    assert err.startswith(notice)
+
+
+def test_an_embedded_ledger_written_after_the_dev_run_is_read_instead(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    state = tmp_path / "state" / "preemptctl"
+    _sqlite_ledger(
+        state / "dev" / "ledger-2026-12-01T100000Z-aaaa.sqlite", completed_preemption("p-dev"), 1e9
+    )
+    _sqlite_ledger(state / "ledger.sqlite", completed_preemption("p-worker"), 1e9 + 60)
+    code, out, err = _run(capsys, "history")
+    assert (code, err) == (0, "")
+    assert "p-worker" in out and "p-dev" not in out
+
+
+def test_a_named_dev_ledger_that_was_removed_is_not_sent_to_migrate(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    gone = tmp_path / "state" / "preemptctl" / "dev" / "ledger-2026-12-01T100000Z-aaaa.sqlite"
+    code, _, err = _run(capsys, "history", "--database-url", f"sqlite:///{gone}")
+    assert (code, err) == (
+        2,
+        f"preemptctl history: no ledger at {gone}: that `preemptctl dev` run's ledger was "
+        "removed\n",
+    )
 
 
 def test_an_unsupported_url_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
