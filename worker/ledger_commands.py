@@ -34,7 +34,6 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 import orjson
 import yaml
@@ -70,6 +69,7 @@ from preemptctl.ledger.vocabulary import Outcome
 from preemptctl.preemption.names import pod_key_problem
 from preemptctl.worker.errors import Unavailable, UsageError, add_output_flag
 from preemptctl.worker.terminal import printable, printable_json, printable_lines
+from preemptctl.worker.ui_links import run_page
 
 if TYPE_CHECKING:
     from preemptctl.worker.config import Settings
@@ -359,18 +359,16 @@ WIDE_COLUMNS = (*HISTORY_COLUMNS, "STARTED BY", "SCHEDULED", "RUN")
 
 
 def ui_link(settings: Settings) -> Link | None:
-    """Links to a run's page in the Temporal UI, when its address is configured (its
-    secrets masked: a link is printed, and a password in the address must not be)."""
+    """Links to a run's story in the Temporal UI (its User Metadata page: `worker.ui_links`),
+    when its address is configured (its secrets masked: a link is printed, and a password
+    in the address must not be)."""
     if not settings.temporal_ui_url:
         return None
-    base = masked_url(settings.temporal_ui_url).rstrip("/")
-    namespace = quote(settings.temporal_namespace, safe="")
+    base = masked_url(settings.temporal_ui_url)
+    namespace = settings.temporal_namespace
 
     def link(workflow_id: str, run_id: str) -> str:
-        workflow = quote(workflow_id, safe="")
-        return (
-            f"{base}/namespaces/{namespace}/workflows/{workflow}/{quote(run_id, safe='')}/history"
-        )
+        return run_page(base, namespace, workflow_id, run_id)
 
     return link
 

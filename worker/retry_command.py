@@ -43,7 +43,6 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 from kubernetes.client.exceptions import ApiException
 from temporalio.api.enums.v1 import EventType
@@ -80,6 +79,7 @@ from preemptctl.worker.starter import (
     preemption_request,
     search_attributes_at_start,
 )
+from preemptctl.worker.ui_links import run_page
 from preemptctl.workflows.contract import (
     GroupPreemptionRequest,
     PreemptionRequest,
@@ -334,7 +334,7 @@ def _outcome(
         "previousStatus": status.name.lower() if status is not None else "unknown",
         "runId": None,
         "dryRun": dry,
-        "link": _link(settings, description.id, None),
+        "link": _link(settings, description.id, description.run_id),
     }
 
 
@@ -570,6 +570,6 @@ def _link(settings: Settings, workflow_id: str, run_id: str | None) -> str:
 
 
 def ui_link(ui_url: str, namespace: str, workflow_id: str, run_id: str | None = None) -> str:
-    """The Temporal UI's page of a preemption: of one run, or (no `run_id`) of its latest."""
-    path = f"/namespaces/{quote(namespace)}/workflows/{quote(workflow_id)}"
-    return ui_url.rstrip("/") + path + (f"/{run_id}/history" if run_id else "")
+    """The Temporal UI's page of a preemption: one run's story (`worker.ui_links`), or (no
+    `run_id`) the workflow, which the UI opens at its latest run's event history."""
+    return run_page(ui_url, namespace, workflow_id, run_id)

@@ -38,8 +38,12 @@ Scenarios:
 - a run a person starts with `preemptctl retry` (from the other shell's environment) is
   reported as the trigger's runs are: its start, by whom and why, its UI link, its end;
 - the fault directory: a file there turns its fault on, removing it lifts it (also while
-  dev runs, which says so), an unknown name is reported once and ignored; --help names
-  every fault the emulator knows;
+  dev runs, which says so, naming the retry of each preemption parked meanwhile: a group's
+  by its group), an unknown name is reported once and ignored; --help names every fault
+  the emulator knows;
+- dev's lines come in the order the trigger reported them; a start's link opens its run's
+  story (the UI's User Metadata page), the run looked up when the report names none; an
+  end that parked its preemption gives the retry command (a group's by its group);
 - the `export` line for a second shell never carries a password, names dev's task queue (and
   the context, when one was given) and quotes what the shell would split.
 """
@@ -78,6 +82,7 @@ from preemptctl.emulator.scenario import read_document, with_fresh_uids
 from preemptctl.worker.config import Settings, load_settings
 from preemptctl.worker.dev_command import (
     FAULT_NAMES,
+    DevLines,
     FaultSwitch,
     _ExpectedActivityFailures,
     _second_shell,
@@ -562,7 +567,7 @@ def test_a_run_a_person_retries_is_reported_from_start_to_end(tmp_path: Path) ->
     assert seen[retried].startswith("preemption retried   default/nginx-a  (preemption-default-")
     assert seen[retried].endswith(") by a person: granted delete")
     assert seen[retried + 1].startswith("  http://127.0.0.1:")
-    assert seen[retried + 1].endswith("/history")
+    assert seen[retried + 1].endswith("/user-metadata")  # the new run's story
     assert seen[-1].startswith(
         "preemption completed  default/nginx-a on node-1: victims default/batch-1a, "
         "default/batch-1b ("
@@ -625,10 +630,67 @@ def test_the_fault_directory_turns_faults_on_and_off(
     assert said[0].startswith("fault         ignoring ") and "deny-everything" in said[0]
     assert said[1].startswith("fault on      deny-delete: the controller may not delete a victim")
     assert said[-1] == (
-        "fault lifted  deny-delete: the controller may delete a victim again; a pod parked "
-        "meanwhile waits for `preemptctl retry NS/NAME` (or a change to the pod)"
+        "fault lifted  deny-delete: the controller may delete a victim again; nothing is parked"
     )
     assert sum("ignoring" in line for line in said) == 1
+
+
+def test_a_lifted_fault_names_the_retry_of_each_preemption_parked_meanwhile(
+    tmp_path: Path, dev_emulator: Emulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = DevLines("http://127.0.0.1:8233")
+    lines("finished", {"workflowId": "g", "preemptor": "ml/train-a", "podGroup": "ml/train-a"})
+    lines.parked = lambda: ["ml/train-a", "default/nginx-a"]
+    switch = FaultSwitch(tmp_path, NamedFaults(dev_emulator.faults), lines.retry_commands)
+    (tmp_path / "deny-delete").touch()
+    switch.sync()
+    (tmp_path / "deny-delete").unlink()
+    switch.sync()
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "fault lifted  deny-delete: the controller may delete a victim again; parked "
+        "meanwhile, each waits for its retry (or a change to it): `preemptctl retry "
+        "--pod-group ml/train-a`; `preemptctl retry default/nginx-a`"
+    )
+
+
+async def test_dev_links_a_run_to_its_story_and_prints_in_the_order_reported(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A start reported without its run is linked to the run Temporal describes, on the UI's
+    User Metadata page; the end reported meanwhile waits its turn; a parked group is given
+    the group's retry."""
+
+    async def describe(workflow_id: str) -> str:
+        await asyncio.sleep(0.05)  # the end is reported before this answers
+        return f"run-of-{workflow_id}"
+
+    lines = DevLines("http://127.0.0.1:8233/", describe)
+    lines.parked = lambda: ["ml/train-a"]
+    printing = asyncio.create_task(lines.printing())
+    lines("started", {"workflowId": "g-1", "preemptor": "ml/train-a", "podGroup": "ml/train-a"})
+    lines(
+        "finished",
+        {
+            "workflowId": "g-1",
+            "preemptor": "ml/train-a",
+            "podGroup": "ml/train-a",
+            "outcome": "failed",
+            "seconds": 0.25,
+            "victims": ["ml/train-b-0"],
+            "message": "denied",
+        },
+    )
+    lines("retried", {"workflowId": "g-1", "runId": "r2", "preemptor": "ml/train-a"})
+    await lines.drain()
+    printing.cancel()
+    assert capsys.readouterr().err.splitlines() == [
+        "preemption started   pod group ml/train-a  (g-1)",
+        "  http://127.0.0.1:8233/namespaces/default/workflows/g-1/run-of-g-1/user-metadata",
+        "preemption failed     pod group ml/train-a: victims ml/train-b-0 (0.2s) denied",
+        "  parked:     preemptctl retry --pod-group ml/train-a  once the cause is fixed",
+        "preemption retried   ml/train-a  (g-1) by a person",
+        "  http://127.0.0.1:8233/namespaces/default/workflows/g-1/r2/user-metadata",
+    ]
 
 
 def _dev_settings(kubeconfig: Path, **values: Any) -> Settings:

@@ -593,19 +593,19 @@ def test_a_ui_address_gives_a_link_per_attempt(
     page = f"{UI}/namespaces/prod%20ns/workflows/p-retried"
     argv = ("--pod", "prod/api-0", "--database-url", attempts_url)
     _, out, _ = _run(capsys, "history", *argv)
-    assert out.splitlines()[-1] == f"  ui           {page}/run-2/history"
+    assert out.splitlines()[-1] == f"  ui           {page}/run-2/user-metadata"
     _, out, _ = _run(capsys, "history", "-o", "wide", *argv)
     assert [line.split()[-1] for line in out.splitlines()[2:]] == [
-        f"{page}/run-1/history",
-        f"{page}/run-2/history",
+        f"{page}/run-1/user-metadata",
+        f"{page}/run-2/user-metadata",
     ]
     _, out, _ = _run(capsys, "history", "--json", *argv)
     assert [orjson.loads(line)["uiUrl"] for line in out.splitlines()] == [
-        f"{page}/run-1/history",
-        f"{page}/run-2/history",
+        f"{page}/run-1/user-metadata",
+        f"{page}/run-2/user-metadata",
     ]
     _, out, _ = _run(capsys, "explain", "prod/api-0", "--database-url", attempts_url)
-    assert f"    see {page}/run-2/history" in out.splitlines()
+    assert f"    see {page}/run-2/user-metadata" in out.splitlines()
 
 
 def test_the_ui_flag_overrides_the_environment(
@@ -615,7 +615,7 @@ def test_the_ui_flag_overrides_the_environment(
     argv = ("--parked", "--json", "--temporal-ui-url", UI, "--database-url", attempts_url)
     _, out, _ = _run(capsys, "history", *argv)
     assert orjson.loads(out)["uiUrl"] == (
-        f"{UI}/namespaces/default/workflows/p-parked/run-1/history"
+        f"{UI}/namespaces/default/workflows/p-parked/run-1/user-metadata"
     )
 
 
@@ -627,7 +627,7 @@ def test_a_settings_file_gives_the_ui_address_and_the_ledger(
     code, out, _ = _run(capsys, "history", "--parked", "--json", "--config", str(settings))
     assert code == 0
     assert orjson.loads(out)["uiUrl"] == (
-        f"{UI}/namespaces/default/workflows/p-parked/run-1/history"
+        f"{UI}/namespaces/default/workflows/p-parked/run-1/user-metadata"
     )
 
 
