@@ -98,6 +98,10 @@ FAULT_POLL_SECONDS = 0.5
 # How often dev's trigger re-checks its parked pods for a run a person started (`retry`).
 RETRY_WATCH_SECONDS = 1.0
 
+# What a run leaves behind, and how to clear it: its ledger (with SQLite's -wal and -shm
+# files) and the decision lock file beside it, all named after the ledger.
+CLEAR_HINT = "rm {0}/ledger-* clears every dev run's ledger and lock file (stop dev first)"
+
 log = logging.getLogger(__name__)
 
 
@@ -603,6 +607,8 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
         resources.callback(ledger.dispose)
         whose = "" if args.database_url else "this run's own; "
         say(f"ledger        {display_url(url)}  ({whose}preemptctl history / explain)")
+        if not args.database_url:
+            say(f"  kept:       after the run; {CLEAR_HINT.format(dev_ledger_directory())}")
 
         with _stdout_to_stderr():  # the dev server's banner must not mix with our report
             env = await WorkflowEnvironment.start_local(
@@ -620,6 +626,10 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
             say(f"task queue    {settings.task_queue}  (PREEMPT_TASK_QUEUE)")
             say(f"temporal UI   {ui_url}/namespaces/default/workflows?query={quote(UI_FILTER)}")
             say(f"other shell   {_second_shell(settings, address, ui_url, url)}")
+            say(
+                f"schedulers    {', '.join(settings.scheduler_names)}  (PREEMPT_SCHEDULER_NAMES;"
+                " a pending pod of another scheduler is left to it, logged once)"
+            )
             kube = connect_cluster(settings)
             lines.describe = _describer(env.client)
             async with (

@@ -6,8 +6,10 @@ Scenarios:
 - two runs recorded in one ledger are two preemptions (the scenario's pods get new uids on
   every run), each completed after one attempt, with victims of its own;
 - without --database-url a run records in a new ledger of its own under the state directory,
-  said on screen, and ignores a PREEMPT_DATABASE_URL left in the shell; each run's ledger is
-  named by its start and never reused;
+  said on screen with how to clear the ledgers and lock files runs leave, and ignores a
+  PREEMPT_DATABASE_URL left in the shell; `explain` in a plain shell then reads that run's
+  ledger, saying so; each run's ledger is named by its start and never reused;
+- dev says which scheduler names it serves;
 - --shadow: the simulated kube-scheduler preempts, the worker decides only (dry run) and
   records the scheduler's Events; `compare` then shows the two agreeing on the scenario;
   on the gang scenario too, for the pod group, unit by unit;
@@ -184,6 +186,10 @@ def test_default_scenario_preempts_batch_pods_and_binds_nginx(tmp_path: Path) ->
     assert sorted(nginx["victims"]) == ["default/batch-1a", "default/batch-1b"]
     assert nginx["message"] == "default/nginx-a bound to node-1"
     assert "temporal UI   http://127.0.0.1:" in report["stderr"]
+    assert (
+        "schedulers    default-scheduler  (PREEMPT_SCHEDULER_NAMES; a pending pod of another "
+        "scheduler is left to it, logged once)\n"
+    ) in report["stderr"]
     history = preemptctl(tmp_path, "history", "--pod", "default/nginx-a", "--json")
     rows = [json.loads(line) for line in history.splitlines()]
     assert rows and rows[0]["outcome"] == "completed"
@@ -214,10 +220,26 @@ def test_a_run_without_a_ledger_named_records_in_one_of_its_own(tmp_path: Path) 
     env = {**ledger_env(tmp_path), "PREEMPT_DATABASE_URL": f"sqlite:///{earlier}"}
     command = [PREEMPTCTL, "dev", "--temporal-port", "0", "--ui-port", "0"]
     report = dev_once(tmp_path, command=command, env=env)
-    own = f"sqlite:///{tmp_path / 'state' / 'preemptctl' / 'dev'}/ledger-"
+    directory = tmp_path / "state" / "preemptctl" / "dev"
+    own = f"sqlite:///{directory}/ledger-"
     assert report["ledger"].startswith(own) and report["ledger"].endswith(".sqlite")
     assert f"ledger        {report['ledger']}  (this run's own; " in report["stderr"]
+    assert (
+        f"  kept:       after the run; rm {directory}/ledger-* clears every dev run's ledger "
+        "and lock file (stop dev first)\n"
+    ) in report["stderr"]
     assert not earlier.exists()
+    # In a plain shell (no ledger named), history and explain find the run, saying where.
+    plain = {key: value for key, value in env.items() if key != "PREEMPT_DATABASE_URL"}
+    found = subprocess.run(
+        [PREEMPTCTL, "explain", "default/batch-1a"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=plain,
+    )
+    assert found.stderr.startswith(f"reading {report['ledger']}, the newest `preemptctl dev` ")
+    assert "deleted by the preemption for default/nginx-a" in found.stdout
     history = subprocess.run(
         [PREEMPTCTL, "history", "--database-url", report["ledger"], "--json"],
         capture_output=True,
