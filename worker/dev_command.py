@@ -562,7 +562,7 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
     try:
         server = temporal_cli()
         from preemptctl.emulator import SimulatedCluster
-        from preemptctl.emulator.scenario import read_document, with_fresh_uids
+        from preemptctl.emulator.scenario import read_document, with_fresh_uids, with_times_from
     except (FileNotFoundError, ImportError) as error:
         raise UsageError(f"needs the dev extra ({DEV_EXTRA_HINT}): {error}") from None
     choice = ClusterChoice.of(args)
@@ -583,8 +583,11 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 source = bundled_or_file(args.scenario) if args.scenario else ONLINE_OFFLINE
                 # New uids, as a real API server gives objects it creates: each run's
-                # preemptions are its own, never attempts of an earlier run's.
-                loaded = cluster.load(with_fresh_uids(read_document(source)))
+                # preemptions are its own, never attempts of an earlier run's. Its times
+                # moved to now: the newest object was just created, the rest as much older
+                # as the file says (kubectl's AGE reads right).
+                fresh = with_fresh_uids(read_document(source))
+                loaded = cluster.load(with_times_from(fresh, datetime.now(UTC)))
             except Exception as error:
                 raise UsageError(f"cannot load scenario {args.scenario}: {error}") from None
             cluster.scheduler.preemption_delay = 1e9  # held until the worker watches (below)
