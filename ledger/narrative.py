@@ -159,6 +159,17 @@ def unit_lines(decision: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+NOMINATION_WRITTEN = {
+    "Done": "nominated",
+    "Unchanged": "nominated (it already was, by an earlier write)",
+    "KeptOtherNomination": "not nominated: another component's nomination was kept",
+    "AlreadyGone": "not nominated: it was gone",
+    "Replaced": "not nominated: a new pod had its name",
+    "Terminating": "not nominated: it was terminating",
+}
+"""A member's nomination as the API server settled it (`kube.results.WriteEffect`), in words."""
+
+
 def member_lines(attempt: AttemptView) -> list[str]:
     """Each member a group decision placed: its node, and its nomination as written."""
     lines = []
@@ -166,7 +177,7 @@ def member_lines(attempt: AttemptView) -> list[str]:
         if member.error is not None:
             done = f"its nomination failed: {member.error}"
         elif member.effect is not None:
-            done = "nominated" if member.effect == "Done" else f"nomination {member.effect}"
+            done = NOMINATION_WRITTEN.get(member.effect, f"nomination written ({member.effect})")
         else:
             done = "not nominated yet"
         lines.append(f"placed {member.pod} on {member.node}: {done}")

@@ -80,7 +80,8 @@ class HistoryQuery:
 @dataclass(frozen=True, slots=True)
 class PodStory:
     """Everything the ledger knows about one pod name, newest preemption first; as a victim,
-    one entry per attempt that chose it (`VictimView.attempt`), in attempt order; as a member
+    one entry per attempt that chose it (`VictimView.attempt`), newest attempt first (a pod
+    spared by a failed attempt and deleted by its retry reads as deleted); as a member
     of a preempting pod group, one entry per group preemption that placed it, with its
     placement in the latest attempt that placed it."""
 
@@ -291,7 +292,7 @@ def explain(engine: Engine, namespace: str, name: str, limit: int = 10) -> PodSt
     victim_stories = []
     for preemption_id in as_victim:
         view = views[preemption_id]
-        for attempt in view.attempts:
+        for attempt in reversed(view.attempts):  # newest first: what became of it last
             for victim in attempt.victims:
                 if (victim.victim.namespace, victim.victim.name) == (namespace, name):
                     victim_stories.append((view, victim))

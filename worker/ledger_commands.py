@@ -540,7 +540,7 @@ def run_explain(args: argparse.Namespace) -> int:
     blocks: list[list[str]] = []
     if story.as_victim:
         count = len(story.as_victim)
-        blocks.append([f"{namespace}/{name} as a victim ({count}, newest preemption first):"])
+        blocks.append([f"{namespace}/{name} as a victim ({count}, newest first):"])
         blocks.extend(victim_story(view, victim, link) for view, victim in story.as_victim)
     if story.as_preemptor:
         count = len(story.as_preemptor)
@@ -571,5 +571,5 @@ def member_story(view: PreemptionView, member: MemberView, link: Link | None) ->
         f"{format_time(attempt.decided_at or attempt.started)}  {placed}",
         f"  by the preemption for the pod group {view.latest.pod_group or view.preemptor.key}, "
         f"in attempt {attempt.attempt} of {len(view.attempts)} (run {attempt.run_id}):",
-        *preemptor_story(view, link),
+        *(f"    {line}" for line in preemptor_story(view, link)),
     ]

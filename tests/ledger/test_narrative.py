@@ -21,21 +21,25 @@ Scenarios:
   2 units: ...", each unit with why it could not stay, each member placed with its
   nomination, each victim with its node and (when more than itself) its unit, and the
   group's scheduling; a group's victim is explained by its unit and who went with it;
-  between two attempts a changed placement is named
+  between two attempts a changed placement is named; every way a member's nomination can
+  settle reads as words (never the raw `Unchanged`)
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
+from preemptctl.kube.results import WriteEffect
 from preemptctl.ledger.events import LedgerEvent, decision_events
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.narrative import (
     fate_phrase,
     format_seconds,
     how_started,
+    member_lines,
     preemptor_story,
     victim_heading,
     victim_story,
@@ -43,7 +47,7 @@ from preemptctl.ledger.narrative import (
     why_node,
     why_victim,
 )
-from preemptctl.ledger.views import AttemptView, fold_preemption
+from preemptctl.ledger.views import AttemptView, MemberView, fold_preemption
 from preemptctl.preemption.decision import Decision, PodRef, Rationale, Strategy, Verdict
 from tests.ledger.builders import (
     API,
@@ -456,3 +460,21 @@ def test_a_changed_placement_between_group_attempts_is_named() -> None:
         "placement changed: ml/train-a-0 on node-3 instead of node-1"
     )
     assert what_changed(first, first) == ["the same placement and victims"]
+
+
+@pytest.mark.parametrize("effect", [effect.value for effect in WriteEffect])
+def test_every_settled_nomination_reads_as_words_not_an_enum(effect: str) -> None:
+    member = MemberView("ml/train-a-0", "uid-0", "node-1", effect)
+    [line] = member_lines(
+        replace(fold_preemption(recorded(group_preemption(G))).latest, members=(member,))
+    )
+    assert line.startswith("placed ml/train-a-0 on node-1: ")
+    assert effect not in line.removeprefix("placed ml/train-a-0 on node-1: ")
+
+
+def test_a_member_nominated_by_an_earlier_attempt_reads_as_nominated() -> None:
+    member = MemberView("ml/train-a-0", "uid-0", "node-1", "Unchanged")
+    attempt = replace(fold_preemption(recorded(group_preemption(G))).latest, members=(member,))
+    assert member_lines(attempt) == [
+        "placed ml/train-a-0 on node-1: nominated (it already was, by an earlier write)"
+    ]

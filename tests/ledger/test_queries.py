@@ -15,7 +15,7 @@ Scenarios:
 - filters combine
 - explain finds a pod as victim, with the preemption that took it
 - explain finds a pod as preemptor, with each of its preemptions
-- explain finds a victim once per attempt that chose it
+- explain finds a victim once per attempt that chose it, newest attempt first
 - explain finds a victim the dry run only chose
 - explain of a pod the ledger never saw knows nothing
 - history works on SQLite too
@@ -200,8 +200,8 @@ def test_explain_finds_a_victim_once_per_attempt(pg_engine: Engine) -> None:
     )
     stories = explain(pg_engine, "default", "batch-7").as_victim
     assert [(v.attempt, v.run_id, v.fate) for _, v in stories] == [
+        (2, "run-2", Fate.DELETED),  # newest first: what became of it
         (1, "run-1", Fate.FAILED),
-        (2, "run-2", Fate.DELETED),
     ]
 
 

@@ -288,7 +288,7 @@ def test_explain_a_victim(capsys: pytest.CaptureFixture[str], ledger_url: str) -
     code, out, _ = _run(capsys, "explain", "default/batch-7", "--database-url", ledger_url)
     assert code == 0
     assert out.splitlines()[:3] == [
-        "default/batch-7 as a victim (1, newest preemption first):",
+        "default/batch-7 as a victim (1, newest first):",
         "",
         "2026-11-21 12:00:00Z  deleted by the preemption for prod/api-0 (priority 1000) on node-3",
     ]
@@ -655,11 +655,12 @@ def test_explain_heads_a_victims_entries_by_their_fate(
     code, out, _ = _run(capsys, "explain", "default/batch-8", "--database-url", attempts_url)
     headings = [line for line in out.splitlines() if line.startswith("2026")]
     assert code == 0
-    assert headings == [
+    assert headings == [  # newest first: the retry deleted it, after attempt 1 spared it
+        "2026-11-21 12:10:00Z  deleted by the preemption for prod/api-0 (priority 1000) on node-3",
         "2026-11-21 12:00:00Z  spared: chosen by the preemption for prod/api-0 (priority 1000) "
         "on node-3, which ended before deleting it",
-        "2026-11-21 12:10:00Z  deleted by the preemption for prod/api-0 (priority 1000) on node-3",
     ]
+    assert out.startswith("default/batch-8 as a victim (2, newest first):\n")
 
 
 @pytest.mark.parametrize(
@@ -753,11 +754,13 @@ def test_explain_a_member_tells_its_groups_preemptions_newest_first(
         "",
         "2026-11-21 13:00:00Z  placed ml/train-a-2 on node-2: nominated",
         "  by the preemption for the pod group ml/train-a, in attempt 1 of 1 (run run-1):",
-        "2026-11-21 13:00:00Z  g-new: completed after 1 attempt",
+        "    2026-11-21 13:00:00Z  g-new: completed after 1 attempt",  # the group's story, under
     ]
-    assert "    placed ml/train-a-2 on node-2: nominated" in lines
+    assert "        placed ml/train-a-2 on node-2: nominated" in lines
     older = lines.index("2026-11-21 12:00:00Z  placed ml/train-a-2 on node-2: nominated")
-    assert lines[older + 2] == "2026-11-21 12:00:00Z  g-old: completed after 1 attempt"
+    assert lines[older + 2] == "    2026-11-21 12:00:00Z  g-old: completed after 1 attempt"
+    block = lines[5 : older - 1]  # the newer entry's group story: indented under its header
+    assert block and all(line.startswith("      ") for line in block), block
 
 
 def test_history_pod_finds_a_members_group_preemptions(
