@@ -60,7 +60,7 @@ from temporalio.common import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from preemptctl.kube.classify import Call, api_status, classify_status
-from preemptctl.kube.client import KubeClient, connect
+from preemptctl.kube.client import KubeClient
 from preemptctl.kube.pods import Presence, get_pod, get_pod_group, path_segment
 from preemptctl.kube.results import KubeCallError
 from preemptctl.preemption.decision import PodRef
@@ -71,7 +71,12 @@ from preemptctl.preemption.names import NameKind, name_problem, pod_key_problem
 from preemptctl.preemption.objects import Pod
 from preemptctl.preemption.standing import GroupStanding, Standing, group_standing_of
 from preemptctl.worker.config import ConfigError, Settings, load_settings
-from preemptctl.worker.connections import StartupError, TemporalUnreachableError, connect_temporal
+from preemptctl.worker.connections import (
+    StartupError,
+    TemporalUnreachableError,
+    connect_cluster,
+    connect_temporal,
+)
 from preemptctl.worker.errors import Unavailable, UsageError
 from preemptctl.worker.starter import (
     group_preemption_request,
@@ -451,10 +456,13 @@ def _group_of(pod: dict[str, Any], settings: Settings) -> str:
 
 
 def _cluster(settings: Settings) -> KubeClient:
+    """The cluster's client. Nothing is asked of the server here: a configuration that cannot
+    be loaded is a setting to fix (exit 2, as for the worker), never a failure to retry."""
     try:
-        return connect(settings.kubeconfig or None, context=settings.kube_context or None)
-    except Exception as error:
-        raise Unavailable(f"cannot reach the cluster: {error}") from None
+        return connect_cluster(settings)
+    except StartupError as error:
+        found = str(error).rstrip(".")
+        raise UsageError(f"{found}; name the cluster with --kubeconfig or KUBECONFIG") from None
 
 
 async def started_with(client: Client, workflow_id: str, run_id: str) -> PreemptionRequest:

@@ -6,7 +6,8 @@ Scenarios:
 - `completion bash` prints a script that completes commands and each command's flags, and
   an unknown shell is bad input (exit 2, one line);
 - `-o` names an output format where a command prints data; an unknown one is exit 2;
-- exit codes: 2 for usage errors (argparse's own too), 1 for a runtime failure;
+- exit codes: 2 for usage errors (argparse's own too) and bad settings (`retry` without a
+  usable kubeconfig, as the worker), 1 for a runtime failure;
 - an error line never shows a URL's password, in its user info or its query string, whatever
   built the message (the ledger's own errors, a path given as a URL);
 - with its output pipe closed by the reader (`| head -0`), a command stops quietly: status
@@ -112,6 +113,26 @@ def test_a_usage_error_exits_2() -> None:
     )
     assert done.returncode == 2
     assert "unrecognized arguments: --no-such-flag" in done.stderr
+
+
+def test_retry_without_a_kubeconfig_is_a_bad_setting(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No cluster configuration is a setting to fix (exit 2, as for the worker, and as a
+    --kubeconfig naming no file), not a runtime failure worth trying again (exit 1)."""
+    for name in ("KUBECONFIG", "PREEMPT_KUBECONFIG", "KUBERNETES_SERVICE_HOST", "PREEMPT_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", "/nonexistent")
+    assert main(["retry", "default/nginx-a"]) == 2
+    assert capsys.readouterr().err == (
+        "preemptctl retry: cannot load the cluster configuration ($KUBECONFIG / in-cluster "
+        "config): Invalid kube-config file. No configuration found; name the cluster with "
+        "--kubeconfig or KUBECONFIG\n"
+    )
+    assert main(["retry", "default/nginx-a", "--kubeconfig", "/nonexistent/kube"]) == 2
+    assert (
+        capsys.readouterr().err == "preemptctl retry: kubeconfig: no such file /nonexistent/kube\n"
+    )
 
 
 def test_an_unknown_command_exits_2() -> None:
