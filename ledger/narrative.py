@@ -557,6 +557,68 @@ def victim_story(view: PreemptionView, victim: VictimView, link: Link | None = N
     return lines
 
 
+def _unit_of(decision: dict[str, Any] | None, unit: str) -> dict[str, Any]:
+    """The decision's rationale entry for the victim unit named `unit` ({} when missing)."""
+    for entry in _rationale(decision).get("units") or ():
+        if isinstance(entry, dict) and entry.get("unit") == unit:
+            return entry
+    return {}
+
+
+def victim_unit_story(
+    view: PreemptionView,
+    attempt: AttemptView,
+    unit: str,
+    victims: tuple[VictimView, ...],
+    link: Link | None = None,
+) -> list[str]:
+    """A pod group's part in one attempt as a victim unit: what became of it, for whom,
+    why it could not stay, each of its pods with its node and fate, how the attempt ended."""
+    whom = pod_label(attempt.preemptor)
+    if attempt.pod_group is not None:
+        whom = f"the pod group {whom}"
+    nodes = sorted({v.node for v in victims if v.node})
+    pods = f"{_plural(len(victims), 'pod')} on {_plural(len(nodes), 'node')} ({', '.join(nodes)})"
+    done = [v for v in victims if v.fate in (Fate.DELETED, Fate.ALREADY_GONE)]
+    by = f"the preemption for {whom}"
+    if attempt.outcome is Outcome.DRY_RUN:
+        heading = f"would have been taken whole (dry run) by {by}: {unit}, {pods}"
+    elif len(done) == len(victims):
+        heading = f"taken whole by {by}: {unit}, {pods}"
+    else:
+        heading = (
+            f"chosen whole by {by}: {unit}, {pods}; {len(done)} of {len(victims)} deleted when "
+            f"the attempt ended ({attempt.outcome or attempt.status})"
+        )
+    when = format_time(attempt.decided_at or attempt.started)
+    lines = [
+        f"{when}  {heading}",
+        f"  in attempt {attempt.attempt} of {len(view.attempts)} of {view.preemption_id} "
+        f"(run {attempt.run_id})",
+    ]
+    chosen = _unit_of(attempt.decision, unit)
+    if chosen:
+        whole = ", taken whole" if chosen.get("whole") else ""
+        lines.append(
+            f"  why: {unit}{whole} (priority {chosen.get('priority')}) could not be reprieved: "
+            f"{chosen.get('reason') or 'no reason recorded'}"
+        )
+    summary = group_summary(attempt.decision)
+    if summary is not None:
+        lines.append(f"  the group's decision: {summary}")
+    for victim in victims:
+        lines.append(
+            f"  pod {pod_label(victim.victim)} on {victim.node or '?'}: "
+            f"{fate_phrase(attempt, victim)}"
+        )
+    lines.append(f"  attempt outcome: {outcome_phrase(attempt)}; {scheduling_phrase(attempt)}")
+    if attempt is not view.latest:
+        lines.append(f"  the preemption: {preemption_phrase(view)}")
+    if link is not None:
+        lines.append(f"  see {link(view.preemption_id, attempt.run_id)}")
+    return lines
+
+
 def parked_cause(view: PreemptionView) -> str:
     """Why a parked preemption's latest attempt cannot be cured by retrying."""
     latest = view.latest

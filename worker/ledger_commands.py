@@ -62,6 +62,7 @@ from preemptctl.ledger.narrative import (
     preemption_phrase,
     preemptor_story,
     victim_story,
+    victim_unit_story,
 )
 from preemptctl.ledger.queries import HistoryQuery, explain, history
 from preemptctl.ledger.views import AttemptView, Link, MemberView, PreemptionView
@@ -140,7 +141,9 @@ def register(subparsers: Any) -> None:
         description="Tell a pod's preemptions in words: as victim (its fate, by whom, where, "
         "why), as preemptor (every attempt in order, what changed between them, each "
         "decision, the victims' fates, scheduling), and as a member of a pod group a group "
-        "preemption placed (where, its nomination, then the group's preemption).",
+        "preemption placed (where, its nomination, then the group's preemption). A pod "
+        "group's name tells its preemptions, and each time it was taken whole as a victim "
+        "unit (why, its pods, their nodes and fates).",
     )
     why.add_argument("pod", metavar="NAMESPACE/NAME")
     why.add_argument(
@@ -533,8 +536,8 @@ def run_explain(args: argparse.Namespace) -> int:
     if not story.known:
         raise UsageError(
             printable(
-                f"{namespace}/{name} is not in the ledger, as preemptor, as victim or as a "
-                "member of a preempting pod group"
+                f"{namespace}/{name} is not in the ledger, as preemptor, as victim, as a "
+                "member of a preempting pod group or as a pod group taken as a victim unit"
             )
         )
     blocks: list[list[str]] = []
@@ -551,6 +554,15 @@ def run_explain(args: argparse.Namespace) -> int:
         )
         blocks.append([f"{namespace}/{name} as {role} ({count}, newest first):"])
         blocks.extend(preemptor_story(view, link) for view in story.as_preemptor)
+    if story.as_victim_unit:
+        count = len(story.as_victim_unit)
+        blocks.append(
+            [f"{namespace}/{name} as a victim unit, a pod group ({count}, newest first):"]
+        )
+        blocks.extend(
+            victim_unit_story(told.view, told.attempt, told.unit, told.victims, link)
+            for told in story.as_victim_unit
+        )
     if story.as_member:
         count = len(story.as_member)
         blocks.append(

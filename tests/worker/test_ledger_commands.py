@@ -41,6 +41,8 @@ Scenarios:
   on Postgres: explain tells each of its group's preemptions, newest first, headed by where
   it was placed and its nomination; history --pod finds them; the same name in another
   namespace, a longer name or a shorter one, is no member
+- a pod group taken whole as a victim unit: explain of its name tells each attempt that took
+  it, why its unit could not stay, each of its pods with its node and fate
 - text the ledger keeps as the cluster wrote it (an admission webhook's message with ESC, OSC
   and CSI sequences, a bidi override) is printed escaped by history (table, --parked, -o
   json, -o yaml) and explain: nothing reaches the terminal raw, and JSON reads back the
@@ -363,8 +365,8 @@ def test_explain_a_preemptor(capsys: pytest.CaptureFixture[str], ledger_url: str
         ),
         (
             ["explain", "default/nobody"],
-            "preemptctl explain: default/nobody is not in the ledger, as preemptor, as victim "
-            "or as a member of a preempting pod group",
+            "preemptctl explain: default/nobody is not in the ledger, as preemptor, as victim, "
+            "as a member of a preempting pod group or as a pod group taken as a victim unit",
         ),
     ],
 )
@@ -761,6 +763,34 @@ def test_explain_a_member_tells_its_groups_preemptions_newest_first(
     assert lines[older + 2] == "    2026-11-21 12:00:00Z  g-old: completed after 1 attempt"
     block = lines[5 : older - 1]  # the newer entry's group story: indented under its header
     assert block and all(line.startswith("      ") for line in block), block
+
+
+def test_explain_a_victim_pod_group_tells_its_unit(
+    capsys: pytest.CaptureFixture[str], group_url: str
+) -> None:
+    code, out, _ = _run(capsys, "explain", "ml/train-b", "--database-url", group_url)
+    assert code == 0
+    g = "group-preemption-ml-train-a-uid-train-a"
+    assert out.splitlines() == [
+        "ml/train-b as a victim unit, a pod group (1, newest first):",
+        "",
+        "2026-11-21 12:00:00Z  taken whole by the preemption for the pod group ml/train-a "
+        "(priority 1000): podGroup ml/train-b, 3 pods on 3 nodes (node-1, node-2, node-3)",
+        f"  in attempt 1 of 1 of {g} (run run-1)",
+        "  why: podGroup ml/train-b, taken whole (priority 500) could not be reprieved: "
+        "ml/train-a-0 would not fit on node-1 beside it (Insufficient cpu)",
+        "  the group's decision: for ml/train-a, 4 pods, minCount 4, on 3 nodes: 4 victims in "
+        "2 units: podGroup ml/train-b (3 pods, taken whole, on node-1, node-2, node-3), pod "
+        "default/batch-1 (on node-2)",
+        "  pod ml/train-b-0 (priority 500) on node-1: deleted at 2026-11-21 12:00:03Z (3.0s "
+        "after the decision)",
+        "  pod ml/train-b-1 (priority 500) on node-2: deleted at 2026-11-21 12:00:05Z (5.0s "
+        "after the decision)",
+        "  pod ml/train-b-2 (priority 500) on node-3: deleted at 2026-11-21 12:00:07Z (7.0s "
+        "after the decision)",
+        "  attempt outcome: completed; the pod group ml/train-a was not scheduled (minCount "
+        "members bound), as far as the ledger knows",
+    ]
 
 
 def test_history_pod_finds_a_members_group_preemptions(
