@@ -7,7 +7,8 @@ criterion names are the planner's (upstream `pickOneNodeForPreemption`'s), kept
 verbatim because they are what people search the upstream code and docs for.
 
 A group preemption is told the same way, in the group's words: how many pods it places, its
-minCount, on how many nodes, how many victims in how many units (`group_summary`), each unit
+minCount, how many victims in how many units on how many nodes, and on how many nodes its
+members are placed, each count saying what it counts (`group_summary`, `node_counts`), each unit
 with why it could not stay, each member with its node and nomination, each victim with the
 unit it went with.
 """
@@ -114,9 +115,18 @@ def _unit_phrase(unit: dict[str, Any]) -> str:
     return f"{unit.get('unit')} (on {nodes})"
 
 
+def node_counts(attempt: AttemptView) -> str:
+    """A group preemption's nodes, each count saying what it counts: "victims on 4 nodes,
+    members placed on 4" (never the two together, which counts neither)."""
+    placed = len(attempt.member_nodes)
+    if not attempt.victims:
+        return f"no victims, members placed on {_plural(placed, 'node')}"
+    return f"victims on {_plural(len(attempt.victim_nodes), 'node')}, members placed on {placed}"
+
+
 def group_summary(decision: dict[str, Any] | None) -> str | None:
-    """One sentence for a group decision: "for ml/train-a, 16 pods, minCount 16, on 4
-    nodes: 12 victims in 3 units: ..." (None for a pod's decision, or none)."""
+    """One sentence for a group decision: "for ml/train-a, 16 pods, minCount 16: 12 victims
+    in 3 units on 4 nodes, members placed on 4: ..." (None for a pod's decision, or none)."""
     if not decision or "podGroup" not in decision:
         return None
     rationale = _rationale(decision)
@@ -124,21 +134,24 @@ def group_summary(decision: dict[str, Any] | None) -> str | None:
     policy: dict[str, Any] = given if isinstance(given, dict) else {}
     placed = decision.get("nominations") or {}
     units = [u for u in rationale.get("units") or () if isinstance(u, dict)]
-    nodes = set(map(str, placed.values()))
-    for unit in units:
-        nodes.update(str(n) for n in unit.get("nodes") or ())
+    victim_nodes = {str(n) for unit in units for n in unit.get("nodes") or ()}
+    placed_on = set(map(str, placed.values()))
     pods = len(placed) or int(policy.get("pending") or 0)
     sentence = (
         f"for {decision['podGroup']}, {_plural(pods, 'pod')}, minCount "
         f"{policy.get('minCount', '?')}"
     )
-    if nodes:
-        sentence += f", on {_plural(len(nodes), 'node')}"
     victims = decision.get("victims") or []
     if victims or units:
         sentence += f": {_plural(len(victims), 'victim')} in {_plural(len(units), 'unit')}"
+        if victim_nodes:
+            sentence += f" on {_plural(len(victim_nodes), 'node')}"
+        if placed_on:
+            sentence += f", members placed on {len(placed_on)}"
         if units:
             sentence += ": " + ", ".join(_unit_phrase(unit) for unit in units)
+    elif placed_on:
+        sentence += f": members placed on {_plural(len(placed_on), 'node')}"
     return sentence
 
 

@@ -172,6 +172,18 @@ class AttemptView:
         return len(self.victims)
 
     @property
+    def victim_nodes(self) -> tuple[str, ...]:
+        """The nodes its victims run on, by name."""
+        return tuple(sorted({v.node for v in self.victims if v.node}))
+
+    @property
+    def member_nodes(self) -> tuple[str, ...]:
+        """A group preemption's: the nodes its decision placed members on, by name."""
+        placed = {m.node for m in self.members if m.node}
+        placed |= {str(n) for n in ((self.decision or {}).get("nominations") or {}).values()}
+        return tuple(sorted(placed))
+
+    @property
     def duration_seconds(self) -> float | None:
         """From this run's first event to its end: never across runs."""
         if self.finished is None:
@@ -224,6 +236,8 @@ class AttemptView:
         if self.pod_group is not None:
             shown["podGroup"] = self.pod_group
             shown["nodes"] = list(self.nodes)
+            shown["victimNodes"] = list(self.victim_nodes)
+            shown["memberNodes"] = list(self.member_nodes)
             shown["members"] = [member.to_json() for member in self.members]
             shown["membersBound"] = self.members_bound
         if self.bound_after_end:

@@ -58,6 +58,7 @@ from preemptctl.ledger.narrative import (
     format_seconds,
     format_time,
     member_lines,
+    node_counts,
     parked_cause,
     preemption_phrase,
     preemptor_story,
@@ -385,9 +386,13 @@ def retry_command(view: PreemptionView) -> str:
 
 
 def node_cell(attempt: AttemptView) -> str:
-    """The NODE column: the node, or for a group preemption how many nodes it touches."""
-    if attempt.pod_group is not None and attempt.nodes:
-        return attempt.nodes[0] if len(attempt.nodes) == 1 else f"{len(attempt.nodes)} nodes"
+    """The NODE column: where the preemptor goes, the node; for a group preemption, on how
+    many nodes its members are placed (its header says where its victims run)."""
+    if attempt.pod_group is not None:
+        placed = attempt.member_nodes
+        if not placed:
+            return "-"
+        return f"placed on {placed[0]}" if len(placed) == 1 else f"placed on {len(placed)}"
     return attempt.node or "-"
 
 
@@ -417,7 +422,11 @@ def preemption_header(view: PreemptionView) -> str:
     """The line above a preemption's attempts: its ID (the Temporal workflow ID) and where
     it stands now (its latest attempt), parked when that attempt cannot be retried as is."""
     parked = ", parked" if view.parked else ""
-    group = "pod group, " if view.pod_group is not None else ""
+    group = ""
+    if view.pod_group is not None:
+        group = (
+            f"pod group, {node_counts(view.latest)}, " if view.latest.decision else "pod group, "
+        )
     return f"{view.preemption_id}: {group}{preemption_phrase(view)}{parked}"
 
 

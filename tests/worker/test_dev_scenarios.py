@@ -117,8 +117,8 @@ STORY = {
     "units": STORY_UNITS,
     "numPDBViolations": 0,
     "message": (
-        "preempt 4 pod(s) in 2 unit(s) on 5 node(s) to place 4 of 4 pending pod(s) "
-        "(minCount 4; 0 PDB violation(s))"
+        "preempt 4 pod(s) in 2 unit(s) on 4 node(s) to place 4 of 4 pending pod(s) on 4 "
+        "node(s) (minCount 4; 0 PDB violation(s))"
     ),
     "unitsConsidered": 3,
     "unitsReprieved": 1,

@@ -35,8 +35,10 @@ Scenarios:
 - an unreachable database is a runtime failure: one line, exit 1
 - the installed `preemptctl` script reports an unreachable database in one line, exit 1
 - durations and ISO times are both accepted by --since
-- a group preemption in history: its group as preemptor, "pod group" in its header, the
-  number of nodes it touches; explain tells it as a preempting pod group, in the group's words
+- a group preemption in history: its group as preemptor, "pod group" in its header with its
+  victims' nodes and its members' counted apart (never their union), the NODE column where
+  its members are placed (-o json: both lists); explain tells it as a preempting pod group,
+  in the group's words
 - a member a group preemption placed (named only in its `member_placed` events), on SQLite and
   on Postgres: explain tells each of its group's preemptions, newest first, headed by where
   it was placed and its nomination; history --pod finds them; the same name in another
@@ -703,11 +705,17 @@ def test_history_shows_a_group_preemption(
     code, out, _ = _run(capsys, "history", "--database-url", group_url)
     assert code == 0
     assert out.splitlines() == [
-        "PREEMPTOR / #  STARTED               NODE     VICTIMS  OUTCOME    DURATION",
-        "ml/train-a     group-preemption-ml-train-a-uid-train-a: pod group, completed after "
-        "1 attempt",
-        "  #1           2026-11-21 12:00:00Z  3 nodes  4        completed  10.0s",
+        "PREEMPTOR / #  STARTED               NODE         VICTIMS  OUTCOME    DURATION",
+        "ml/train-a     group-preemption-ml-train-a-uid-train-a: pod group, victims on 3 "
+        "nodes, members placed on 2, completed after 1 attempt",
+        "  #1           2026-11-21 12:00:00Z  placed on 2  4        completed  10.0s",
     ]
+    code, out, _ = _run(capsys, "history", "--json", "--database-url", group_url)
+    record = orjson.loads(out)
+    assert (record["victimNodes"], record["memberNodes"]) == (
+        ["node-1", "node-2", "node-3"],
+        ["node-1", "node-2"],
+    )
 
 
 def test_explain_tells_a_group_preemption(
@@ -717,9 +725,9 @@ def test_explain_tells_a_group_preemption(
     assert code == 0
     assert out.startswith("ml/train-a as a preempting pod group (1, newest first):\n")
     assert (
-        "    for ml/train-a, 4 pods, minCount 4, on 3 nodes: 4 victims in 2 units: podGroup "
-        "ml/train-b (3 pods, taken whole, on node-1, node-2, node-3), pod default/batch-1 "
-        "(on node-2)\n" in out
+        "    for ml/train-a, 4 pods, minCount 4: 4 victims in 2 units on 3 nodes, members "
+        "placed on 2: podGroup ml/train-b (3 pods, taken whole, on node-1, node-2, node-3), "
+        "pod default/batch-1 (on node-2)\n" in out
     )
     code, out, _ = _run(capsys, "explain", "ml/train-b-2", "--database-url", group_url)
     assert "deleted by the preemption for the pod group ml/train-a (priority 1000) on node-3" in out
@@ -779,9 +787,9 @@ def test_explain_a_victim_pod_group_tells_its_unit(
         f"  in attempt 1 of 1 of {g} (run run-1)",
         "  why: podGroup ml/train-b, taken whole (priority 500) could not be reprieved: "
         "ml/train-a-0 would not fit on node-1 beside it (Insufficient cpu)",
-        "  the group's decision: for ml/train-a, 4 pods, minCount 4, on 3 nodes: 4 victims in "
-        "2 units: podGroup ml/train-b (3 pods, taken whole, on node-1, node-2, node-3), pod "
-        "default/batch-1 (on node-2)",
+        "  the group's decision: for ml/train-a, 4 pods, minCount 4: 4 victims in 2 units on "
+        "3 nodes, members placed on 2: podGroup ml/train-b (3 pods, taken whole, on node-1, "
+        "node-2, node-3), pod default/batch-1 (on node-2)",
         "  pod ml/train-b-0 (priority 500) on node-1: deleted at 2026-11-21 12:00:03Z (3.0s "
         "after the decision)",
         "  pod ml/train-b-1 (priority 500) on node-2: deleted at 2026-11-21 12:00:05Z (5.0s "
