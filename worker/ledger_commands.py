@@ -407,13 +407,24 @@ def attempt_row(attempt: AttemptView) -> tuple[str, ...]:
     )
 
 
+def scheduled_cell(attempt: AttemptView) -> str:
+    """The SCHEDULED column: where the preemptor was bound; for a group, how many of the
+    members its decision placed were bound ("4 of 4 bound"), as `preemptor_scheduled` said."""
+    if attempt.scheduled_at is None:
+        return "-"
+    if attempt.pod_group is not None:
+        bound = "?" if attempt.members_bound is None else str(attempt.members_bound)
+        return f"{bound} of {len(attempt.members)} bound"
+    return attempt.scheduled_node or "-"
+
+
 def wide_row(attempt: AttemptView) -> tuple[str, ...]:
     """`-o wide`: the table's columns, then who started the attempt, where the preemptor
-    was scheduled, and the run's ID."""
+    was scheduled (a group: how many members were bound), and the run's ID."""
     return (
         *attempt_row(attempt),
         attempt.started_by or "-",
-        attempt.scheduled_node or "-",
+        scheduled_cell(attempt),
         attempt.run_id,
     )
 

@@ -13,9 +13,10 @@ Scenarios:
 - a preemption failed then retried by a person and completed shows both attempts, each
   with its own start, outcome and duration
 - history --json (and -o json) prints one JSON object per attempt, with the preemption's ID,
-  the attempt's number and total, how it was started and whether retrying can help; -o yaml
-  one document per attempt; -o wide adds who started each attempt, where the preemptor was
-  scheduled, and the run ID
+  the attempt's number and total, how it was started (the first attempt by the trigger) and
+  whether retrying can help; -o yaml one document per attempt; -o wide adds who started each
+  attempt, where the preemptor was scheduled (a group: how many members were bound), and
+  the run ID
 - history --parked tells each parked pod, since when, the cause and the retry command;
   -o json the parking attempt's record with the same
 - with a Temporal UI address (PREEMPT_TEMPORAL_UI_URL, --temporal-ui-url, or a settings
@@ -76,7 +77,7 @@ from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import Terminal
 from preemptctl.ledger.vocabulary import Outcome
-from preemptctl.ledger.writer import append_batch, record_bound_after_end
+from preemptctl.ledger.writer import append_batch, record_bound_after_end, record_scheduled
 from preemptctl.preemption.decision import PodRef
 from preemptctl.worker.cli import main
 from preemptctl.worker.errors import UsageError
@@ -251,7 +252,7 @@ def test_history_json_is_one_record_per_attempt(
         ("p-retried", 1, 2, "run-1", "failed", 2.0),
         ("p-retried", 2, 2, "run-2", "completed", 8.0),
     ]
-    assert (first["error"], first["retryable"], first["startedBy"]) == (DENIED, False, None)
+    assert (first["error"], first["retryable"], first["startedBy"]) == (DENIED, False, "trigger")
     assert [(v["name"], v["fate"]) for v in first["victims"]] == [
         ("batch-7", "failed"),
         ("batch-8", "spared"),
@@ -547,7 +548,7 @@ def test_history_wide_adds_who_started_scheduling_and_the_run(
     assert code == 0
     assert header.endswith("DURATION  STARTED BY  SCHEDULED  RUN")
     assert [row.split()[-3:] for row in rows] == [
-        ["-", "-", "run-1"],
+        ["trigger", "-", "run-1"],
         ["person", "node-3", "run-2"],
     ]
 
@@ -716,6 +717,28 @@ def test_history_shows_a_group_preemption(
         ["node-1", "node-2", "node-3"],
         ["node-1", "node-2"],
     )
+
+
+def test_history_tells_who_started_a_group_attempt_and_how_many_members_were_bound(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'bound.sqlite'}"
+    migrations.upgrade(url)
+    engine = create_ledger_engine(url)
+    g = "group-preemption-ml-train-a-uid-train-a"
+    append_batch(engine, group_preemption(g))
+    bound_at = T0 + timedelta(seconds=12)
+    record_scheduled(engine, g, "run-1", TRAIN_A.as_preemptor(), None, bound_at, members_bound=4)
+    engine.dispose()
+    code, out, _ = _run(capsys, "history", "-o", "wide", "--database-url", url)
+    header, _, row = out.splitlines()
+    assert code == 0
+    assert header.endswith("DURATION  STARTED BY  SCHEDULED     RUN")
+    assert row.endswith("trigger     4 of 4 bound  run-1")
+    code, out, _ = _run(capsys, "history", "--json", "--database-url", url)
+    record = orjson.loads(out)
+    assert (record["startedBy"], record["membersBound"]) == ("trigger", 4)
+    assert record["scheduledAt"] is not None
 
 
 def test_explain_tells_a_group_preemption(
