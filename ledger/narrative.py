@@ -15,6 +15,7 @@ unit it went with.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +24,7 @@ from preemptctl.ledger.payloads import Write
 from preemptctl.ledger.views import AttemptView, Link, PreemptionView, VictimView
 from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.upstream import UpstreamPreemption
 
 CRITERION_MEANING = {
     "minNumPDBViolations": "fewest PodDisruptionBudget violations",
@@ -260,8 +262,27 @@ def _why_group_victim(
     return sentence
 
 
-def fate_phrase(attempt: AttemptView, victim: VictimView) -> str:
-    """What became of the victim in this attempt, with when, relative to its decision."""
+Upstream = Mapping[str, UpstreamPreemption]
+"""kube-scheduler's own preemption of a victim, by victim UID, as shadow mode recorded it."""
+
+
+def upstream_phrase(victim: VictimView, upstream: Upstream | None) -> str:
+    """What kube-scheduler did to a victim a dry run chose, from its `Preempted` Event; or
+    that none was recorded."""
+    seen = (upstream or {}).get(victim.victim.uid)
+    if seen is None:
+        return "no kube-scheduler preemption of it recorded"
+    return (
+        f"kube-scheduler preempted it at {format_time(seen.occurred_at)} (its Event: "
+        f"{seen.message})"
+    )
+
+
+def fate_phrase(attempt: AttemptView, victim: VictimView, upstream: Upstream | None = None) -> str:
+    """What became of the victim in this attempt, with when, relative to its decision; for
+    a dry run's, what kube-scheduler did to it (shadow mode records its Events)."""
+    if attempt.outcome is Outcome.DRY_RUN and victim.fate is Fate.SPARED:
+        return f"would have been a victim (dry run); {upstream_phrase(victim, upstream)}"
     after = ""
     if victim.settled_at is not None and attempt.decided_at is not None:
         delay = (victim.settled_at - attempt.decided_at).total_seconds()
@@ -338,6 +359,9 @@ def preemption_phrase(view: PreemptionView) -> str:
 
 
 def scheduling_phrase(attempt: AttemptView) -> str:
+    if attempt.outcome is Outcome.DRY_RUN and attempt.scheduled_at is None:
+        whom = attempt.pod_group or attempt.preemptor.key
+        return f"{whom}'s placement is kube-scheduler's in shadow mode, not recorded here"
     if attempt.bound_after_end:
         return (
             f"{attempt.preemptor.key} was bound to {attempt.scheduled_node or '?'} at "
@@ -468,10 +492,14 @@ def _attempt_header(attempt: AttemptView) -> str:
 
 
 def attempt_story(
-    attempt: AttemptView, before: AttemptView | None = None, link: Link | None = None
+    attempt: AttemptView,
+    before: AttemptView | None = None,
+    link: Link | None = None,
+    upstream: Upstream | None = None,
 ) -> list[str]:
     """One attempt from the preemptor's side: how it started, what changed since `before`,
-    its decision, its victims' fates, scheduling (lines without indentation)."""
+    its decision, its victims' fates (a dry run's: what kube-scheduler did to them, from
+    `upstream`), scheduling (lines without indentation)."""
     decision = attempt.decision or {}
     lines = [_attempt_header(attempt)]
     started = how_started(attempt)
@@ -502,7 +530,8 @@ def attempt_story(
             where = f" on {victim.node or '?'}"
             if not victim.unit.startswith("pod "):  # a unit of more than this pod
                 where += f", with {victim.unit}"
-        lines.append(f"  victim {pod_label(victim.victim)}{where}: {fate_phrase(attempt, victim)}")
+        fate = fate_phrase(attempt, victim, upstream)
+        lines.append(f"  victim {pod_label(victim.victim)}{where}: {fate}")
     lines.extend(f"  {line}" for line in nomination_lines(attempt, decision))
     if decision.get("status") == "Preempt" or attempt.scheduled_at is not None:
         lines.append(f"  {scheduling_phrase(attempt)}")
@@ -511,24 +540,31 @@ def attempt_story(
     return lines
 
 
-def preemptor_story(view: PreemptionView, link: Link | None = None) -> list[str]:
+def preemptor_story(
+    view: PreemptionView, link: Link | None = None, upstream: Upstream | None = None
+) -> list[str]:
     """A preemption told from the preemptor's side: every attempt in order, the failed ones
     too, each with what changed since the one before."""
     lines = [f"{format_time(view.started)}  {view.preemption_id}: {preemption_phrase(view)}"]
     before: AttemptView | None = None
     for attempt in view.attempts:
-        lines.extend(f"  {line}" for line in attempt_story(attempt, before, link))
+        lines.extend(f"  {line}" for line in attempt_story(attempt, before, link, upstream))
         before = attempt
     return lines
 
 
-def victim_heading(attempt: AttemptView, victim: VictimView) -> str:
-    """A victim's entry headed by its fate: what was done to it, for whom, where."""
+def victim_heading(
+    attempt: AttemptView, victim: VictimView, upstream: Upstream | None = None
+) -> str:
+    """A victim's entry headed by its fate: what was done to it, for whom, where (a dry
+    run's: what kube-scheduler did to it)."""
     whom = pod_label(attempt.preemptor)
     if attempt.pod_group is not None:
         whom = f"the pod group {whom}"
     by = f"the preemption for {whom} on {victim.node or '?'}"
     fate = victim.fate
+    if attempt.outcome is Outcome.DRY_RUN and fate is Fate.SPARED:
+        return f"would have been a victim (dry run) of {by}; {upstream_phrase(victim, upstream)}"
     if fate is Fate.DELETED:
         return f"deleted by {by}"
     if fate is Fate.SPARED:
@@ -545,12 +581,17 @@ def victim_heading(attempt: AttemptView, victim: VictimView) -> str:
     return f"chosen by {by}, not touched yet"
 
 
-def victim_story(view: PreemptionView, victim: VictimView, link: Link | None = None) -> list[str]:
+def victim_story(
+    view: PreemptionView,
+    victim: VictimView,
+    link: Link | None = None,
+    upstream: Upstream | None = None,
+) -> list[str]:
     """A victim's part in one attempt: its fate, by whom, where, why, and how it ended."""
     attempt = next((a for a in view.attempts if a.run_id == victim.run_id), view.latest)
     when = format_time(attempt.decided_at or attempt.started)
     lines = [
-        f"{when}  {victim_heading(attempt, victim)}",
+        f"{when}  {victim_heading(attempt, victim, upstream)}",
         f"  in attempt {attempt.attempt} of {len(view.attempts)} of {view.preemption_id} "
         f"(run {attempt.run_id})",
         "  why: " + why_victim(attempt.decision, victim.victim, attempt.preemptor, victim.node),
@@ -561,7 +602,7 @@ def victim_story(view: PreemptionView, victim: VictimView, link: Link | None = N
     summary = group_summary(attempt.decision)
     if summary is not None:
         lines.append(f"  the group's decision: {summary}")
-    lines.append(f"  fate: {fate_phrase(attempt, victim)}")
+    lines.append(f"  fate: {fate_phrase(attempt, victim, upstream)}")
     lines.append(f"  attempt outcome: {outcome_phrase(attempt)}; {scheduling_phrase(attempt)}")
     if attempt is not view.latest:
         lines.append(f"  the preemption: {preemption_phrase(view)}")
@@ -584,9 +625,11 @@ def victim_unit_story(
     unit: str,
     victims: tuple[VictimView, ...],
     link: Link | None = None,
+    upstream: Upstream | None = None,
 ) -> list[str]:
     """A pod group's part in one attempt as a victim unit: what became of it, for whom,
-    why it could not stay, each of its pods with its node and fate, how the attempt ended."""
+    why it could not stay, each of its pods with its node and fate (a dry run's: what
+    kube-scheduler did to it), how the attempt ended."""
     whom = pod_label(attempt.preemptor)
     if attempt.pod_group is not None:
         whom = f"the pod group {whom}"
@@ -622,7 +665,7 @@ def victim_unit_story(
     for victim in victims:
         lines.append(
             f"  pod {pod_label(victim.victim)} on {victim.node or '?'}: "
-            f"{fate_phrase(attempt, victim)}"
+            f"{fate_phrase(attempt, victim, upstream)}"
         )
     lines.append(f"  attempt outcome: {outcome_phrase(attempt)}; {scheduling_phrase(attempt)}")
     if attempt is not view.latest:

@@ -25,8 +25,8 @@ victim index on its namespace and the kind, then by the payload's `unit`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +36,7 @@ from preemptctl.ledger.engine import translated_errors
 from preemptctl.ledger.events import RecordedEvent
 from preemptctl.ledger.kinds import TERMINAL_KINDS, EventKind
 from preemptctl.ledger.models import events
+from preemptctl.ledger.upstream import upstream_of_victims
 from preemptctl.ledger.views import (
     AttemptView,
     MemberView,
@@ -46,6 +47,7 @@ from preemptctl.ledger.views import (
 )
 from preemptctl.ledger.vocabulary import Outcome, kinds_of_outcome
 from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.upstream import UpstreamPreemption
 from preemptctl.preemption.victim_units import UnitKind
 
 SEED_PAGE = 1000
@@ -98,6 +100,9 @@ class PodStory:
     # As a victim unit (a pod group taken whole): one entry per attempt that chose it, newest
     # first, with the unit's pods as that attempt chose them.
     as_victim_unit: tuple[VictimUnitStory, ...] = ()
+    # kube-scheduler's own preemption of the victims the dry runs among these chose, by
+    # victim UID, as shadow mode recorded it (`upstream_preemptions`).
+    upstream: Mapping[str, UpstreamPreemption] = field(default_factory=dict)
 
     @property
     def known(self) -> bool:
@@ -329,6 +334,14 @@ def explain(engine: Engine, namespace: str, name: str, limit: int = 10) -> PodSt
         as_unit = _newest_preemptions(connection, _as_victim_unit(namespace, name), limit)
         wanted = sorted({*as_preemptor, *as_victim, *as_member, *as_unit})
         views = fold_preemptions(events_of(connection, wanted))
+        dry = [
+            victim.victim.uid
+            for view in views.values()
+            for attempt in view.attempts
+            if attempt.outcome is Outcome.DRY_RUN
+            for victim in attempt.victims
+        ]
+        upstream = upstream_of_victims(connection, dry)
     victim_stories = []
     for preemption_id in as_victim:
         view = views[preemption_id]
@@ -358,4 +371,5 @@ def explain(engine: Engine, namespace: str, name: str, limit: int = 10) -> PodSt
         as_victim=tuple(victim_stories),
         as_member=tuple(member_stories),
         as_victim_unit=tuple(unit_stories),
+        upstream=upstream,
     )

@@ -55,6 +55,7 @@ from preemptctl.ledger.engine import (
 )
 from preemptctl.ledger.errors import LedgerError, LedgerUnavailableError
 from preemptctl.ledger.narrative import (
+    Upstream,
     format_seconds,
     format_time,
     member_lines,
@@ -564,7 +565,9 @@ def run_explain(args: argparse.Namespace) -> int:
     if story.as_victim:
         count = len(story.as_victim)
         blocks.append([f"{namespace}/{name} as a victim ({count}, newest first):"])
-        blocks.extend(victim_story(view, victim, link) for view, victim in story.as_victim)
+        blocks.extend(
+            victim_story(view, victim, link, story.upstream) for view, victim in story.as_victim
+        )
     if story.as_preemptor:
         count = len(story.as_preemptor)
         role = (
@@ -573,14 +576,16 @@ def run_explain(args: argparse.Namespace) -> int:
             else "a preemptor"
         )
         blocks.append([f"{namespace}/{name} as {role} ({count}, newest first):"])
-        blocks.extend(preemptor_story(view, link) for view in story.as_preemptor)
+        blocks.extend(preemptor_story(view, link, story.upstream) for view in story.as_preemptor)
     if story.as_victim_unit:
         count = len(story.as_victim_unit)
         blocks.append(
             [f"{namespace}/{name} as a victim unit, a pod group ({count}, newest first):"]
         )
         blocks.extend(
-            victim_unit_story(told.view, told.attempt, told.unit, told.victims, link)
+            victim_unit_story(
+                told.view, told.attempt, told.unit, told.victims, link, story.upstream
+            )
             for told in story.as_victim_unit
         )
     if story.as_member:
@@ -588,12 +593,16 @@ def run_explain(args: argparse.Namespace) -> int:
         blocks.append(
             [f"{namespace}/{name} as a member of a preempting pod group ({count}, newest first):"]
         )
-        blocks.extend(member_story(view, member, link) for view, member in story.as_member)
+        blocks.extend(
+            member_story(view, member, link, story.upstream) for view, member in story.as_member
+        )
     sys.stdout.write(printable_lines("\n".join("\n".join(block) + "\n" for block in blocks)))
     return 0
 
 
-def member_story(view: PreemptionView, member: MemberView, link: Link | None) -> list[str]:
+def member_story(
+    view: PreemptionView, member: MemberView, link: Link | None, upstream: Upstream | None = None
+) -> list[str]:
     """A member's part in its group's preemption (where the latest attempt that placed it
     put it, and its nomination, in the words `history` uses for every member), then the
     group's preemption as its preemptor's story tells it."""
@@ -603,5 +612,5 @@ def member_story(view: PreemptionView, member: MemberView, link: Link | None) ->
         f"{format_time(attempt.decided_at or attempt.started)}  {placed}",
         f"  by the preemption for the pod group {view.latest.pod_group or view.preemptor.key}, "
         f"in attempt {attempt.attempt} of {len(view.attempts)} (run {attempt.run_id}):",
-        *(f"    {line}" for line in preemptor_story(view, link)),
+        *(f"    {line}" for line in preemptor_story(view, link, upstream)),
     ]

@@ -46,6 +46,9 @@ Scenarios:
   namespace, a longer name or a shorter one, is no member
 - a pod group taken whole as a victim unit: explain of its name tells each attempt that took
   it, why its unit could not stay, each of its pods with its node and fate
+- in shadow mode a dry run's victims read "would have been a victim (dry run)", with what
+  kube-scheduler did to each (its Preempted Event, or none recorded), never "spared"; the
+  preemptor's placement is said to be kube-scheduler's
 - text the ledger keeps as the cluster wrote it (an admission webhook's message with ESC, OSC
   and CSI sequences, a bidi override) is printed escaped by history (table, --parked, -o
   json, -o yaml) and explain: nothing reaches the terminal raw, and JSON reads back the
@@ -73,22 +76,26 @@ import yaml
 
 from preemptctl import migrations
 from preemptctl.ledger.engine import DATABASE_URL_ENV, create_ledger_engine
-from preemptctl.ledger.events import LedgerEvent
+from preemptctl.ledger.events import LedgerEvent, decision_events
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import Terminal
+from preemptctl.ledger.upstream import append_upstream
 from preemptctl.ledger.vocabulary import Outcome
 from preemptctl.ledger.writer import append_batch, record_bound_after_end, record_scheduled
 from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.upstream import UpstreamPreemption
 from preemptctl.worker.cli import main
 from preemptctl.worker.errors import UsageError
 from preemptctl.worker.ledger_commands import NOTHING_MATCHES, parse_since
 from tests.ledger.builders import (
+    API,
     BATCH_8,
     T0,
     TRAIN_A,
     completed_preemption,
     event,
     failed_attempt,
+    four_candidate,
     group_preemption,
     retried,
 )
@@ -739,6 +746,59 @@ def test_history_tells_who_started_a_group_attempt_and_how_many_members_were_bou
     record = orjson.loads(out)
     assert (record["startedBy"], record["membersBound"]) == ("trigger", 4)
     assert record["scheduledAt"] is not None
+
+
+def test_in_shadow_mode_explain_tells_what_kube_scheduler_did_to_a_dry_runs_victims(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A dry run's victims were not spared: they would have been victims, and what
+    kube-scheduler did (its Preempted Event, recorded in shadow mode) is told beside."""
+    url = f"sqlite:///{tmp_path / 'shadow.sqlite'}"
+    migrations.upgrade(url)
+    engine = create_ledger_engine(url)
+    decided = decision_events("p-dry", "run-1", API, four_candidate(), T0)
+    append_batch(engine, [*decided, event("p-dry", EventKind.DRY_RUN, T0)])
+    preempted = T0 + timedelta(seconds=2)
+    message = "Preempted by pod uid-api-0 on node node-3"
+    append_upstream(
+        engine,
+        [
+            UpstreamPreemption(
+                "e-1",
+                preempted,
+                "default",
+                "batch-8",
+                "uid-batch-8",
+                "uid-api-0",
+                "prod",
+                "api-0",
+                "node-3",
+                message,
+            )
+        ],
+    )
+    engine.dispose()
+    code, out, _ = _run(capsys, "explain", "default/batch-8", "--database-url", url)
+    assert code == 0
+    assert out.splitlines()[2] == (
+        "2026-11-21 12:00:00Z  would have been a victim (dry run) of the preemption for "
+        "prod/api-0 (priority 1000) on node-3; kube-scheduler preempted it at "
+        f"2026-11-21 12:00:02Z (its Event: {message})"
+    )
+    assert "spared" not in out
+    code, out, _ = _run(capsys, "explain", "prod/api-0", "--database-url", url)
+    assert (
+        "    victim default/batch-8 (priority 50): would have been a victim (dry run); "
+        f"kube-scheduler preempted it at 2026-11-21 12:00:02Z (its Event: {message})"
+    ) in out.splitlines()
+    assert (
+        "    victim default/batch-7 (priority 100): would have been a victim (dry run); no "
+        "kube-scheduler preemption of it recorded"
+    ) in out.splitlines()
+    assert (
+        "    prod/api-0's placement is kube-scheduler's in shadow mode, not recorded here"
+        in out.splitlines()
+    )
 
 
 def test_explain_tells_a_group_preemption(
