@@ -120,7 +120,9 @@ def note_left_to_another_scheduler(pod: Pod, settings: Settings, tally: PodTally
     scheduler = left_to_another_scheduler(pod, settings)
     if scheduler is None or not tally.count(pod.uid, scheduler):
         return
-    log.info(
+    # A warning: once per pod, and what a person who expected a preemption needs to see
+    # (dev prints warnings; a worker whose schedulerName setting is wrong says so at once).
+    log.warning(
         "%s is pending and unschedulable, but its schedulerName %r is not one this controller "
         "serves (%s): left to that scheduler; PREEMPT_SCHEDULER_NAMES names the ones served",
         pod.key,

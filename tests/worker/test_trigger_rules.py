@@ -93,7 +93,7 @@ def test_a_pod_left_to_another_scheduler_is_counted_and_logged_once(
     metrics = Metrics()
     tally = metrics.left_to_other_schedulers
     left = pending(scheduler_name="preemptctl-scheduler")
-    with caplog.at_level(logging.INFO, logger="preemptctl.worker.trigger_rules"):
+    with caplog.at_level(logging.WARNING, logger="preemptctl.worker.trigger_rules"):
         for _ in range(3):  # every watch event and resync judges it again
             note_left_to_another_scheduler(left, SETTINGS, tally)
         note_left_to_another_scheduler(
