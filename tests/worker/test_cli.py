@@ -9,7 +9,8 @@ Scenarios:
 - exit codes: 2 for usage errors (argparse's own too) and bad settings (`retry` without a
   usable kubeconfig, as the worker), 1 for a runtime failure;
 - an error line never shows a URL's password, in its user info or its query string, whatever
-  built the message (the ledger's own errors, a path given as a URL);
+  built the message (the ledger's own errors, a path given as a URL); the README's example
+  error lines are the ones the commands print;
 - with its output pipe closed by the reader (`| head -0`), a command stops quietly: status
   141 (128 + SIGPIPE), no traceback, nothing on stderr (history, explain, config,
   completion, --help).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 from importlib import metadata
@@ -133,6 +135,26 @@ def test_retry_without_a_kubeconfig_is_a_bad_setting(
     assert (
         capsys.readouterr().err == "preemptctl retry: kubeconfig: no such file /nonexistent/kube\n"
     )
+
+
+def _readme_error_lines() -> list[tuple[list[str], str]]:
+    """The README's example error lines (its `console` block after "never prints a
+    password"): each command, and the line it prints."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    block = readme.split("never prints a password:", 1)[1].split("```console\n", 1)[1]
+    lines = block.split("\n```", 1)[0].splitlines()
+    return [
+        (shlex.split(command.removeprefix("$ "))[1:], printed)
+        for command, printed in zip(lines[::2], lines[1::2], strict=True)
+    ]
+
+
+@pytest.mark.parametrize(("argv", "printed"), _readme_error_lines())
+def test_the_readmes_error_lines_are_the_real_ones(
+    capsys: pytest.CaptureFixture[str], argv: list[str], printed: str
+) -> None:
+    assert main(argv) == 2
+    assert capsys.readouterr().err == printed + "\n"
 
 
 def test_an_unknown_command_exits_2() -> None:
