@@ -7,7 +7,10 @@ Loading keeps the uids a file or a test gives (a test pins them to check what a 
 sends). A cluster a person starts from a file is another matter: a real API server gives
 every object it creates a uid of its own, and the audit ledger tells preemptions apart by
 the preemptor's uid, so `with_fresh_uids` gives each load new ones (consistently: an owner
-reference, a claim reference or an Event's object keeps naming the same object).
+reference, a claim reference or an Event's object keeps naming the same object; and in the
+order of the old ones, so that ties the planner breaks by uid fall alike on every load).
+Its times likewise: a file's `creationTimestamp`s are fixed, so `with_times_from` moves them
+all, keeping their intervals, to end at the moment of the load.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import copy
 import uuid
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -69,21 +73,97 @@ def iter_objects(document: Mapping[str, Any]) -> Iterator[tuple[Resource, Mappin
 def with_fresh_uids(document: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of the List in which every item has a new uid, and every `uid` field anywhere
     in it that named an item's old uid (ownerReferences, claimRef, involvedObject,
-    regarding) names the new one: what creating the same objects on a new server gives."""
+    regarding) names the new one: what creating the same objects on a new server gives.
+
+    The new uids are random, but sorted as the old ones were: the planner breaks its last
+    ties by uid (upstream's `MoreImportantPod` ends there), so a scenario is decided alike
+    on every load, with the victims in the order `preemptctl plan` gives on the file."""
     fresh = copy.deepcopy(dict(document))
     listed = fresh.get("items")
     items: list[Any] = listed if isinstance(listed, list) else [fresh]
-    renamed: dict[str, str] = {}
-    for item in items:
-        meta = item.get("metadata") if isinstance(item, dict) else None
-        if isinstance(meta, dict):
-            old = meta.get("uid")
-            new = str(uuid.uuid4())
-            if isinstance(old, str) and old:
-                renamed[old] = new
-            meta["uid"] = new
+    metas = [
+        item["metadata"]
+        for item in items
+        if isinstance(item, dict) and isinstance(item.get("metadata"), dict)
+    ]
+    old = sorted({m["uid"] for m in metas if isinstance(m.get("uid"), str) and m["uid"]})
+    new = sorted(str(uuid.uuid4()) for _ in old)
+    renamed = dict(zip(old, new, strict=True))
+    for meta in metas:
+        given = meta.get("uid")
+        meta["uid"] = renamed.get(given, "") if isinstance(given, str) else ""
+        meta["uid"] = meta["uid"] or str(uuid.uuid4())
     _rename_uids(fresh, renamed)
     return fresh
+
+
+TIME_FIELDS = frozenset(
+    {
+        "creationTimestamp",
+        "deletionTimestamp",
+        "startTime",
+        "startedAt",
+        "finishedAt",
+        "lastTransitionTime",
+        "lastProbeTime",
+        "lastHeartbeatTime",
+        "eventTime",
+        "firstTimestamp",
+        "lastTimestamp",
+    }
+)
+"""The fields of the kinds a scenario holds that carry a moment (RFC 3339)."""
+
+
+def with_times_from(document: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """A copy of the List in which every moment (`TIME_FIELDS`) is moved by one amount, so
+    that its newest `creationTimestamp` is `now`: the scenario as if its last object had
+    just been created, its ages (`kubectl get pods`' AGE) and every interval between its
+    times as the file tells them. A List without creation times is returned unchanged."""
+    moved = copy.deepcopy(dict(document))
+    created = [
+        moment for key, moment in _times(moved) if key == "creationTimestamp" and moment is not None
+    ]
+    if not created:
+        return moved
+    shift = now.replace(microsecond=0) - max(created)
+    _move_times(moved, shift)
+    return moved
+
+
+def _parse_time(text: Any) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _times(node: Any) -> Iterator[tuple[str, datetime | None]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in TIME_FIELDS:
+                yield key, _parse_time(value)
+            else:
+                yield from _times(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _times(value)
+
+
+def _move_times(node: Any, shift: timedelta) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            moment = _parse_time(value) if key in TIME_FIELDS else None
+            if moment is not None:
+                node[key] = (moment + shift).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            else:
+                _move_times(value, shift)
+    elif isinstance(node, list):
+        for value in node:
+            _move_times(value, shift)
 
 
 def _rename_uids(node: Any, renamed: Mapping[str, str]) -> None:

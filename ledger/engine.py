@@ -5,6 +5,11 @@ SQLite file under the XDG state directory (`$XDG_STATE_HOME/preemptctl/ledger.sq
 by default `~/.local/state/preemptctl/ledger.sqlite`). State, not cache or config: it is
 the audit record, and it must survive a `cd`, which a file in the working directory would
 not.
+
+`preemptctl dev` records each run in a ledger of its own under `dev/` beside that file
+(`dev_ledger_directory`). A reader given no ledger (no flag, no variable) reads the newest
+dev run's when it was written after the embedded one, or when that one does not exist
+(`unnamed_ledger`): after the quick start, `preemptctl history` finds its run.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -67,6 +73,56 @@ def default_sqlite_path(environ: Mapping[str, str] | None = None) -> Path:
     environ = os.environ if environ is None else environ
     state = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(state) / "preemptctl" / "ledger.sqlite"
+
+
+def dev_ledger_directory(environ: Mapping[str, str] | None = None) -> Path:
+    """Where `preemptctl dev` keeps each run's own ledger: `dev/` beside the default one."""
+    return default_sqlite_path(environ).parent / "dev"
+
+
+def newest_dev_ledger(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The ledger of the dev run started last (its name begins with its start time:
+    `ledger-2026-12-06T202937Z-4c31.sqlite`), or None when no dev run has left one."""
+    directory = dev_ledger_directory(environ)
+    try:
+        found = [path for path in directory.glob("ledger-*.sqlite") if path.is_file()]
+    except OSError:
+        return None
+    if not found:
+        return None
+    started = len("ledger-2026-12-06T202937Z")
+    return max(found, key=lambda path: (path.name[:started], _written(path)))
+
+
+def _written(path: Path) -> float:
+    """When a SQLite file was last written: its own time or its write-ahead log's."""
+    times = []
+    for candidate in (path, path.with_name(path.name + "-wal")):
+        try:
+            times.append(candidate.stat().st_mtime)
+        except OSError:
+            continue
+    return max(times, default=0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class UnnamedLedger:
+    """The ledger a reader opens when none is named (no flag, no `PREEMPT_DATABASE_URL`):
+    the embedded one, or the newest dev run's when that one was written since (`dev`)."""
+
+    url: str
+    dev: bool
+
+
+def unnamed_ledger(environ: Mapping[str, str] | None = None) -> UnnamedLedger:
+    """The embedded ledger (`default_sqlite_path`), unless the newest dev run's ledger was
+    written after it or it does not exist: after `preemptctl dev`, `history`, `explain`,
+    `replay --decision` and `compare` read that run without being told where it is."""
+    default = default_sqlite_path(environ)
+    dev = newest_dev_ledger(environ)
+    if dev is not None and (not default.exists() or _written(dev) >= _written(default)):
+        return UnnamedLedger(f"sqlite:///{dev}", dev=True)
+    return UnnamedLedger(f"sqlite:///{default}", dev=False)
 
 
 def configured_url(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> str:

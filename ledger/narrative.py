@@ -7,13 +7,15 @@ criterion names are the planner's (upstream `pickOneNodeForPreemption`'s), kept
 verbatim because they are what people search the upstream code and docs for.
 
 A group preemption is told the same way, in the group's words: how many pods it places, its
-minCount, on how many nodes, how many victims in how many units (`group_summary`), each unit
+minCount, how many victims in how many units on how many nodes, and on how many nodes its
+members are placed, each count saying what it counts (`group_summary`, `node_counts`), each unit
 with why it could not stay, each member with its node and nomination, each victim with the
 unit it went with.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +24,7 @@ from preemptctl.ledger.payloads import Write
 from preemptctl.ledger.views import AttemptView, Link, PreemptionView, VictimView
 from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.upstream import UpstreamPreemption
 
 CRITERION_MEANING = {
     "minNumPDBViolations": "fewest PodDisruptionBudget violations",
@@ -114,9 +117,18 @@ def _unit_phrase(unit: dict[str, Any]) -> str:
     return f"{unit.get('unit')} (on {nodes})"
 
 
+def node_counts(attempt: AttemptView) -> str:
+    """A group preemption's nodes, each count saying what it counts: "victims on 4 nodes,
+    members placed on 4" (never the two together, which counts neither)."""
+    placed = len(attempt.member_nodes)
+    if not attempt.victims:
+        return f"no victims, members placed on {_plural(placed, 'node')}"
+    return f"victims on {_plural(len(attempt.victim_nodes), 'node')}, members placed on {placed}"
+
+
 def group_summary(decision: dict[str, Any] | None) -> str | None:
-    """One sentence for a group decision: "for ml/train-a, 16 pods, minCount 16, on 4
-    nodes: 12 victims in 3 units: ..." (None for a pod's decision, or none)."""
+    """One sentence for a group decision: "for ml/train-a, 16 pods, minCount 16: 12 victims
+    in 3 units on 4 nodes, members placed on 4: ..." (None for a pod's decision, or none)."""
     if not decision or "podGroup" not in decision:
         return None
     rationale = _rationale(decision)
@@ -124,21 +136,24 @@ def group_summary(decision: dict[str, Any] | None) -> str | None:
     policy: dict[str, Any] = given if isinstance(given, dict) else {}
     placed = decision.get("nominations") or {}
     units = [u for u in rationale.get("units") or () if isinstance(u, dict)]
-    nodes = set(map(str, placed.values()))
-    for unit in units:
-        nodes.update(str(n) for n in unit.get("nodes") or ())
+    victim_nodes = {str(n) for unit in units for n in unit.get("nodes") or ()}
+    placed_on = set(map(str, placed.values()))
     pods = len(placed) or int(policy.get("pending") or 0)
     sentence = (
         f"for {decision['podGroup']}, {_plural(pods, 'pod')}, minCount "
         f"{policy.get('minCount', '?')}"
     )
-    if nodes:
-        sentence += f", on {_plural(len(nodes), 'node')}"
     victims = decision.get("victims") or []
     if victims or units:
         sentence += f": {_plural(len(victims), 'victim')} in {_plural(len(units), 'unit')}"
+        if victim_nodes:
+            sentence += f" on {_plural(len(victim_nodes), 'node')}"
+        if placed_on:
+            sentence += f", members placed on {len(placed_on)}"
         if units:
             sentence += ": " + ", ".join(_unit_phrase(unit) for unit in units)
+    elif placed_on:
+        sentence += f": members placed on {_plural(len(placed_on), 'node')}"
     return sentence
 
 
@@ -159,6 +174,17 @@ def unit_lines(decision: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+NOMINATION_WRITTEN = {
+    "Done": "nominated",
+    "Unchanged": "nominated (it already was, by an earlier write)",
+    "KeptOtherNomination": "not nominated: another component's nomination was kept",
+    "AlreadyGone": "not nominated: it was gone",
+    "Replaced": "not nominated: a new pod had its name",
+    "Terminating": "not nominated: it was terminating",
+}
+"""A member's nomination as the API server settled it (`kube.results.WriteEffect`), in words."""
+
+
 def member_lines(attempt: AttemptView) -> list[str]:
     """Each member a group decision placed: its node, and its nomination as written."""
     lines = []
@@ -166,7 +192,7 @@ def member_lines(attempt: AttemptView) -> list[str]:
         if member.error is not None:
             done = f"its nomination failed: {member.error}"
         elif member.effect is not None:
-            done = "nominated" if member.effect == "Done" else f"nomination {member.effect}"
+            done = NOMINATION_WRITTEN.get(member.effect, f"nomination written ({member.effect})")
         else:
             done = "not nominated yet"
         lines.append(f"placed {member.pod} on {member.node}: {done}")
@@ -236,8 +262,27 @@ def _why_group_victim(
     return sentence
 
 
-def fate_phrase(attempt: AttemptView, victim: VictimView) -> str:
-    """What became of the victim in this attempt, with when, relative to its decision."""
+Upstream = Mapping[str, UpstreamPreemption]
+"""kube-scheduler's own preemption of a victim, by victim UID, as shadow mode recorded it."""
+
+
+def upstream_phrase(victim: VictimView, upstream: Upstream | None) -> str:
+    """What kube-scheduler did to a victim a dry run chose, from its `Preempted` Event; or
+    that none was recorded."""
+    seen = (upstream or {}).get(victim.victim.uid)
+    if seen is None:
+        return "no kube-scheduler preemption of it recorded"
+    return (
+        f"kube-scheduler preempted it at {format_time(seen.occurred_at)} (its Event: "
+        f"{seen.message})"
+    )
+
+
+def fate_phrase(attempt: AttemptView, victim: VictimView, upstream: Upstream | None = None) -> str:
+    """What became of the victim in this attempt, with when, relative to its decision; for
+    a dry run's, what kube-scheduler did to it (shadow mode records its Events)."""
+    if attempt.outcome is Outcome.DRY_RUN and victim.fate is Fate.SPARED:
+        return f"would have been a victim (dry run); {upstream_phrase(victim, upstream)}"
     after = ""
     if victim.settled_at is not None and attempt.decided_at is not None:
         delay = (victim.settled_at - attempt.decided_at).total_seconds()
@@ -314,6 +359,9 @@ def preemption_phrase(view: PreemptionView) -> str:
 
 
 def scheduling_phrase(attempt: AttemptView) -> str:
+    if attempt.outcome is Outcome.DRY_RUN and attempt.scheduled_at is None:
+        whom = attempt.pod_group or attempt.preemptor.key
+        return f"{whom}'s placement is kube-scheduler's in shadow mode, not recorded here"
     if attempt.bound_after_end:
         return (
             f"{attempt.preemptor.key} was bound to {attempt.scheduled_node or '?'} at "
@@ -444,10 +492,14 @@ def _attempt_header(attempt: AttemptView) -> str:
 
 
 def attempt_story(
-    attempt: AttemptView, before: AttemptView | None = None, link: Link | None = None
+    attempt: AttemptView,
+    before: AttemptView | None = None,
+    link: Link | None = None,
+    upstream: Upstream | None = None,
 ) -> list[str]:
     """One attempt from the preemptor's side: how it started, what changed since `before`,
-    its decision, its victims' fates, scheduling (lines without indentation)."""
+    its decision, its victims' fates (a dry run's: what kube-scheduler did to them, from
+    `upstream`), scheduling (lines without indentation)."""
     decision = attempt.decision or {}
     lines = [_attempt_header(attempt)]
     started = how_started(attempt)
@@ -478,7 +530,8 @@ def attempt_story(
             where = f" on {victim.node or '?'}"
             if not victim.unit.startswith("pod "):  # a unit of more than this pod
                 where += f", with {victim.unit}"
-        lines.append(f"  victim {pod_label(victim.victim)}{where}: {fate_phrase(attempt, victim)}")
+        fate = fate_phrase(attempt, victim, upstream)
+        lines.append(f"  victim {pod_label(victim.victim)}{where}: {fate}")
     lines.extend(f"  {line}" for line in nomination_lines(attempt, decision))
     if decision.get("status") == "Preempt" or attempt.scheduled_at is not None:
         lines.append(f"  {scheduling_phrase(attempt)}")
@@ -487,24 +540,31 @@ def attempt_story(
     return lines
 
 
-def preemptor_story(view: PreemptionView, link: Link | None = None) -> list[str]:
+def preemptor_story(
+    view: PreemptionView, link: Link | None = None, upstream: Upstream | None = None
+) -> list[str]:
     """A preemption told from the preemptor's side: every attempt in order, the failed ones
     too, each with what changed since the one before."""
     lines = [f"{format_time(view.started)}  {view.preemption_id}: {preemption_phrase(view)}"]
     before: AttemptView | None = None
     for attempt in view.attempts:
-        lines.extend(f"  {line}" for line in attempt_story(attempt, before, link))
+        lines.extend(f"  {line}" for line in attempt_story(attempt, before, link, upstream))
         before = attempt
     return lines
 
 
-def victim_heading(attempt: AttemptView, victim: VictimView) -> str:
-    """A victim's entry headed by its fate: what was done to it, for whom, where."""
+def victim_heading(
+    attempt: AttemptView, victim: VictimView, upstream: Upstream | None = None
+) -> str:
+    """A victim's entry headed by its fate: what was done to it, for whom, where (a dry
+    run's: what kube-scheduler did to it)."""
     whom = pod_label(attempt.preemptor)
     if attempt.pod_group is not None:
         whom = f"the pod group {whom}"
     by = f"the preemption for {whom} on {victim.node or '?'}"
     fate = victim.fate
+    if attempt.outcome is Outcome.DRY_RUN and fate is Fate.SPARED:
+        return f"would have been a victim (dry run) of {by}; {upstream_phrase(victim, upstream)}"
     if fate is Fate.DELETED:
         return f"deleted by {by}"
     if fate is Fate.SPARED:
@@ -521,12 +581,17 @@ def victim_heading(attempt: AttemptView, victim: VictimView) -> str:
     return f"chosen by {by}, not touched yet"
 
 
-def victim_story(view: PreemptionView, victim: VictimView, link: Link | None = None) -> list[str]:
+def victim_story(
+    view: PreemptionView,
+    victim: VictimView,
+    link: Link | None = None,
+    upstream: Upstream | None = None,
+) -> list[str]:
     """A victim's part in one attempt: its fate, by whom, where, why, and how it ended."""
     attempt = next((a for a in view.attempts if a.run_id == victim.run_id), view.latest)
     when = format_time(attempt.decided_at or attempt.started)
     lines = [
-        f"{when}  {victim_heading(attempt, victim)}",
+        f"{when}  {victim_heading(attempt, victim, upstream)}",
         f"  in attempt {attempt.attempt} of {len(view.attempts)} of {view.preemption_id} "
         f"(run {attempt.run_id})",
         "  why: " + why_victim(attempt.decision, victim.victim, attempt.preemptor, victim.node),
@@ -537,7 +602,71 @@ def victim_story(view: PreemptionView, victim: VictimView, link: Link | None = N
     summary = group_summary(attempt.decision)
     if summary is not None:
         lines.append(f"  the group's decision: {summary}")
-    lines.append(f"  fate: {fate_phrase(attempt, victim)}")
+    lines.append(f"  fate: {fate_phrase(attempt, victim, upstream)}")
+    lines.append(f"  attempt outcome: {outcome_phrase(attempt)}; {scheduling_phrase(attempt)}")
+    if attempt is not view.latest:
+        lines.append(f"  the preemption: {preemption_phrase(view)}")
+    if link is not None:
+        lines.append(f"  see {link(view.preemption_id, attempt.run_id)}")
+    return lines
+
+
+def _unit_of(decision: dict[str, Any] | None, unit: str) -> dict[str, Any]:
+    """The decision's rationale entry for the victim unit named `unit` ({} when missing)."""
+    for entry in _rationale(decision).get("units") or ():
+        if isinstance(entry, dict) and entry.get("unit") == unit:
+            return entry
+    return {}
+
+
+def victim_unit_story(
+    view: PreemptionView,
+    attempt: AttemptView,
+    unit: str,
+    victims: tuple[VictimView, ...],
+    link: Link | None = None,
+    upstream: Upstream | None = None,
+) -> list[str]:
+    """A pod group's part in one attempt as a victim unit: what became of it, for whom,
+    why it could not stay, each of its pods with its node and fate (a dry run's: what
+    kube-scheduler did to it), how the attempt ended."""
+    whom = pod_label(attempt.preemptor)
+    if attempt.pod_group is not None:
+        whom = f"the pod group {whom}"
+    nodes = sorted({v.node for v in victims if v.node})
+    pods = f"{_plural(len(victims), 'pod')} on {_plural(len(nodes), 'node')} ({', '.join(nodes)})"
+    done = [v for v in victims if v.fate in (Fate.DELETED, Fate.ALREADY_GONE)]
+    by = f"the preemption for {whom}"
+    if attempt.outcome is Outcome.DRY_RUN:
+        heading = f"would have been taken whole (dry run) by {by}: {unit}, {pods}"
+    elif len(done) == len(victims):
+        heading = f"taken whole by {by}: {unit}, {pods}"
+    else:
+        heading = (
+            f"chosen whole by {by}: {unit}, {pods}; {len(done)} of {len(victims)} deleted when "
+            f"the attempt ended ({attempt.outcome or attempt.status})"
+        )
+    when = format_time(attempt.decided_at or attempt.started)
+    lines = [
+        f"{when}  {heading}",
+        f"  in attempt {attempt.attempt} of {len(view.attempts)} of {view.preemption_id} "
+        f"(run {attempt.run_id})",
+    ]
+    chosen = _unit_of(attempt.decision, unit)
+    if chosen:
+        whole = ", taken whole" if chosen.get("whole") else ""
+        lines.append(
+            f"  why: {unit}{whole} (priority {chosen.get('priority')}) could not be reprieved: "
+            f"{chosen.get('reason') or 'no reason recorded'}"
+        )
+    summary = group_summary(attempt.decision)
+    if summary is not None:
+        lines.append(f"  the group's decision: {summary}")
+    for victim in victims:
+        lines.append(
+            f"  pod {pod_label(victim.victim)} on {victim.node or '?'}: "
+            f"{fate_phrase(attempt, victim, upstream)}"
+        )
     lines.append(f"  attempt outcome: {outcome_phrase(attempt)}; {scheduling_phrase(attempt)}")
     if attempt is not view.latest:
         lines.append(f"  the preemption: {preemption_phrase(view)}")

@@ -17,12 +17,16 @@ member 57 to 67 ms, `history --pod` of one 53 to 72 ms (medians), against 17 ms 
 `explain` of a pod's own preemptions; `explain` of any pod of that namespace pays the 44 ms
 too. A partial index on the payload's pod (`member_placed` rows only) would make it a
 look-up, at the price of a migration.
+
+A pod group taken whole as a victim unit is named only in the payload of its pods'
+`victim_chosen` events (`unit`: `podGroup ml/train-b`); it is found the same way, through the
+victim index on its namespace and the kind, then by the payload's `unit`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +36,7 @@ from preemptctl.ledger.engine import translated_errors
 from preemptctl.ledger.events import RecordedEvent
 from preemptctl.ledger.kinds import TERMINAL_KINDS, EventKind
 from preemptctl.ledger.models import events
+from preemptctl.ledger.upstream import upstream_of_victims
 from preemptctl.ledger.views import (
     AttemptView,
     MemberView,
@@ -42,6 +47,8 @@ from preemptctl.ledger.views import (
 )
 from preemptctl.ledger.vocabulary import Outcome, kinds_of_outcome
 from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.upstream import UpstreamPreemption
+from preemptctl.preemption.victim_units import UnitKind
 
 SEED_PAGE = 1000
 """Events read per step while looking for the newest matching preemptions."""
@@ -80,7 +87,8 @@ class HistoryQuery:
 @dataclass(frozen=True, slots=True)
 class PodStory:
     """Everything the ledger knows about one pod name, newest preemption first; as a victim,
-    one entry per attempt that chose it (`VictimView.attempt`), in attempt order; as a member
+    one entry per attempt that chose it (`VictimView.attempt`), newest attempt first (a pod
+    spared by a failed attempt and deleted by its retry reads as deleted); as a member
     of a preempting pod group, one entry per group preemption that placed it, with its
     placement in the latest attempt that placed it."""
 
@@ -89,10 +97,27 @@ class PodStory:
     as_preemptor: tuple[PreemptionView, ...]
     as_victim: tuple[tuple[PreemptionView, VictimView], ...]
     as_member: tuple[tuple[PreemptionView, MemberView], ...] = ()
+    # As a victim unit (a pod group taken whole): one entry per attempt that chose it, newest
+    # first, with the unit's pods as that attempt chose them.
+    as_victim_unit: tuple[VictimUnitStory, ...] = ()
+    # kube-scheduler's own preemption of the victims the dry runs among these chose, by
+    # victim UID, as shadow mode recorded it (`upstream_preemptions`).
+    upstream: Mapping[str, UpstreamPreemption] = field(default_factory=dict)
 
     @property
     def known(self) -> bool:
-        return bool(self.as_preemptor or self.as_victim or self.as_member)
+        return bool(self.as_preemptor or self.as_victim or self.as_member or self.as_victim_unit)
+
+
+@dataclass(frozen=True, slots=True)
+class VictimUnitStory:
+    """A pod group one attempt chose as a victim unit: the unit as named in the ledger
+    (`podGroup ml/train-b`) and its pods (`VictimView`s, in the decision's order)."""
+
+    view: PreemptionView
+    attempt: AttemptView
+    unit: str
+    victims: tuple[VictimView, ...]
 
 
 def recorded_event(row: Any) -> RecordedEvent:
@@ -195,6 +220,26 @@ def _as_member(namespace: str, name: str) -> ColumnElement[bool]:
     )
 
 
+GROUP_UNIT_KINDS = tuple(kind for kind in UnitKind if kind is not UnitKind.POD)
+"""The units that are a group's, named `<kind> namespace/name` in `victim_chosen` events."""
+
+
+def group_unit_names(namespace: str, name: str) -> list[str]:
+    """How the ledger names a group `namespace/name` taken as a victim unit, by its kind."""
+    return [f"{kind} {namespace}/{name}" for kind in GROUP_UNIT_KINDS]
+
+
+def _as_victim_unit(namespace: str, name: str) -> ColumnElement[bool]:
+    """A `victim_chosen` event of a pod of the group `namespace/name` taken as one unit: the
+    victim index narrows the read to victims in that namespace, the kind and the payload's
+    `unit` do the rest."""
+    return and_(
+        events.c.victim_namespace == namespace,
+        events.c.kind == EventKind.VICTIM_CHOSEN.value,
+        events.c.payload["unit"].as_string().in_(group_unit_names(namespace, name)),
+    )
+
+
 def _conditions(query: HistoryQuery) -> list[ColumnElement[bool]]:
     conditions: list[ColumnElement[bool]] = []
     if query.pod is not None:
@@ -280,18 +325,27 @@ def _newest_preemptions(
 
 
 def explain(engine: Engine, namespace: str, name: str, limit: int = 10) -> PodStory:
-    """The pod's preemptions, as preemptor, as victim and as a member a group preemption
-    placed (the newest `limit` of each)."""
+    """The name's preemptions, as preemptor, as victim, as a member a group preemption
+    placed, and (a pod group's name) as a victim unit (the newest `limit` of each)."""
     with translated_errors(engine), engine.connect() as connection:
         as_preemptor = _newest_preemptions(connection, _as_preemptor(namespace, name), limit)
         as_victim = _newest_preemptions(connection, _as_victim(namespace, name), limit)
         as_member = _newest_preemptions(connection, _as_member(namespace, name), limit)
-        wanted = sorted({*as_preemptor, *as_victim, *as_member})
+        as_unit = _newest_preemptions(connection, _as_victim_unit(namespace, name), limit)
+        wanted = sorted({*as_preemptor, *as_victim, *as_member, *as_unit})
         views = fold_preemptions(events_of(connection, wanted))
+        dry = [
+            victim.victim.uid
+            for view in views.values()
+            for attempt in view.attempts
+            if attempt.outcome is Outcome.DRY_RUN
+            for victim in attempt.victims
+        ]
+        upstream = upstream_of_victims(connection, dry)
     victim_stories = []
     for preemption_id in as_victim:
         view = views[preemption_id]
-        for attempt in view.attempts:
+        for attempt in reversed(view.attempts):  # newest first: what became of it last
             for victim in attempt.victims:
                 if (victim.victim.namespace, victim.victim.name) == (namespace, name):
                     victim_stories.append((view, victim))
@@ -302,10 +356,20 @@ def explain(engine: Engine, namespace: str, name: str, limit: int = 10) -> PodSt
         placed = [m for a in view.attempts for m in a.members if m.pod == key]
         if placed:
             member_stories.append((view, placed[-1]))
+    units = set(group_unit_names(namespace, name))
+    unit_stories = []
+    for preemption_id in as_unit:
+        view = views[preemption_id]
+        for attempt in reversed(view.attempts):
+            taken = tuple(v for v in attempt.victims if v.unit in units)
+            if taken:
+                unit_stories.append(VictimUnitStory(view, attempt, str(taken[0].unit), taken))
     return PodStory(
         namespace=namespace,
         name=name,
         as_preemptor=tuple(views[pid] for pid in as_preemptor),
         as_victim=tuple(victim_stories),
         as_member=tuple(member_stories),
+        as_victim_unit=tuple(unit_stories),
+        upstream=upstream,
     )

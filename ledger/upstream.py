@@ -155,6 +155,23 @@ def append_upstream(
     return Appended(recorded, frozenset(over_cap), frozenset(victim_known))
 
 
+def _recorded(row: Any) -> RecordedUpstream:
+    return RecordedUpstream(
+        id=row.id,
+        observed_at=row.observed_at,
+        occurred_at=row.occurred_at,
+        event_uid=row.event_uid,
+        victim_namespace=row.victim_namespace,
+        victim_name=row.victim_name,
+        victim_uid=row.victim_uid,
+        preemptor_uid=row.preemptor_uid,
+        preemptor_namespace=row.preemptor_namespace,
+        preemptor_name=row.preemptor_name,
+        node=row.node,
+        message=row.message,
+    )
+
+
 def upstream_since(engine: Engine, since: datetime | None = None) -> list[RecordedUpstream]:
     """Every recorded upstream preemption whose Event occurred at or after `since` (all when
     None), oldest first."""
@@ -162,23 +179,21 @@ def upstream_since(engine: Engine, since: datetime | None = None) -> list[Record
     if since is not None:
         statement = statement.where(table.c.occurred_at >= since)
     with translated_errors(engine), engine.connect() as connection:
-        return [
-            RecordedUpstream(
-                id=row.id,
-                observed_at=row.observed_at,
-                occurred_at=row.occurred_at,
-                event_uid=row.event_uid,
-                victim_namespace=row.victim_namespace,
-                victim_name=row.victim_name,
-                victim_uid=row.victim_uid,
-                preemptor_uid=row.preemptor_uid,
-                preemptor_namespace=row.preemptor_namespace,
-                preemptor_name=row.preemptor_name,
-                node=row.node,
-                message=row.message,
-            )
-            for row in connection.execute(statement)
-        ]
+        return [_recorded(row) for row in connection.execute(statement)]
+
+
+def upstream_of_victims(
+    connection: Connection, victim_uids: Sequence[str]
+) -> dict[str, RecordedUpstream]:
+    """kube-scheduler's recorded preemption of each of these victims, by victim UID (one row
+    per victim: the recorder keeps the first Event); one read on the victim UID index."""
+    if not victim_uids:
+        return {}
+    statement = select(table).where(table.c.victim_uid.in_(sorted(set(victim_uids))))
+    found: dict[str, RecordedUpstream] = {}
+    for row in connection.execute(statement.order_by(table.c.id)):
+        found.setdefault(str(row.victim_uid), _recorded(row))
+    return found
 
 
 # -- our side, for the comparison --------------------------------------------------------------

@@ -40,6 +40,9 @@ from preemptctl.ledger.payloads import (
 from preemptctl.ledger.vocabulary import FATE_OF_KIND, OUTCOME_OF_KIND, Fate, Outcome
 from preemptctl.preemption.decision import PodRef
 
+FIRST_STARTER = "trigger"
+"""Who starts a preemption's first attempt: the trigger loop, the only starter of a new one."""
+
 Link = Callable[[str, str], str]
 """Builds a direct link to one run (workflow ID, run ID), e.g. its Temporal UI page."""
 
@@ -150,8 +153,10 @@ class AttemptView:
     # an `unsupported` end and a failure recorded non-retryable (an RBAC denial); None for a
     # failure whose writer did not record it; True for every other end.
     retryable: bool | None
-    # How it was started: None for the first attempt (or a later one whose `retried` event
-    # is not recorded yet); else "trigger" or "person", why, and after which run.
+    # How it was started: "trigger" or "person" (its `retried` event), why, and after which
+    # run. The first attempt is the trigger's: only the trigger loop starts a preemption
+    # (`preemptctl retry` runs one on record again, and records `retried`). None for a later
+    # attempt whose `retried` event is not recorded yet.
     started_by: str | None
     retry_reason: str | None
     previous_run_id: str | None
@@ -170,6 +175,18 @@ class AttemptView:
     @property
     def victim_count(self) -> int:
         return len(self.victims)
+
+    @property
+    def victim_nodes(self) -> tuple[str, ...]:
+        """The nodes its victims run on, by name."""
+        return tuple(sorted({v.node for v in self.victims if v.node}))
+
+    @property
+    def member_nodes(self) -> tuple[str, ...]:
+        """A group preemption's: the nodes its decision placed members on, by name."""
+        placed = {m.node for m in self.members if m.node}
+        placed |= {str(n) for n in ((self.decision or {}).get("nominations") or {}).values()}
+        return tuple(sorted(placed))
 
     @property
     def duration_seconds(self) -> float | None:
@@ -224,6 +241,8 @@ class AttemptView:
         if self.pod_group is not None:
             shown["podGroup"] = self.pod_group
             shown["nodes"] = list(self.nodes)
+            shown["victimNodes"] = list(self.victim_nodes)
+            shown["memberNodes"] = list(self.member_nodes)
             shown["members"] = [member.to_json() for member in self.members]
             shown["membersBound"] = self.members_bound
         if self.bound_after_end:
@@ -490,7 +509,7 @@ def fold_attempt(
         error=error,
         abort_reason=abort_reason,
         retryable=_retryable(outcome, terminal),
-        started_by=retried.by if retried is not None else None,
+        started_by=retried.by if retried is not None else FIRST_STARTER if attempt == 1 else None,
         retry_reason=retried.reason if retried is not None else None,
         previous_run_id=(retried.previous_run_id if retried else None) or previous_run_id,
         previous_outcome=retried.previous_outcome if retried is not None else None,

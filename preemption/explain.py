@@ -1,10 +1,12 @@
-"""A decision's rationale as text a person reads at a terminal (`preemptctl plan --explain`)."""
+"""A decision's rationale as text a person reads at a terminal (`preemptctl plan --explain`):
+a pod's (`render_explanation`) or a pod group's (`render_group_explanation`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from preemptctl.preemption.decision import Decision, Strategy
+from preemptctl.preemption.group_decision import GroupDecision
 
 _MAX_LISTED = 8
 
@@ -112,5 +114,70 @@ def render_explanation(decision: Decision) -> str:
             "Lower-priority nominations to clear: "
             + _names([pod.key for pod in decision.nominated_pods_to_clear])
         )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def render_group_explanation(decision: GroupDecision) -> str:
+    """A group decision's rationale as sections: the group, the verdict, where the group is
+    placed (once, with every lower-priority unit removed), the units taken and why each
+    could not be reprieved, and the victims, most important first, each with its unit."""
+    r = decision.rationale
+    group = r.get("group") or {}
+    placed = decision.nominations or r.get("placement") or r.get("fits") or {}
+    policy = f"{group.get('schedulingPolicy', '?')}, minCount {group.get('minCount', '?')}"
+    lines = [
+        f"Pod group   {decision.pod_group} (priority {group.get('priority', '?')}, uid "
+        f"{decision.uid}; {group.get('kind', 'PodGroup')}, {policy}; "
+        f"{group.get('pending', '?')} pending, {group.get('bound', '?')} bound)",
+        f"Strategy    {r.get('strategy', '?')}",
+        f"Decision    {decision.verdict}",
+        f"Message     {decision.message}",
+        "",
+    ]
+    if "potentialVictimPods" in r:
+        lines += [
+            f"Dry run over {r.get('nodesTotal', '?')} node(s): {r['potentialVictimPods']} "
+            "lower-priority pod(s) removed, the group placed once on what is left",
+            "",
+        ]
+    if placed:
+        lines.append(f"Placement: {len(placed)} pod(s) on {len(set(placed.values()))} node(s)")
+        lines += _table(("POD", "NODE"), sorted(placed.items()))
+        lines.append("")
+    if "unitsConsidered" in r:
+        taken = len(decision.units)
+        victim_nodes = len({node for unit in decision.units for node in unit.nodes})
+        lines.append(
+            f"Victim units: {r['unitsConsidered']} considered, {r.get('unitsReprieved', 0)} "
+            f"reprieved, {taken} taken (most important first), their pods on "
+            f"{victim_nodes} node(s)"
+        )
+        if decision.units:
+            lines += _table(
+                ("UNIT", "PRIORITY", "WHOLE", "PODS", "NODES", "PDB-VIOLATIONS", "WHY TAKEN"),
+                [
+                    (
+                        unit.unit,
+                        str(unit.priority),
+                        "yes" if unit.whole else "no",
+                        str(len(unit.pods)),
+                        _names(unit.nodes),
+                        str(unit.pdb_violations),
+                        unit.reason,
+                    )
+                    for unit in decision.units
+                ],
+            )
+        lines.append("")
+    if decision.victims:
+        lines.append(
+            f"Victims (most important first), {decision.num_pdb_violations} PDB violation(s)"
+        )
+        rows = []
+        for victim in decision.victims:
+            unit = decision.unit_of(victim)
+            rows.append((victim.key, str(victim.priority), victim.uid, unit.unit if unit else "-"))
+        lines += _table(("POD", "PRIORITY", "UID", "UNIT"), rows)
         lines.append("")
     return "\n".join(lines)

@@ -238,12 +238,16 @@ def select_victims_on_domain(
     )
     victims = tuple(pod for choice in choices for pod in choice.pods)
     violations = sum(count for _, count, _ in taken)
-    nodes = {node for choice in choices for node in choice.nodes} | set(nominations.values())
+    # Two counts, each saying what it counts: the nodes the victims run on, and the nodes
+    # the members are placed on (their union counted neither).
+    victim_nodes = {node for choice in choices for node in choice.nodes}
+    placed_on = set(nominations.values())
     return decide(
         Verdict.PREEMPT,
-        f"preempt {len(victims)} pod(s) in {len(choices)} unit(s) on {len(nodes)} node(s) to "
-        f"place {placed} of {len(preemptor.pending)} pending pod(s) (minCount "
-        f"{preemptor.min_count}; {violations} PDB violation(s))",
+        f"preempt {len(victims)} pod(s) in {len(choices)} unit(s) on {len(victim_nodes)} "
+        f"node(s) to place {placed} of {len(preemptor.pending)} pending pod(s) on "
+        f"{len(placed_on)} node(s) (minCount {preemptor.min_count}; {violations} PDB "
+        "violation(s))",
         nominations=nominations,
         victims=victims,
         units=choices,

@@ -68,7 +68,7 @@ from preemptctl.ledger.upstream import (
     upstream_since,
 )
 from preemptctl.worker.errors import add_output_flag
-from preemptctl.worker.ledger_commands import open_ledger, parse_since
+from preemptctl.worker.ledger_commands import READ_DATABASE_HELP, open_ledger, parse_since
 from preemptctl.worker.terminal import printable, printable_json
 
 PREEMPT = "Preempt"
@@ -366,7 +366,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--database-url",
         metavar="URL",
-        help="ledger database (default: $PREEMPT_DATABASE_URL, else an embedded SQLite file)",
+        help=READ_DATABASE_HELP,
     )
     add_output_flag(parser, ("table", "json"), "table")
     parser.set_defaults(handler=run_compare)

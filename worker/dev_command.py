@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import json
@@ -53,7 +54,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -69,7 +70,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from preemptctl.ledger.engine import create_ledger_engine, default_sqlite_path, display_url
+from preemptctl.ledger.engine import create_ledger_engine, dev_ledger_directory, display_url
 from preemptctl.migrations import upgrade
 from preemptctl.worker.cancellation import cancel_and_wait
 from preemptctl.worker.config import ConfigError, Settings, load_settings
@@ -96,6 +97,10 @@ FAULT_NAMES = ("deny-delete", "deny-patch", "deny-events")
 FAULT_POLL_SECONDS = 0.5
 # How often dev's trigger re-checks its parked pods for a run a person started (`retry`).
 RETRY_WATCH_SECONDS = 1.0
+
+# What a run leaves behind, and how to clear it: its ledger (with SQLite's -wal and -shm
+# files) and the decision lock file beside it, all named after the ledger.
+CLEAR_HINT = "rm {0}/ledger-* clears every dev run's ledger and lock file (stop dev first)"
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +259,7 @@ def run_ledger_url(now: datetime | None = None) -> str:
     directory), named by its start time: dev's cluster and Temporal server live as long as
     the run, so its ledger holds that run's story alone and outlives it for `history`."""
     moment = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H%M%SZ")
-    path = default_sqlite_path().parent / "dev" / f"ledger-{moment}-{secrets.token_hex(2)}.sqlite"
+    path = dev_ledger_directory() / f"ledger-{moment}-{secrets.token_hex(2)}.sqlite"
     return f"sqlite:///{path}"
 
 
@@ -350,33 +355,108 @@ def _quiet_expected_failures() -> None:
         logging.getLogger(name).addFilter(_ExpectedActivityFailures())
 
 
-def _reporter(ui_url: str) -> Any:
-    """Dev's lines for the trigger's reports (a start with its UI link, an end), and for a
-    run a person started with `preemptctl retry` (the trigger's `retried`); a group's
-    preemption (`podGroup` in its report) is said to be a pod group's."""
+class DevLines:
+    """dev's lines for the trigger's reports: a start with its run's page in the Temporal UI,
+    a run a person started with `preemptctl retry` (the trigger's `retried`), an end, and for
+    an end that parked its pod or group the command that runs it again. A group's preemption
+    (`podGroup` in its report) is said to be a pod group's.
 
-    def report(event: str, fields: dict[str, Any]) -> None:
+    The lines are printed in the order the reports came, by one task (`printing`). A link
+    opens the run's story, the UI's User Metadata page (`ui_link` with the run): a start
+    whose report names no run has it looked up first (`describe`: the workflow's latest
+    run), so its line waits for that answer and every later line for it."""
+
+    def __init__(
+        self,
+        ui_url: str,
+        describe: Callable[[str], Awaitable[str | None]] | None = None,
+    ) -> None:
+        self._ui_url = ui_url
+        # The latest run of a workflow ID (Temporal's, once its server runs).
+        self.describe = describe
+        self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        # The parked pods and groups, by namespace/name (the trigger's, once it runs).
+        self.parked: Callable[[], list[str]] = list
+        self._groups: set[str] = set()
+
+    def __call__(self, event: str, fields: dict[str, Any]) -> None:
+        """The trigger's report (on the event loop): queued for `printing`."""
+        if fields.get("podGroup"):
+            self._groups.add(str(fields["podGroup"]))
+        self._queue.put_nowait((event, dict(fields)))
+
+    def retry_command(self, key: str) -> str:
+        """The command that runs a parked preemption again: a group's by its group."""
+        if key in self._groups:
+            return f"preemptctl retry --pod-group {key}"
+        return f"preemptctl retry {key}"
+
+    def retry_commands(self) -> list[str]:
+        """One command per preemption parked now."""
+        return [self.retry_command(key) for key in self.parked()]
+
+    async def printing(self) -> None:
+        """Print each report's lines, in order, until cancelled."""
+        while True:
+            event, fields = await self._queue.get()
+            try:
+                for line in await self._lines(event, fields):
+                    say(line)
+            finally:
+                self._queue.task_done()
+
+    async def drain(self, timeout: float = 5.0) -> None:
+        """Wait (up to `timeout`) until every report queued so far is printed."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._queue.join()
+
+    async def _lines(self, event: str, fields: dict[str, Any]) -> list[str]:
         group = "pod group " if fields.get("podGroup") else ""
+        workflow_id = str(fields.get("workflowId"))
         if event == "started":
-            say(f"preemption started   {group}{fields['preemptor']}  ({fields['workflowId']})")
-            say(f"  {ui_link(ui_url, 'default', fields['workflowId'])}")
-            return
+            run_id = fields.get("runId") or await self._run_of(workflow_id)
+            return [
+                f"preemption started   {group}{fields['preemptor']}  ({workflow_id})",
+                f"  {ui_link(self._ui_url, 'default', workflow_id, run_id)}",
+            ]
         if event == "retried":
             why = f": {fields['reason']}" if fields.get("reason") else ""
-            say(
-                f"preemption retried   {group}{fields['preemptor']}  ({fields['workflowId']}) "
-                f"by a person{why}"
-            )
-            say(f"  {ui_link(ui_url, 'default', fields['workflowId'], fields['runId'])}")
-            return
+            return [
+                f"preemption retried   {group}{fields['preemptor']}  ({workflow_id}) "
+                f"by a person{why}",
+                f"  {ui_link(self._ui_url, 'default', workflow_id, fields.get('runId'))}",
+            ]
         victims = ", ".join(fields.get("victims") or []) or "none"
         where = f" on {fields['node']}" if fields.get("node") else ""
-        say(
+        lines = [
             f"preemption {fields['outcome']:<10} {group}{fields['preemptor']}{where}: victims "
             f"{victims} ({fields['seconds']:.1f}s) {fields.get('message', '')}"
-        )
+        ]
+        if fields.get("preemptor") in self.parked():
+            command = self.retry_command(str(fields["preemptor"]))
+            lines.append(f"  parked:     {command}  once the cause is fixed")
+        return lines
 
-    return report
+    async def _run_of(self, workflow_id: str) -> str | None:
+        """The workflow's latest run, or None (then the link opens the workflow)."""
+        if self.describe is None:
+            return None
+        try:
+            return await self.describe(workflow_id)
+        except Exception as error:  # the link without its run is still a link
+            log.debug("could not describe %s: %s", workflow_id, error)
+            return None
+
+
+def _describer(client: Client) -> Callable[[str], Awaitable[str | None]]:
+    """The latest run of a workflow, as Temporal describes it."""
+
+    async def describe(workflow_id: str) -> str | None:
+        description = await client.get_workflow_handle(workflow_id).describe()
+        return description.run_id
+
+    return describe
 
 
 def _check_faults(names: list[str], simulated: bool) -> None:
@@ -396,10 +476,17 @@ class FaultSwitch:
     """Dev mode's faults as files: each file in `directory` named after a fault turns it on;
     removing the file lifts it (`sync` makes the emulator's table match)."""
 
-    def __init__(self, directory: Path, named: NamedFaults) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        named: NamedFaults,
+        retry_commands: Callable[[], list[str]] = list,
+    ) -> None:
         self.directory = directory
         self._named = named
         self._unknown: set[str] = set()
+        # The command for each preemption parked now, said when a fault is lifted.
+        self.retry_commands = retry_commands
 
     def sync(self) -> None:
         from preemptctl.emulator.faults import DEV_FAULTS
@@ -422,10 +509,15 @@ class FaultSwitch:
             say(f"  lift it:    rm {self.directory / name}")
             say(f"  real fix:   grant the controller's ClusterRole {fault.rule}")
         for name in lifted:
-            say(
-                f"fault lifted  {name}: the controller may {DEV_FAULTS[name].what} again; a pod "
-                "parked meanwhile waits for `preemptctl retry NS/NAME` (or a change to the pod)"
+            commands = self.retry_commands()
+            waiting = (
+                "parked meanwhile, each waits for its retry (or a change to it): "
+                + "; ".join(f"`{command}`" for command in commands)
+                if commands
+                else "nothing is parked"
             )
+            what = DEV_FAULTS[name].what
+            say(f"fault lifted  {name}: the controller may {what} again; {waiting}")
 
     async def watch(self) -> None:
         while True:
@@ -433,7 +525,9 @@ class FaultSwitch:
             self.sync()
 
 
-def _fault_switch(cluster: SimulatedCluster, names: list[str]) -> FaultSwitch:
+def _fault_switch(
+    cluster: SimulatedCluster, names: list[str], retry_commands: Callable[[], list[str]]
+) -> FaultSwitch:
     """The run's fault directory beside its kubeconfig, holding the faults asked for."""
     from preemptctl.emulator.faults import NamedFaults
 
@@ -441,7 +535,7 @@ def _fault_switch(cluster: SimulatedCluster, names: list[str]) -> FaultSwitch:
     directory.mkdir(exist_ok=True)
     for name in names:
         (directory / name).touch()
-    switch = FaultSwitch(directory, NamedFaults(cluster.emulator.faults))
+    switch = FaultSwitch(directory, NamedFaults(cluster.emulator.faults), retry_commands)
     switch.sync()
     return switch
 
@@ -468,12 +562,14 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
     try:
         server = temporal_cli()
         from preemptctl.emulator import SimulatedCluster
-        from preemptctl.emulator.scenario import read_document, with_fresh_uids
+        from preemptctl.emulator.scenario import read_document, with_fresh_uids, with_times_from
     except (FileNotFoundError, ImportError) as error:
         raise UsageError(f"needs the dev extra ({DEV_EXTRA_HINT}): {error}") from None
     choice = ClusterChoice.of(args)
     _check_faults(args.fault, choice.simulated)
     _quiet_expected_failures()
+    ui_url = f"http://127.0.0.1:{ui_port}"
+    lines = DevLines(ui_url)
     with ExitStack() as resources:
         cluster: SimulatedCluster | None = None
         faults: FaultSwitch | None = None
@@ -487,8 +583,11 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 source = bundled_or_file(args.scenario) if args.scenario else ONLINE_OFFLINE
                 # New uids, as a real API server gives objects it creates: each run's
-                # preemptions are its own, never attempts of an earlier run's.
-                loaded = cluster.load(with_fresh_uids(read_document(source)))
+                # preemptions are its own, never attempts of an earlier run's. Its times
+                # moved to now: the newest object was just created, the rest as much older
+                # as the file says (kubectl's AGE reads right).
+                fresh = with_fresh_uids(read_document(source))
+                loaded = cluster.load(with_times_from(fresh, datetime.now(UTC)))
             except Exception as error:
                 raise UsageError(f"cannot load scenario {args.scenario}: {error}") from None
             cluster.scheduler.preemption_delay = 1e9  # held until the worker watches (below)
@@ -497,7 +596,7 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
             say(f"cluster       simulated, {loaded} objects from {source.name}")
             say(_mode_line(choice))
             say(f"kubeconfig    {choice.kubeconfig}")
-            faults = _fault_switch(cluster, args.fault)
+            faults = _fault_switch(cluster, args.fault, lines.retry_commands)
 
         url = args.database_url or run_ledger_url()
         settings = _settings(choice, url)
@@ -511,6 +610,8 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
         resources.callback(ledger.dispose)
         whose = "" if args.database_url else "this run's own; "
         say(f"ledger        {display_url(url)}  ({whose}preemptctl history / explain)")
+        if not args.database_url:
+            say(f"  kept:       after the run; {CLEAR_HINT.format(dev_ledger_directory())}")
 
         with _stdout_to_stderr():  # the dev server's banner must not mix with our report
             env = await WorkflowEnvironment.start_local(
@@ -526,11 +627,14 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
             await check_own_task_queue(env.client, "default", settings.task_queue)
             say(f"temporal      {address}  (PREEMPT_TEMPORAL_ADDRESS)")
             say(f"task queue    {settings.task_queue}  (PREEMPT_TASK_QUEUE)")
-            ui_url = f"http://127.0.0.1:{ui_port}"
             say(f"temporal UI   {ui_url}/namespaces/default/workflows?query={quote(UI_FILTER)}")
             say(f"other shell   {_second_shell(settings, address, ui_url, url)}")
+            say(
+                f"schedulers    {', '.join(settings.scheduler_names)}  (PREEMPT_SCHEDULER_NAMES;"
+                " a pending pod of another scheduler is left to it, logged once)"
+            )
             kube = connect_cluster(settings)
-            report = _reporter(ui_url)
+            lines.describe = _describer(env.client)
             async with (
                 running_controller(
                     settings,
@@ -538,28 +642,35 @@ async def dev(args: argparse.Namespace) -> dict[str, Any]:
                     kube,
                     ledger,
                     worker=not args.no_worker,
-                    report=report,
+                    report=lines,
                     serve_probes=False,
                     recheck_parked_every=RETRY_WATCH_SECONDS,
                 ) as controller,
-                _watching(faults),
+                _watching(faults, lines),
             ):
+                trigger = controller.trigger
+                if trigger is not None:
+                    lines.parked = lambda: [parked.pod for parked in trigger.parked()]
                 if cluster is not None:  # kube-scheduler preempts once the worker watches
                     cluster.scheduler.preemption_delay = 0.0
-                if args.once and controller.trigger is not None:
-                    return await _until_settled(controller.trigger, cluster, args.timeout, url)
+                if args.once and trigger is not None:
+                    settled = await _until_settled(trigger, cluster, args.timeout, url)
+                    await lines.drain()
+                    return settled
                 stop = _stop_on_signals()
                 say("running; Ctrl-C stops")
                 await stop.wait()
+                await lines.drain()
                 return {}
         finally:
             await env.shutdown()
 
 
 @asynccontextmanager
-async def _watching(faults: FaultSwitch | None) -> AsyncIterator[None]:
-    """The fault directory (when there is one), watched while the controller runs."""
-    tasks = []
+async def _watching(faults: FaultSwitch | None, lines: DevLines) -> AsyncIterator[None]:
+    """dev's lines printed, and the fault directory (when there is one) watched, while the
+    controller runs."""
+    tasks = [asyncio.create_task(lines.printing())]
     if faults is not None:
         tasks.append(asyncio.create_task(faults.watch()))
     try:

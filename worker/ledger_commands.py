@@ -12,10 +12,14 @@ masked (`ledger.engine.masked_url`): a password in it is never printed.
 
 The database is `--database-url`, else `PREEMPT_DATABASE_URL`, else (history and explain)
 the settings file's `database_url`, else the embedded SQLite file
-(`ledger.engine.default_sqlite_path`). Every flag value is validated here rather than
-by argparse `type=`/`choices=`, because argparse reports a bad value in two lines (usage
-and error) and the CLI promises one. A database that cannot be reached is exit 1 (a runtime
-failure); a URL, flag or schema that is wrong is exit 2 (the command line must change).
+(`ledger.engine.default_sqlite_path`) or, when the newest `preemptctl dev` run's ledger was
+written after it (or it does not exist), that run's, said in one line on stderr
+(`ledger.engine.unnamed_ledger`): the same for `replay --decision` and `compare`.
+
+Every flag value is validated here rather than by argparse `type=`/`choices=`, because
+argparse reports a bad value in two lines (usage and error) and the CLI promises one. A
+database that cannot be reached is exit 1 (a runtime failure); a URL, flag or schema that is
+wrong is exit 2 (the command line must change).
 """
 
 from __future__ import annotations
@@ -28,8 +32,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 import orjson
 import yaml
@@ -38,23 +42,29 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from preemptctl import migrations
 from preemptctl.ledger.engine import (
+    DATABASE_URL_ENV,
     configured_url,
     create_ledger_engine,
+    dev_ledger_directory,
     display_url,
     masked_url,
     normalise_url,
     sqlite_path,
     translated_errors,
+    unnamed_ledger,
 )
 from preemptctl.ledger.errors import LedgerError, LedgerUnavailableError
 from preemptctl.ledger.narrative import (
+    Upstream,
     format_seconds,
     format_time,
     member_lines,
+    node_counts,
     parked_cause,
     preemption_phrase,
     preemptor_story,
     victim_story,
+    victim_unit_story,
 )
 from preemptctl.ledger.queries import HistoryQuery, explain, history
 from preemptctl.ledger.views import AttemptView, Link, MemberView, PreemptionView
@@ -62,6 +72,7 @@ from preemptctl.ledger.vocabulary import Outcome
 from preemptctl.preemption.names import pod_key_problem
 from preemptctl.worker.errors import Unavailable, UsageError, add_output_flag
 from preemptctl.worker.terminal import printable, printable_json, printable_lines
+from preemptctl.worker.ui_links import run_page
 
 if TYPE_CHECKING:
     from preemptctl.worker.config import Settings
@@ -83,7 +94,7 @@ def register(subparsers: Any) -> None:
         help="create or upgrade the ledger's schema (Alembic, to head)",
         description="Upgrade the ledger database to the newest schema. Safe to run again.",
     )
-    _database_flag(migrate)
+    _database_flag(migrate, reading=False)
     migrate.set_defaults(handler=run_migrate)
 
     past = subparsers.add_parser(
@@ -132,7 +143,9 @@ def register(subparsers: Any) -> None:
         description="Tell a pod's preemptions in words: as victim (its fate, by whom, where, "
         "why), as preemptor (every attempt in order, what changed between them, each "
         "decision, the victims' fates, scheduling), and as a member of a pod group a group "
-        "preemption placed (where, its nomination, then the group's preemption).",
+        "preemption placed (where, its nomination, then the group's preemption). A pod "
+        "group's name tells its preemptions, and each time it was taken whole as a victim "
+        "unit (why, its pods, their nodes and fates).",
     )
     why.add_argument("pod", metavar="NAMESPACE/NAME")
     why.add_argument(
@@ -145,11 +158,19 @@ def register(subparsers: Any) -> None:
     why.set_defaults(handler=run_explain)
 
 
-def _database_flag(parser: argparse.ArgumentParser) -> None:
+READ_DATABASE_HELP = (
+    "ledger database (default: $PREEMPT_DATABASE_URL, else the embedded SQLite file, or the "
+    "newest `preemptctl dev` run's ledger when it is newer)"
+)
+
+
+def _database_flag(parser: argparse.ArgumentParser, *, reading: bool = True) -> None:
     parser.add_argument(
         "--database-url",
         metavar="URL",
-        help="ledger database (default: $PREEMPT_DATABASE_URL, else an embedded SQLite file)",
+        help=READ_DATABASE_HELP
+        if reading
+        else "ledger database (default: $PREEMPT_DATABASE_URL, else the embedded SQLite file)",
     )
 
 
@@ -251,17 +272,50 @@ def _url(args: argparse.Namespace) -> str:
     return url
 
 
+def reading_url(args: argparse.Namespace) -> str:
+    """The ledger a reading command opens: the one named (--database-url, the settings
+    file's, PREEMPT_DATABASE_URL), else `unnamed_ledger`'s choice; when that is a dev run's
+    ledger, one line on stderr says which, so nobody reads a ledger unaware."""
+    if args.database_url or os.environ.get(DATABASE_URL_ENV):
+        return _url(args)
+    unnamed = unnamed_ledger()
+    if unnamed.dev:
+        print(
+            f"reading {unnamed.url}, the newest `preemptctl dev` run's ledger (none named: "
+            "--database-url or PREEMPT_DATABASE_URL names another)",
+            file=sys.stderr,
+        )
+    return unnamed.url
+
+
+def _missing(path: Path, named: bool) -> str:
+    """Why a SQLite ledger that is not there cannot be read, and what to do: `migrate` only
+    for a worker's ledger, never for a dev run's (a dev run makes its own)."""
+    directory = dev_ledger_directory()
+    if path.parent == directory:
+        return f"no ledger at {path}: that `preemptctl dev` run's ledger was removed"
+    if named:
+        return f"no ledger at {path}; run `preemptctl migrate` first"
+    return (
+        f"no ledger at {path}, and no `preemptctl dev` run has left one in {directory}: "
+        "name the worker's ledger with --database-url or PREEMPT_DATABASE_URL, or run "
+        "`preemptctl dev` (each run records in a ledger of its own)"
+    )
+
+
 @contextmanager
 def open_ledger(args: argparse.Namespace) -> Iterator[Engine]:
-    """An engine on a reachable, migrated ledger, or a one-line `UsageError` saying why not.
+    """An engine on a reachable, migrated ledger (`reading_url`), or a one-line `UsageError`
+    saying why not.
 
     A missing SQLite file is reported rather than created: reading must not leave an empty
     ledger behind that a later `migrate` would be mistaken to have filled.
     """
-    url = _url(args)
+    named = bool(args.database_url or os.environ.get(DATABASE_URL_ENV))
+    url = reading_url(args)
     path = sqlite_path(normalise_url(url))
     if path is not None and not path.exists():
-        raise UsageError(f"no ledger at {path}; run `preemptctl migrate` first")
+        raise UsageError(_missing(path, named))
     engine = create_ledger_engine(url, pool_size=1)
     try:
         with translated_errors(engine):
@@ -310,18 +364,16 @@ WIDE_COLUMNS = (*HISTORY_COLUMNS, "STARTED BY", "SCHEDULED", "RUN")
 
 
 def ui_link(settings: Settings) -> Link | None:
-    """Links to a run's page in the Temporal UI, when its address is configured (its
-    secrets masked: a link is printed, and a password in the address must not be)."""
+    """Links to a run's story in the Temporal UI (its User Metadata page: `worker.ui_links`),
+    when its address is configured (its secrets masked: a link is printed, and a password
+    in the address must not be)."""
     if not settings.temporal_ui_url:
         return None
-    base = masked_url(settings.temporal_ui_url).rstrip("/")
-    namespace = quote(settings.temporal_namespace, safe="")
+    base = masked_url(settings.temporal_ui_url)
+    namespace = settings.temporal_namespace
 
     def link(workflow_id: str, run_id: str) -> str:
-        workflow = quote(workflow_id, safe="")
-        return (
-            f"{base}/namespaces/{namespace}/workflows/{workflow}/{quote(run_id, safe='')}/history"
-        )
+        return run_page(base, namespace, workflow_id, run_id)
 
     return link
 
@@ -335,9 +387,13 @@ def retry_command(view: PreemptionView) -> str:
 
 
 def node_cell(attempt: AttemptView) -> str:
-    """The NODE column: the node, or for a group preemption how many nodes it touches."""
-    if attempt.pod_group is not None and attempt.nodes:
-        return attempt.nodes[0] if len(attempt.nodes) == 1 else f"{len(attempt.nodes)} nodes"
+    """The NODE column: where the preemptor goes, the node; for a group preemption, on how
+    many nodes its members are placed (its header says where its victims run)."""
+    if attempt.pod_group is not None:
+        placed = attempt.member_nodes
+        if not placed:
+            return "-"
+        return f"placed on {placed[0]}" if len(placed) == 1 else f"placed on {len(placed)}"
     return attempt.node or "-"
 
 
@@ -352,13 +408,24 @@ def attempt_row(attempt: AttemptView) -> tuple[str, ...]:
     )
 
 
+def scheduled_cell(attempt: AttemptView) -> str:
+    """The SCHEDULED column: where the preemptor was bound; for a group, how many of the
+    members its decision placed were bound ("4 of 4 bound"), as `preemptor_scheduled` said."""
+    if attempt.scheduled_at is None:
+        return "-"
+    if attempt.pod_group is not None:
+        bound = "?" if attempt.members_bound is None else str(attempt.members_bound)
+        return f"{bound} of {len(attempt.members)} bound"
+    return attempt.scheduled_node or "-"
+
+
 def wide_row(attempt: AttemptView) -> tuple[str, ...]:
     """`-o wide`: the table's columns, then who started the attempt, where the preemptor
-    was scheduled, and the run's ID."""
+    was scheduled (a group: how many members were bound), and the run's ID."""
     return (
         *attempt_row(attempt),
         attempt.started_by or "-",
-        attempt.scheduled_node or "-",
+        scheduled_cell(attempt),
         attempt.run_id,
     )
 
@@ -367,7 +434,11 @@ def preemption_header(view: PreemptionView) -> str:
     """The line above a preemption's attempts: its ID (the Temporal workflow ID) and where
     it stands now (its latest attempt), parked when that attempt cannot be retried as is."""
     parked = ", parked" if view.parked else ""
-    group = "pod group, " if view.pod_group is not None else ""
+    group = ""
+    if view.pod_group is not None:
+        group = (
+            f"pod group, {node_counts(view.latest)}, " if view.latest.decision else "pod group, "
+        )
     return f"{view.preemption_id}: {group}{preemption_phrase(view)}{parked}"
 
 
@@ -486,15 +557,17 @@ def run_explain(args: argparse.Namespace) -> int:
     if not story.known:
         raise UsageError(
             printable(
-                f"{namespace}/{name} is not in the ledger, as preemptor, as victim or as a "
-                "member of a preempting pod group"
+                f"{namespace}/{name} is not in the ledger, as preemptor, as victim, as a "
+                "member of a preempting pod group or as a pod group taken as a victim unit"
             )
         )
     blocks: list[list[str]] = []
     if story.as_victim:
         count = len(story.as_victim)
-        blocks.append([f"{namespace}/{name} as a victim ({count}, newest preemption first):"])
-        blocks.extend(victim_story(view, victim, link) for view, victim in story.as_victim)
+        blocks.append([f"{namespace}/{name} as a victim ({count}, newest first):"])
+        blocks.extend(
+            victim_story(view, victim, link, story.upstream) for view, victim in story.as_victim
+        )
     if story.as_preemptor:
         count = len(story.as_preemptor)
         role = (
@@ -503,18 +576,33 @@ def run_explain(args: argparse.Namespace) -> int:
             else "a preemptor"
         )
         blocks.append([f"{namespace}/{name} as {role} ({count}, newest first):"])
-        blocks.extend(preemptor_story(view, link) for view in story.as_preemptor)
+        blocks.extend(preemptor_story(view, link, story.upstream) for view in story.as_preemptor)
+    if story.as_victim_unit:
+        count = len(story.as_victim_unit)
+        blocks.append(
+            [f"{namespace}/{name} as a victim unit, a pod group ({count}, newest first):"]
+        )
+        blocks.extend(
+            victim_unit_story(
+                told.view, told.attempt, told.unit, told.victims, link, story.upstream
+            )
+            for told in story.as_victim_unit
+        )
     if story.as_member:
         count = len(story.as_member)
         blocks.append(
             [f"{namespace}/{name} as a member of a preempting pod group ({count}, newest first):"]
         )
-        blocks.extend(member_story(view, member, link) for view, member in story.as_member)
+        blocks.extend(
+            member_story(view, member, link, story.upstream) for view, member in story.as_member
+        )
     sys.stdout.write(printable_lines("\n".join("\n".join(block) + "\n" for block in blocks)))
     return 0
 
 
-def member_story(view: PreemptionView, member: MemberView, link: Link | None) -> list[str]:
+def member_story(
+    view: PreemptionView, member: MemberView, link: Link | None, upstream: Upstream | None = None
+) -> list[str]:
     """A member's part in its group's preemption (where the latest attempt that placed it
     put it, and its nomination, in the words `history` uses for every member), then the
     group's preemption as its preemptor's story tells it."""
@@ -524,5 +612,5 @@ def member_story(view: PreemptionView, member: MemberView, link: Link | None) ->
         f"{format_time(attempt.decided_at or attempt.started)}  {placed}",
         f"  by the preemption for the pod group {view.latest.pod_group or view.preemptor.key}, "
         f"in attempt {attempt.attempt} of {len(view.attempts)} (run {attempt.run_id}):",
-        *preemptor_story(view, link),
+        *(f"    {line}" for line in preemptor_story(view, link, upstream)),
     ]

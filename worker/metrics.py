@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
@@ -54,6 +55,30 @@ DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 # One INSERT of a batch of events: a millisecond on a local database, 5 s is trouble.
 APPEND_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 LEDGER_TABLE_PREFIX = "INSERT INTO PREEMPTION_"  # preemption_events and its sibling tables
+
+
+class OncePerPod:
+    """A counter each pod adds one to at most once, under one label value: a pod judged
+    again is not counted again. The UIDs counted are remembered, the oldest forgotten past
+    `remember` (a pod forgotten and judged again would count twice; 10,000 pods is more
+    than a cluster leaves pending to another scheduler at once). Thread-safe."""
+
+    def __init__(self, counter: Counter, remember: int = 10_000) -> None:
+        self._counter = counter
+        self._remember = remember
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def count(self, uid: str, label: str) -> bool:
+        """Count the pod `uid` under `label`; False when it was counted already."""
+        with self._lock:
+            if uid in self._seen:
+                return False
+            self._seen[uid] = None
+            if len(self._seen) > self._remember:
+                self._seen.popitem(last=False)
+        self._counter.labels(label).inc()
+        return True
 
 
 class ReflectorStatsLike(Protocol):
@@ -457,6 +482,15 @@ class Metrics:
             "preemptctl_backoff_pods",
             "Pods waiting out a retry backoff after a failed or fruitless preemption.",
             registry=self.registry,
+        )
+        self.left_to_other_schedulers = OncePerPod(
+            Counter(
+                "preemptctl_pods_left_to_other_schedulers",
+                "Pending unschedulable pods left to another scheduler (their schedulerName is "
+                "not one of PREEMPT_SCHEDULER_NAMES), each counted once, by schedulerName.",
+                ["scheduler_name"],
+                registry=self.registry,
+            )
         )
         self.task_restarts = Counter(
             "preemptctl_task_restarts",

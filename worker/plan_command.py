@@ -14,7 +14,7 @@ import orjson
 from preemptctl.preemption.decision import Strategy
 from preemptctl.preemption.default_preemption import PreemptionArgs
 from preemptctl.preemption.errors import PlannerInputError
-from preemptctl.preemption.explain import render_explanation
+from preemptctl.preemption.explain import render_explanation, render_group_explanation
 from preemptctl.preemption.names import pod_key_problem
 from preemptctl.preemption.planner import plan
 from preemptctl.preemption.pod_group_preemption import plan_pod_group
@@ -93,8 +93,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--explain",
         action="store_true",
-        help="print the rationale as tables instead: each filter's reasons, each node the dry "
-        "run judged and the filter that rejected it, the node choice (--pod only)",
+        help="print the rationale as tables instead: for --pod, each filter's reasons, each "
+        "node the dry run judged and the filter that rejected it, the node choice; for "
+        "--pod-group, where the group is placed, each victim unit taken and why, the victims",
     )
     parser.set_defaults(handler=run)
 
@@ -128,8 +129,6 @@ def run(args: argparse.Namespace) -> int:
         _check_key("--pod-group", args.pod_group)
         if args.strategy != Strategy.DEFAULT.value:
             raise UsageError("--strategy applies to --pod only; a pod group is decided by default")
-        if args.explain:
-            raise UsageError("--explain applies to --pod only; a group's rationale is in its JSON")
     else:
         _check_key("--pod", args.pod)
         if (problem := pod_key_problem(*args.pod.split("/"))) is not None:
@@ -169,7 +168,9 @@ def _plan_and_write(args: argparse.Namespace) -> int:
     except PlannerInputError as error:
         raise UsageError(str(error)) from None
     try:
-        if args.explain:
+        if args.explain and args.pod_group is not None:
+            sys.stdout.write(render_group_explanation(decided))
+        elif args.explain:
             sys.stdout.write(render_explanation(decided))
         else:
             sys.stdout.buffer.write(orjson.dumps(decided.to_json(), option=orjson.OPT_INDENT_2))

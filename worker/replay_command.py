@@ -45,7 +45,7 @@ from preemptctl.preemption.inputs_replay import Rebuilt, RecordedInputsError, co
 from preemptctl.preemption.planner import plan_for, plan_group
 from preemptctl.preemption.recorded_inputs import decision_summary, group_decision_summary
 from preemptctl.worker.errors import Unavailable, UsageError, add_output_flag
-from preemptctl.worker.ledger_commands import open_ledger
+from preemptctl.worker.ledger_commands import READ_DATABASE_HELP, open_ledger
 from preemptctl.worker.temporal_worker import workflow_runner
 from preemptctl.workflows.preemption import PreemptionWorkflow
 
@@ -88,8 +88,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--database-url",
         metavar="URL",
-        help="ledger database, for --decision (default: $PREEMPT_DATABASE_URL, else an "
-        "embedded SQLite file)",
+        help="for --decision: the " + READ_DATABASE_HELP,
     )
     parser.set_defaults(handler=run)
 

@@ -4,8 +4,10 @@ run a failed or aborted preemption again, on the cluster as it is now: a pod's
 
 The target is a pod (`NS/NAME`), a pod group (`--pod-group NS/NAME`: a PodGroup, or a group
 the `pod_group_label` setting names), or either's preemption ID, the Temporal workflow ID
-(`preemption-...` or `group-preemption-...`). A pod that belongs to a gang has no preemption
-of its own: its group has one, and the refusal for the pod says which `--pod-group` to name.
+(`preemption-...` or `group-preemption-...`). `NS/NAME` naming no pod but a pod group is
+that group, as `history` and `explain` take a name (a pod of that name wins: `--pod-group`
+says which is meant). A pod that belongs to a gang has no preemption of its own: its group
+has one, and the refusal for the pod says which `--pod-group` to name.
 
 The mechanism is a new run under the same workflow ID, not a Temporal reset: the new run
 decides afresh from the current cluster (the old decision may name pods that are gone), its
@@ -43,7 +45,6 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 from kubernetes.client.exceptions import ApiException
 from temporalio.api.enums.v1 import EventType
@@ -61,7 +62,7 @@ from temporalio.common import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from preemptctl.kube.classify import Call, api_status, classify_status
-from preemptctl.kube.client import KubeClient, connect
+from preemptctl.kube.client import KubeClient
 from preemptctl.kube.pods import Presence, get_pod, get_pod_group, path_segment
 from preemptctl.kube.results import KubeCallError
 from preemptctl.preemption.decision import PodRef
@@ -72,7 +73,12 @@ from preemptctl.preemption.names import NameKind, name_problem, pod_key_problem
 from preemptctl.preemption.objects import Pod
 from preemptctl.preemption.standing import GroupStanding, Standing, group_standing_of
 from preemptctl.worker.config import ConfigError, Settings, load_settings
-from preemptctl.worker.connections import StartupError, TemporalUnreachableError, connect_temporal
+from preemptctl.worker.connections import (
+    StartupError,
+    TemporalUnreachableError,
+    connect_cluster,
+    connect_temporal,
+)
 from preemptctl.worker.errors import Unavailable, UsageError
 from preemptctl.worker.starter import (
     group_preemption_request,
@@ -80,6 +86,7 @@ from preemptctl.worker.starter import (
     preemption_request,
     search_attributes_at_start,
 )
+from preemptctl.worker.ui_links import run_page
 from preemptctl.workflows.contract import (
     GroupPreemptionRequest,
     PreemptionRequest,
@@ -334,7 +341,7 @@ def _outcome(
         "previousStatus": status.name.lower() if status is not None else "unknown",
         "runId": None,
         "dryRun": dry,
-        "link": _link(settings, description.id, None),
+        "link": _link(settings, description.id, description.run_id),
     }
 
 
@@ -409,32 +416,50 @@ def _target_of(
         raise UsageError(problem)
     lookup = get_pod(kube, PodRef(namespace, name, uid=""))  # whatever pod has the name now
     uid = lookup.uid
-    if uid is None:
-        raise UsageError(f"{target} is gone: nothing to retry")
+    if uid is None:  # no pod by that name: a pod group's, as `explain` and `history` take it
+        found = _group_named(kube, settings, namespace, name)
+        if found is None:
+            raise UsageError(
+                f"{target} is gone (no pod or pod group by that name): nothing to retry"
+            )
+        return found
     group = _group_of(lookup.pod or {}, settings)
     hint = f"; it is a member of pod group {group}: name that (--pod-group {group})"
     return _Target(workflow_id_for(namespace, name, uid), group=False, hint=hint if group else "")
 
 
 def _group_target(kube: KubeClient, settings: Settings, namespace: str, name: str) -> _Target:
-    """The preemption of the group `namespace/name` as it is now: the PodGroup's by that
-    name; else, with `pod_group_label` set, the group that label names (its UID is derived
-    from the name: `label_group_uid`), when a pod carries it."""
-    key = f"{namespace}/{name}"
+    """The preemption of the group `namespace/name` as it is now (`_group_named`); refused
+    when the name cannot be a group's, or no group has it."""
     label = settings.pod_group_label
     problem = name_problem(NameKind.NAMESPACE, namespace)
     if problem is None and (not label or not LABEL_VALUE.match(name)):
         problem = name_problem(NameKind.POD_GROUP, name)
     if problem is not None:
         raise UsageError(problem)
+    found = _group_named(kube, settings, namespace, name)
+    if found is None:
+        raise UsageError(f"pod group {namespace}/{name} is gone: nothing to retry")
+    return found
+
+
+def _group_named(kube: KubeClient, settings: Settings, namespace: str, name: str) -> _Target | None:
+    """The preemption of the group `namespace/name` as it is now: the PodGroup's by that
+    name; else, with `pod_group_label` set, the group that label names (its UID is derived
+    from the name: `label_group_uid`), when a pod carries it; None when there is neither."""
     if name_problem(NameKind.POD_GROUP, name) is None:
         found = get_pod_group(kube, GroupRef(namespace, name, uid=""))
         if found.group is not None:
             return _Target(group_workflow_id_for(namespace, name, found.group.uid), group=True)
     uid = label_group_uid(namespace, name)
-    if label and _members(kube, settings, GroupRef(namespace, name, uid)):
+    label = settings.pod_group_label
+    if (
+        label
+        and LABEL_VALUE.match(name)
+        and _members(kube, settings, GroupRef(namespace, name, uid))
+    ):
         return _Target(group_workflow_id_for(namespace, name, uid), group=True)
-    raise UsageError(f"pod group {key} is gone: nothing to retry")
+    return None
 
 
 def _group_of(pod: dict[str, Any], settings: Settings) -> str:
@@ -451,10 +476,13 @@ def _group_of(pod: dict[str, Any], settings: Settings) -> str:
 
 
 def _cluster(settings: Settings) -> KubeClient:
+    """The cluster's client. Nothing is asked of the server here: a configuration that cannot
+    be loaded is a setting to fix (exit 2, as for the worker), never a failure to retry."""
     try:
-        return connect(settings.kubeconfig or None, context=settings.kube_context or None)
-    except Exception as error:
-        raise Unavailable(f"cannot reach the cluster: {error}") from None
+        return connect_cluster(settings)
+    except StartupError as error:
+        found = str(error).rstrip(".")
+        raise UsageError(f"{found}; name the cluster with --kubeconfig or KUBECONFIG") from None
 
 
 async def started_with(client: Client, workflow_id: str, run_id: str) -> PreemptionRequest:
@@ -570,6 +598,6 @@ def _link(settings: Settings, workflow_id: str, run_id: str | None) -> str:
 
 
 def ui_link(ui_url: str, namespace: str, workflow_id: str, run_id: str | None = None) -> str:
-    """The Temporal UI's page of a preemption: of one run, or (no `run_id`) of its latest."""
-    path = f"/namespaces/{quote(namespace)}/workflows/{quote(workflow_id)}"
-    return ui_url.rstrip("/") + path + (f"/{run_id}/history" if run_id else "")
+    """The Temporal UI's page of a preemption: one run's story (`worker.ui_links`), or (no
+    `run_id`) the workflow, which the UI opens at its latest run's event history."""
+    return run_page(ui_url, namespace, workflow_id, run_id)

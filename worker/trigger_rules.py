@@ -23,6 +23,13 @@ When a pod is tried again (`RetryBook`, on the caller's clock):
   cluster changes (`pod_signature`: its spec and labels, not its status) or a person
   retries it.
 
+A pending unschedulable pod of a scheduler this controller does not serve (its
+`schedulerName` not one of `scheduler_names`, `PREEMPT_SCHEDULER_NAMES`) is left to that
+scheduler (`left_to_another_scheduler`), as kube-scheduler leaves another profile's pods
+alone; but silence would look like a controller that saw nothing, so the trigger counts
+each such pod once and logs it once (`note_left_to_another_scheduler`), and the worker and
+dev say at start which names they serve (`serving_line`).
+
 No Temporal, no threads: the trigger loop (`worker.trigger`) applies these rules, and the
 tests read them alone.
 """
@@ -30,15 +37,19 @@ tests read them alone.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from preemptctl.preemption.decision import Strategy
 from preemptctl.preemption.group_decision import GroupRef, label_group_uid
 from preemptctl.preemption.objects import PREEMPT_NEVER, Pod
 from preemptctl.preemption.snapshot import ClusterSnapshot
 from preemptctl.worker.config import Settings
+
+log = logging.getLogger(__name__)
 
 INITIAL_BACKOFF = 1.0  # after a start that did not happen
 MAX_BACKOFF = 10.0  # cap of the start backoff; the first wait after a preemption ended
@@ -80,6 +91,55 @@ def trigger_reason(pod: Pod, settings: Settings) -> tuple[str, Strategy] | None:
     if not pod.node_name and pod.phase == "Pending" and pod.unschedulable:
         return "Unschedulable", Strategy.DEFAULT
     return None
+
+
+def left_to_another_scheduler(pod: Pod, settings: Settings) -> str | None:
+    """The `schedulerName` of a pod this controller leaves to another scheduler: pending
+    and unschedulable, a preemptor by every other rule (priority, policy, not leaving), but
+    of a scheduler it does not serve; None for any other pod."""
+    if pod.scheduler_name in settings.scheduler_names:
+        return None
+    if pod.node_name or pod.phase != "Pending" or not pod.unschedulable or pod.terminating:
+        return None
+    if pod.priority < settings.min_priority or pod.preemption_policy == PREEMPT_NEVER:
+        return None
+    return pod.scheduler_name
+
+
+class PodTally(Protocol):
+    """A counter each pod adds to at most once (`worker.metrics.OncePerPod`)."""
+
+    def count(self, uid: str, label: str) -> bool:
+        """Count the pod `uid` under `label`; False when it was counted already."""
+        ...
+
+
+def note_left_to_another_scheduler(pod: Pod, settings: Settings, tally: PodTally) -> None:
+    """Count and log, once per pod, a pod left to another scheduler (the trigger calls this
+    for every pod it judges; a pod of a served scheduler costs one set lookup)."""
+    scheduler = left_to_another_scheduler(pod, settings)
+    if scheduler is None or not tally.count(pod.uid, scheduler):
+        return
+    # A warning: once per pod, and what a person who expected a preemption needs to see
+    # (dev prints warnings; a worker whose schedulerName setting is wrong says so at once).
+    log.warning(
+        "%s is pending and unschedulable, but its schedulerName %r is not one this controller "
+        "serves (%s): left to that scheduler; PREEMPT_SCHEDULER_NAMES names the ones served",
+        pod.key,
+        scheduler,
+        ", ".join(settings.scheduler_names),
+        extra={"pod": pod.key, "scheduler_name": scheduler},
+    )
+
+
+def serving_line(settings: Settings) -> str:
+    """What the worker and dev say at start about the pods they serve."""
+    names = ", ".join(settings.scheduler_names)
+    return (
+        f"serving pods of schedulerName {names} (PREEMPT_SCHEDULER_NAMES); a pending pod of "
+        "another scheduler is left to it, logged once and counted in "
+        "preemptctl_pods_left_to_other_schedulers_total"
+    )
 
 
 def pod_signature(pod: Pod) -> str:

@@ -36,6 +36,7 @@ from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.probes import open_probe_server
 from preemptctl.worker.runtime import running_controller
 from preemptctl.worker.temporal_setup import check_search_attributes
+from preemptctl.worker.trigger_rules import serving_line
 from preemptctl.worker.workflow_processes import (
     Forked,
     fork_workflow_processes,
@@ -126,6 +127,8 @@ async def serve(settings: Settings, forked: Sequence[Forked] = ()) -> None:
             )
             if settings.search_attributes:
                 await check_search_attributes(client, settings.temporal_namespace)
+
+            log.info("%s", serving_line(settings))
 
             def report(event: str, fields: dict[str, Any]) -> None:
                 log.info(

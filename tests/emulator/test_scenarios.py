@@ -7,7 +7,10 @@ Scenarios:
 - an item of an unsupported kind is refused with a message naming it;
 - `with_fresh_uids` gives every item a new uid on each call, renames every reference to an
   item's old uid (owner references, claim references, an Event's object) and leaves the
-  document it was given as it was;
+  document it was given as it was; the new uids sort as the old ones did;
+- `with_times_from` moves every time of the List by one amount, so that its newest
+  creationTimestamp is the moment given (to the second) and every interval is kept; a List
+  without creation times is left as it is;
 - the generated kubeconfig is all the official client needs to connect;
 - a stopped emulator releases its port and refuses connections.
 """
@@ -15,6 +18,7 @@ Scenarios:
 from __future__ import annotations
 
 import socket
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,7 @@ from kubernetes import client, config
 
 from preemptctl.emulator import Emulator, ScenarioError
 from preemptctl.emulator.resources import NODES, PDBS
-from preemptctl.emulator.scenario import with_fresh_uids
+from preemptctl.emulator.scenario import with_fresh_uids, with_times_from
 from tests.support.emulator import as_list, node, pdb, pod, running_emulator
 
 SCENARIO = as_list(
@@ -79,6 +83,38 @@ def test_fresh_uids_are_new_on_every_call_and_references_follow() -> None:
     assert owned["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
     assert event["involvedObject"]["uid"] == owned["metadata"]["uid"]
     assert given == _owner_owned_and_event()
+
+
+def test_fresh_uids_are_sorted_as_the_old_ones_were() -> None:
+    """The planner's last tie-break is the uid: fresh uids in the file's order decide ties
+    alike on every load."""
+    given = as_list(*(pod(f"p{i}", uid=f"uid-{9 - i}") for i in range(10)))
+    for _ in range(5):
+        fresh = [item["metadata"]["uid"] for item in with_fresh_uids(given)["items"]]
+        assert fresh == sorted(fresh, reverse=True)  # uid-9 first, as in the file
+
+
+def test_times_move_together_so_that_the_newest_creation_is_the_load() -> None:
+    old, new = pod("old"), pod("new")
+    old["metadata"]["creationTimestamp"] = "2026-11-21T07:10:00Z"
+    old["status"] = {
+        "startTime": "2026-11-21T07:10:05Z",
+        "conditions": [{"type": "Ready", "lastTransitionTime": "2026-11-21T07:11:00Z"}],
+    }
+    new["metadata"]["creationTimestamp"] = "2026-11-21T09:00:00Z"
+    given = as_list(old, new)
+    moved = with_times_from(given, datetime(2026, 12, 6, 20, 0, 0, 123456, tzinfo=UTC))
+    first, second = moved["items"]
+    assert second["metadata"]["creationTimestamp"] == "2026-12-06T20:00:00Z"
+    assert first["metadata"]["creationTimestamp"] == "2026-12-06T18:10:00Z"
+    assert first["status"]["startTime"] == "2026-12-06T18:10:05Z"
+    assert first["status"]["conditions"][0]["lastTransitionTime"] == "2026-12-06T18:11:00Z"
+    assert given["items"][0]["metadata"]["creationTimestamp"] == "2026-11-21T07:10:00Z"
+
+
+def test_a_list_without_creation_times_keeps_its_times() -> None:
+    given = as_list(pod("web"))
+    assert with_times_from(given, datetime(2026, 12, 6, tzinfo=UTC)) == given
 
 
 def test_a_reference_to_an_object_outside_the_list_is_kept() -> None:

@@ -17,25 +17,30 @@ Scenarios:
 - a victim's entry is headed by its fate (deleted, spared, failed, already gone, replaced
   by its new UID, marked, chosen), with the attempt it belongs to
 - a later attempt without its `retried` event says so
-- a group preemption in words: "for ml/train-a, 4 pods, minCount 4, on 3 nodes: 4 victims in
-  2 units: ...", each unit with why it could not stay, each member placed with its
-  nomination, each victim with its node and (when more than itself) its unit, and the
-  group's scheduling; a group's victim is explained by its unit and who went with it;
-  between two attempts a changed placement is named
+- a group preemption in words: "for ml/train-a, 4 pods, minCount 4: 4 victims in 2 units on
+  3 nodes, members placed on 2: ..." (each node count says what it counts), each unit with
+  why it could not stay, each member placed with its nomination, each victim with its node
+  and (when more than itself) its unit, and the group's scheduling; a group's victim is
+  explained by its unit and who went with it; between two attempts a changed placement is
+  named; every way a member's nomination can settle reads as words (never the raw
+  `Unchanged`)
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
+from preemptctl.kube.results import WriteEffect
 from preemptctl.ledger.events import LedgerEvent, decision_events
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.narrative import (
     fate_phrase,
     format_seconds,
     how_started,
+    member_lines,
     preemptor_story,
     victim_heading,
     victim_story,
@@ -43,7 +48,7 @@ from preemptctl.ledger.narrative import (
     why_node,
     why_victim,
 )
-from preemptctl.ledger.views import AttemptView, fold_preemption
+from preemptctl.ledger.views import AttemptView, MemberView, fold_preemption
 from preemptctl.preemption.decision import Decision, PodRef, Rationale, Strategy, Verdict
 from tests.ledger.builders import (
     API,
@@ -394,9 +399,9 @@ def test_a_group_preemption_is_told_in_the_groups_words() -> None:
         "  attempt 1 at 2026-11-21 12:00:00Z, run run-1: completed, took 10.0s",
         "    decision at 2026-11-21 12:00:00Z: Preempt, preempt 4 pod(s) in 2 unit(s) on 3 "
         "node(s) to place 4 of 4 pending pod(s) (minCount 4; 0 PDB violation(s))",
-        "    for ml/train-a, 4 pods, minCount 4, on 3 nodes: 4 victims in 2 units: podGroup "
-        "ml/train-b (3 pods, taken whole, on node-1, node-2, node-3), pod default/batch-1 "
-        "(on node-2)",
+        "    for ml/train-a, 4 pods, minCount 4: 4 victims in 2 units on 3 nodes, members "
+        "placed on 2: podGroup ml/train-b (3 pods, taken whole, on node-1, node-2, node-3), "
+        "pod default/batch-1 (on node-2)",
         "    unit podGroup ml/train-b, taken whole (priority 500): ml/train-a-0 would not fit "
         "on node-1 beside it (Insufficient cpu)",
         "    unit pod default/batch-1 (priority 100): ml/train-a-2 would not fit on node-2 "
@@ -456,3 +461,21 @@ def test_a_changed_placement_between_group_attempts_is_named() -> None:
         "placement changed: ml/train-a-0 on node-3 instead of node-1"
     )
     assert what_changed(first, first) == ["the same placement and victims"]
+
+
+@pytest.mark.parametrize("effect", [effect.value for effect in WriteEffect])
+def test_every_settled_nomination_reads_as_words_not_an_enum(effect: str) -> None:
+    member = MemberView("ml/train-a-0", "uid-0", "node-1", effect)
+    [line] = member_lines(
+        replace(fold_preemption(recorded(group_preemption(G))).latest, members=(member,))
+    )
+    assert line.startswith("placed ml/train-a-0 on node-1: ")
+    assert effect not in line.removeprefix("placed ml/train-a-0 on node-1: ")
+
+
+def test_a_member_nominated_by_an_earlier_attempt_reads_as_nominated() -> None:
+    member = MemberView("ml/train-a-0", "uid-0", "node-1", "Unchanged")
+    attempt = replace(fold_preemption(recorded(group_preemption(G))).latest, members=(member,))
+    assert member_lines(attempt) == [
+        "placed ml/train-a-0 on node-1: nominated (it already was, by an earlier write)"
+    ]

@@ -15,8 +15,10 @@ Scenarios:
 - filters combine
 - explain finds a pod as victim, with the preemption that took it
 - explain finds a pod as preemptor, with each of its preemptions
-- explain finds a victim once per attempt that chose it
+- explain finds a victim once per attempt that chose it, newest attempt first
 - explain finds a victim the dry run only chose
+- explain finds a pod group taken whole as a victim unit (Postgres and SQLite), not the
+  same name in another namespace, a shorter name, or a pod that was a unit of its own
 - explain of a pod the ledger never saw knows nothing
 - history works on SQLite too
 - a ledger without the schema is reported as not migrated
@@ -43,10 +45,12 @@ from tests.ledger.builders import (
     BATCH_7,
     BATCH_8,
     T0,
+    TRAIN_B,
     completed_preemption,
     event,
     failed_attempt,
     four_candidate,
+    group_preemption,
     retried,
 )
 
@@ -200,8 +204,8 @@ def test_explain_finds_a_victim_once_per_attempt(pg_engine: Engine) -> None:
     )
     stories = explain(pg_engine, "default", "batch-7").as_victim
     assert [(v.attempt, v.run_id, v.fate) for _, v in stories] == [
+        (2, "run-2", Fate.DELETED),  # newest first: what became of it
         (1, "run-1", Fate.FAILED),
-        (2, "run-2", Fate.DELETED),
     ]
 
 
@@ -210,6 +214,26 @@ def test_explain_finds_a_victim_only_chosen_by_a_dry_run(pg_engine: Engine) -> N
     append_batch(pg_engine, [*decided, event("p-dry", EventKind.DRY_RUN, T0)])
     ((view, victim),) = explain(pg_engine, "default", "batch-8").as_victim
     assert (view.outcome, victim.victim, victim.fate) == (Outcome.DRY_RUN, BATCH_8, Fate.SPARED)
+
+
+@pytest.mark.parametrize("engine_name", ["pg_engine", "sqlite_engine"])
+def test_explain_finds_a_pod_group_taken_whole_as_a_victim_unit(
+    engine_name: str, request: pytest.FixtureRequest
+) -> None:
+    engine: Engine = request.getfixturevalue(engine_name)
+    append_batch(engine, group_preemption("g-1"))
+    story = explain(engine, "ml", "train-b")
+    ((told),) = story.as_victim_unit
+    assert (told.view.preemption_id, told.attempt.attempt, told.unit) == (
+        "g-1",
+        1,
+        "podGroup ml/train-b",
+    )
+    assert [v.victim for v in told.victims] == list(TRAIN_B)
+    assert story.known and not story.as_victim and not story.as_preemptor
+    assert not explain(engine, "other", "train-b").known  # the same name elsewhere
+    assert not explain(engine, "ml", "train").known  # a shorter one
+    assert not explain(engine, "default", "batch-1").as_victim_unit  # a unit of one pod
 
 
 def test_explain_an_unknown_pod(three_preemptions: Engine) -> None:

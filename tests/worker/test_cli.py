@@ -6,9 +6,11 @@ Scenarios:
 - `completion bash` prints a script that completes commands and each command's flags, and
   an unknown shell is bad input (exit 2, one line);
 - `-o` names an output format where a command prints data; an unknown one is exit 2;
-- exit codes: 2 for usage errors (argparse's own too), 1 for a runtime failure;
+- exit codes: 2 for usage errors (argparse's own too) and bad settings (`retry` without a
+  usable kubeconfig, as the worker), 1 for a runtime failure;
 - an error line never shows a URL's password, in its user info or its query string, whatever
-  built the message (the ledger's own errors, a path given as a URL);
+  built the message (the ledger's own errors, a path given as a URL); the README's example
+  error lines are the ones the commands print;
 - with its output pipe closed by the reader (`| head -0`), a command stops quietly: status
   141 (128 + SIGPIPE), no traceback, nothing on stderr (history, explain, config,
   completion, --help).
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 from importlib import metadata
@@ -112,6 +115,46 @@ def test_a_usage_error_exits_2() -> None:
     )
     assert done.returncode == 2
     assert "unrecognized arguments: --no-such-flag" in done.stderr
+
+
+def test_retry_without_a_kubeconfig_is_a_bad_setting(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No cluster configuration is a setting to fix (exit 2, as for the worker, and as a
+    --kubeconfig naming no file), not a runtime failure worth trying again (exit 1)."""
+    for name in ("KUBECONFIG", "PREEMPT_KUBECONFIG", "KUBERNETES_SERVICE_HOST", "PREEMPT_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", "/nonexistent")
+    assert main(["retry", "default/nginx-a"]) == 2
+    assert capsys.readouterr().err == (
+        "preemptctl retry: cannot load the cluster configuration ($KUBECONFIG / in-cluster "
+        "config): Invalid kube-config file. No configuration found; name the cluster with "
+        "--kubeconfig or KUBECONFIG\n"
+    )
+    assert main(["retry", "default/nginx-a", "--kubeconfig", "/nonexistent/kube"]) == 2
+    assert (
+        capsys.readouterr().err == "preemptctl retry: kubeconfig: no such file /nonexistent/kube\n"
+    )
+
+
+def _readme_error_lines() -> list[tuple[list[str], str]]:
+    """The README's example error lines (its `console` block after "never prints a
+    password"): each command, and the line it prints."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    block = readme.split("never prints a password:", 1)[1].split("```console\n", 1)[1]
+    lines = block.split("\n```", 1)[0].splitlines()
+    return [
+        (shlex.split(command.removeprefix("$ "))[1:], printed)
+        for command, printed in zip(lines[::2], lines[1::2], strict=True)
+    ]
+
+
+@pytest.mark.parametrize(("argv", "printed"), _readme_error_lines())
+def test_the_readmes_error_lines_are_the_real_ones(
+    capsys: pytest.CaptureFixture[str], argv: list[str], printed: str
+) -> None:
+    assert main(argv) == 2
+    assert capsys.readouterr().err == printed + "\n"
 
 
 def test_an_unknown_command_exits_2() -> None:

@@ -6,8 +6,10 @@ Scenarios:
 - two runs recorded in one ledger are two preemptions (the scenario's pods get new uids on
   every run), each completed after one attempt, with victims of its own;
 - without --database-url a run records in a new ledger of its own under the state directory,
-  said on screen, and ignores a PREEMPT_DATABASE_URL left in the shell; each run's ledger is
-  named by its start and never reused;
+  said on screen with how to clear the ledgers and lock files runs leave, and ignores a
+  PREEMPT_DATABASE_URL left in the shell; `explain` in a plain shell then reads that run's
+  ledger, saying so; each run's ledger is named by its start and never reused;
+- dev says which scheduler names it serves;
 - --shadow: the simulated kube-scheduler preempts, the worker decides only (dry run) and
   records the scheduler's Events; `compare` then shows the two agreeing on the scenario;
   on the gang scenario too, for the pod group, unit by unit;
@@ -38,8 +40,12 @@ Scenarios:
 - a run a person starts with `preemptctl retry` (from the other shell's environment) is
   reported as the trigger's runs are: its start, by whom and why, its UI link, its end;
 - the fault directory: a file there turns its fault on, removing it lifts it (also while
-  dev runs, which says so), an unknown name is reported once and ignored; --help names
-  every fault the emulator knows;
+  dev runs, which says so, naming the retry of each preemption parked meanwhile: a group's
+  by its group), an unknown name is reported once and ignored; --help names every fault
+  the emulator knows;
+- dev's lines come in the order the trigger reported them; a start's link opens its run's
+  story (the UI's User Metadata page), the run looked up when the report names none; an
+  end that parked its preemption gives the retry command (a group's by its group);
 - the `export` line for a second shell never carries a password, names dev's task queue (and
   the context, when one was given) and quotes what the shell would split.
 """
@@ -78,6 +84,7 @@ from preemptctl.emulator.scenario import read_document, with_fresh_uids
 from preemptctl.worker.config import Settings, load_settings
 from preemptctl.worker.dev_command import (
     FAULT_NAMES,
+    DevLines,
     FaultSwitch,
     _ExpectedActivityFailures,
     _second_shell,
@@ -179,6 +186,10 @@ def test_default_scenario_preempts_batch_pods_and_binds_nginx(tmp_path: Path) ->
     assert sorted(nginx["victims"]) == ["default/batch-1a", "default/batch-1b"]
     assert nginx["message"] == "default/nginx-a bound to node-1"
     assert "temporal UI   http://127.0.0.1:" in report["stderr"]
+    assert (
+        "schedulers    default-scheduler  (PREEMPT_SCHEDULER_NAMES; a pending pod of another "
+        "scheduler is left to it, logged once)\n"
+    ) in report["stderr"]
     history = preemptctl(tmp_path, "history", "--pod", "default/nginx-a", "--json")
     rows = [json.loads(line) for line in history.splitlines()]
     assert rows and rows[0]["outcome"] == "completed"
@@ -209,10 +220,26 @@ def test_a_run_without_a_ledger_named_records_in_one_of_its_own(tmp_path: Path) 
     env = {**ledger_env(tmp_path), "PREEMPT_DATABASE_URL": f"sqlite:///{earlier}"}
     command = [PREEMPTCTL, "dev", "--temporal-port", "0", "--ui-port", "0"]
     report = dev_once(tmp_path, command=command, env=env)
-    own = f"sqlite:///{tmp_path / 'state' / 'preemptctl' / 'dev'}/ledger-"
+    directory = tmp_path / "state" / "preemptctl" / "dev"
+    own = f"sqlite:///{directory}/ledger-"
     assert report["ledger"].startswith(own) and report["ledger"].endswith(".sqlite")
     assert f"ledger        {report['ledger']}  (this run's own; " in report["stderr"]
+    assert (
+        f"  kept:       after the run; rm {directory}/ledger-* clears every dev run's ledger "
+        "and lock file (stop dev first)\n"
+    ) in report["stderr"]
     assert not earlier.exists()
+    # In a plain shell (no ledger named), history and explain find the run, saying where.
+    plain = {key: value for key, value in env.items() if key != "PREEMPT_DATABASE_URL"}
+    found = subprocess.run(
+        [PREEMPTCTL, "explain", "default/batch-1a"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=plain,
+    )
+    assert found.stderr.startswith(f"reading {report['ledger']}, the newest `preemptctl dev` ")
+    assert "deleted by the preemption for default/nginx-a" in found.stdout
     history = subprocess.run(
         [PREEMPTCTL, "history", "--database-url", report["ledger"], "--json"],
         capture_output=True,
@@ -562,7 +589,7 @@ def test_a_run_a_person_retries_is_reported_from_start_to_end(tmp_path: Path) ->
     assert seen[retried].startswith("preemption retried   default/nginx-a  (preemption-default-")
     assert seen[retried].endswith(") by a person: granted delete")
     assert seen[retried + 1].startswith("  http://127.0.0.1:")
-    assert seen[retried + 1].endswith("/history")
+    assert seen[retried + 1].endswith("/user-metadata")  # the new run's story
     assert seen[-1].startswith(
         "preemption completed  default/nginx-a on node-1: victims default/batch-1a, "
         "default/batch-1b ("
@@ -625,10 +652,67 @@ def test_the_fault_directory_turns_faults_on_and_off(
     assert said[0].startswith("fault         ignoring ") and "deny-everything" in said[0]
     assert said[1].startswith("fault on      deny-delete: the controller may not delete a victim")
     assert said[-1] == (
-        "fault lifted  deny-delete: the controller may delete a victim again; a pod parked "
-        "meanwhile waits for `preemptctl retry NS/NAME` (or a change to the pod)"
+        "fault lifted  deny-delete: the controller may delete a victim again; nothing is parked"
     )
     assert sum("ignoring" in line for line in said) == 1
+
+
+def test_a_lifted_fault_names_the_retry_of_each_preemption_parked_meanwhile(
+    tmp_path: Path, dev_emulator: Emulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = DevLines("http://127.0.0.1:8233")
+    lines("finished", {"workflowId": "g", "preemptor": "ml/train-a", "podGroup": "ml/train-a"})
+    lines.parked = lambda: ["ml/train-a", "default/nginx-a"]
+    switch = FaultSwitch(tmp_path, NamedFaults(dev_emulator.faults), lines.retry_commands)
+    (tmp_path / "deny-delete").touch()
+    switch.sync()
+    (tmp_path / "deny-delete").unlink()
+    switch.sync()
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "fault lifted  deny-delete: the controller may delete a victim again; parked "
+        "meanwhile, each waits for its retry (or a change to it): `preemptctl retry "
+        "--pod-group ml/train-a`; `preemptctl retry default/nginx-a`"
+    )
+
+
+async def test_dev_links_a_run_to_its_story_and_prints_in_the_order_reported(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A start reported without its run is linked to the run Temporal describes, on the UI's
+    User Metadata page; the end reported meanwhile waits its turn; a parked group is given
+    the group's retry."""
+
+    async def describe(workflow_id: str) -> str:
+        await asyncio.sleep(0.05)  # the end is reported before this answers
+        return f"run-of-{workflow_id}"
+
+    lines = DevLines("http://127.0.0.1:8233/", describe)
+    lines.parked = lambda: ["ml/train-a"]
+    printing = asyncio.create_task(lines.printing())
+    lines("started", {"workflowId": "g-1", "preemptor": "ml/train-a", "podGroup": "ml/train-a"})
+    lines(
+        "finished",
+        {
+            "workflowId": "g-1",
+            "preemptor": "ml/train-a",
+            "podGroup": "ml/train-a",
+            "outcome": "failed",
+            "seconds": 0.25,
+            "victims": ["ml/train-b-0"],
+            "message": "denied",
+        },
+    )
+    lines("retried", {"workflowId": "g-1", "runId": "r2", "preemptor": "ml/train-a"})
+    await lines.drain()
+    printing.cancel()
+    assert capsys.readouterr().err.splitlines() == [
+        "preemption started   pod group ml/train-a  (g-1)",
+        "  http://127.0.0.1:8233/namespaces/default/workflows/g-1/run-of-g-1/user-metadata",
+        "preemption failed     pod group ml/train-a: victims ml/train-b-0 (0.2s) denied",
+        "  parked:     preemptctl retry --pod-group ml/train-a  once the cause is fixed",
+        "preemption retried   ml/train-a  (g-1) by a person",
+        "  http://127.0.0.1:8233/namespaces/default/workflows/g-1/r2/user-metadata",
+    ]
 
 
 def _dev_settings(kubeconfig: Path, **values: Any) -> Settings:

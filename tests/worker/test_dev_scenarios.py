@@ -15,14 +15,16 @@ Scenarios:
   node-2 would free as much, but would kill two jobs where one does. train-c is kept
   because at equal priority the larger gang is the more important unit;
 - the same decision on the scenario with fresh uids, as dev loads it: the story does not
-  hang on the file's uids;
+  hang on the file's uids; the victims come in the file's order on every load (train-b's
+  pods tie but for their uids, which dev's fresh ones sort alike);
 - on the running simulated cluster with no controller, train-a stays pending whole, though
   one trainer would fit alone on node-4: each trainer is Unschedulable, with the gang's
   `minCount (4) cannot be satisfied` or its own FitError;
 - in upstream-preemption mode (what `dev --shadow` compares with), the simulated
   kube-scheduler takes the same victims and binds train-a on node-1 to node-4;
 - `preemptctl dev --scenario gang` loads it: its PodGroups and pods are served, with new
-  uids, and train-a's trainers are pending, marked by the simulated scheduler;
+  uids and times moved to the load (the trainers just created, train-b a day older, as in
+  the file), and train-a's trainers are pending, marked by the simulated scheduler;
 - `preemptctl dev --once --scenario gang` waits for the group preemption and reports it
   (exit 0): one preemption, the group's workflow, ml/train-a its preemptor and `podGroup`
   (as `history --json` names it), train-b whole and the notebook its victims, train-c
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +117,8 @@ STORY = {
     "units": STORY_UNITS,
     "numPDBViolations": 0,
     "message": (
-        "preempt 4 pod(s) in 2 unit(s) on 5 node(s) to place 4 of 4 pending pod(s) "
-        "(minCount 4; 0 PDB violation(s))"
+        "preempt 4 pod(s) in 2 unit(s) on 4 node(s) to place 4 of 4 pending pod(s) on 4 "
+        "node(s) (minCount 4; 0 PDB violation(s))"
     ),
     "unitsConsidered": 3,
     "unitsReprieved": 1,
@@ -135,6 +138,23 @@ def test_the_story_holds_with_the_fresh_uids_dev_gives(
     fresh = tmp_path / "gang.json"
     fresh.write_text(json.dumps(with_fresh_uids(read_document(GANG))))
     assert story(plan_pod_group(capsys, fresh)) == STORY
+
+
+def _victim_order(decided: dict[str, Any]) -> list[str]:
+    return [f"{v['namespace']}/{v['name']}" for v in decided["victims"]]
+
+
+def test_the_victims_come_in_one_order_on_every_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """train-b's three pods tie on everything but their uids (upstream's last tie-break):
+    each load's fresh uids keep the file's order, so every dev run lists them alike."""
+    on_the_file = _victim_order(plan_pod_group(capsys, GANG))
+    assert on_the_file == ["ml/train-b-1", "ml/train-b-2", "ml/train-b-0", "ml/notebook"]
+    for load in range(4):
+        fresh = tmp_path / f"gang-{load}.json"
+        fresh.write_text(json.dumps(with_fresh_uids(read_document(GANG))))
+        assert _victim_order(plan_pod_group(capsys, fresh)) == on_the_file
 
 
 def _cluster(**options: Any) -> SimulatedCluster:
@@ -211,6 +231,10 @@ def test_dev_loads_the_gang_scenario(tmp_path: Path) -> None:
     assert sorted(g["metadata"]["name"] for g in groups) == ["train-a", "train-b", "train-c"]
     assert len(pods) == 12
     assert not {p.metadata.uid for p in pods} & file_uids
+    # Ages read from the load, the trainers (the newest objects) created as it began.
+    created = {p.metadata.name: p.metadata.creation_timestamp for p in pods}
+    assert all(datetime.now(UTC) - created[name] < timedelta(minutes=2) for name in TRAIN_A)
+    assert created["train-a-0"] - created["train-b-0"] == timedelta(days=1, hours=3)
     trainers = {p.metadata.name: p for p in pods if p.metadata.name in TRAIN_A}
     assert [trainers[name].spec.node_name for name in TRAIN_A] == [None] * 4
     assert all(

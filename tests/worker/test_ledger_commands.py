@@ -3,6 +3,9 @@
 Scenarios:
 - migrate brings an empty Postgres database to head and says so; running it again is harmless
 - migrate with no URL creates the embedded SQLite ledger under $XDG_STATE_HOME
+- with no ledger named, history, explain, compare and replay --decision read the newest
+  `preemptctl dev` run's ledger, saying which on stderr, unless the embedded ledger was
+  written after it
 - PREEMPT_DATABASE_URL selects the database; --database-url overrides it
 - a postgresql:// URL (no driver) works
 - history prints a table, most recent first: a header line per preemption (preemptor, ID,
@@ -10,9 +13,10 @@ Scenarios:
 - a preemption failed then retried by a person and completed shows both attempts, each
   with its own start, outcome and duration
 - history --json (and -o json) prints one JSON object per attempt, with the preemption's ID,
-  the attempt's number and total, how it was started and whether retrying can help; -o yaml
-  one document per attempt; -o wide adds who started each attempt, where the preemptor was
-  scheduled, and the run ID
+  the attempt's number and total, how it was started (the first attempt by the trigger) and
+  whether retrying can help; -o yaml one document per attempt; -o wide adds who started each
+  attempt, where the preemptor was scheduled (a group: how many members were bound), and
+  the run ID
 - history --parked tells each parked pod, since when, the cause and the retry command;
   -o json the parking attempt's record with the same
 - with a Temporal UI address (PREEMPT_TEMPORAL_UI_URL, --temporal-ui-url, or a settings
@@ -25,18 +29,26 @@ Scenarios:
 - explain tells a preemptor's story: decision, victims' fates, scheduling
 - each bad input exits 2 with one line naming the problem: unparseable --since (or one
   reaching back 800000 days), unknown --outcome, bad --limit (a superscript digit, a huge
-  number), malformed pod, unmigrated database, missing SQLite ledger, unsupported URL, a URL
+  number), malformed pod, unmigrated database, missing SQLite ledger (never sent to
+  `migrate` when none is named, nor for a dev run's), unsupported URL, a URL
   with a bad port or connect_timeout (its password never shown), a pod not in the ledger,
   an unknown -o format, a settings file that cannot be read
 - an unreachable database is a runtime failure: one line, exit 1
 - the installed `preemptctl` script reports an unreachable database in one line, exit 1
 - durations and ISO times are both accepted by --since
-- a group preemption in history: its group as preemptor, "pod group" in its header, the
-  number of nodes it touches; explain tells it as a preempting pod group, in the group's words
+- a group preemption in history: its group as preemptor, "pod group" in its header with its
+  victims' nodes and its members' counted apart (never their union), the NODE column where
+  its members are placed (-o json: both lists); explain tells it as a preempting pod group,
+  in the group's words
 - a member a group preemption placed (named only in its `member_placed` events), on SQLite and
   on Postgres: explain tells each of its group's preemptions, newest first, headed by where
   it was placed and its nomination; history --pod finds them; the same name in another
   namespace, a longer name or a shorter one, is no member
+- a pod group taken whole as a victim unit: explain of its name tells each attempt that took
+  it, why its unit could not stay, each of its pods with its node and fate
+- in shadow mode a dry run's victims read "would have been a victim (dry run)", with what
+  kube-scheduler did to each (its Preempted Event, or none recorded), never "spared"; the
+  preemptor's placement is said to be kube-scheduler's
 - text the ledger keeps as the cluster wrote it (an admission webhook's message with ESC, OSC
   and CSI sequences, a bidi override) is printed escaped by history (table, --parked, -o
   json, -o yaml) and explain: nothing reaches the terminal raw, and JSON reads back the
@@ -64,21 +76,26 @@ import yaml
 
 from preemptctl import migrations
 from preemptctl.ledger.engine import DATABASE_URL_ENV, create_ledger_engine
+from preemptctl.ledger.events import LedgerEvent, decision_events
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import Terminal
+from preemptctl.ledger.upstream import append_upstream
 from preemptctl.ledger.vocabulary import Outcome
-from preemptctl.ledger.writer import append_batch, record_bound_after_end
+from preemptctl.ledger.writer import append_batch, record_bound_after_end, record_scheduled
 from preemptctl.preemption.decision import PodRef
+from preemptctl.preemption.upstream import UpstreamPreemption
 from preemptctl.worker.cli import main
 from preemptctl.worker.errors import UsageError
 from preemptctl.worker.ledger_commands import NOTHING_MATCHES, parse_since
 from tests.ledger.builders import (
+    API,
     BATCH_8,
     T0,
     TRAIN_A,
     completed_preemption,
     event,
     failed_attempt,
+    four_candidate,
     group_preemption,
     retried,
 )
@@ -242,7 +259,7 @@ def test_history_json_is_one_record_per_attempt(
         ("p-retried", 1, 2, "run-1", "failed", 2.0),
         ("p-retried", 2, 2, "run-2", "completed", 8.0),
     ]
-    assert (first["error"], first["retryable"], first["startedBy"]) == (DENIED, False, None)
+    assert (first["error"], first["retryable"], first["startedBy"]) == (DENIED, False, "trigger")
     assert [(v["name"], v["fate"]) for v in first["victims"]] == [
         ("batch-7", "failed"),
         ("batch-8", "spared"),
@@ -283,7 +300,7 @@ def test_explain_a_victim(capsys: pytest.CaptureFixture[str], ledger_url: str) -
     code, out, _ = _run(capsys, "explain", "default/batch-7", "--database-url", ledger_url)
     assert code == 0
     assert out.splitlines()[:3] == [
-        "default/batch-7 as a victim (1, newest preemption first):",
+        "default/batch-7 as a victim (1, newest first):",
         "",
         "2026-11-21 12:00:00Z  deleted by the preemption for prod/api-0 (priority 1000) on node-3",
     ]
@@ -358,8 +375,8 @@ def test_explain_a_preemptor(capsys: pytest.CaptureFixture[str], ledger_url: str
         ),
         (
             ["explain", "default/nobody"],
-            "preemptctl explain: default/nobody is not in the ledger, as preemptor, as victim "
-            "or as a member of a preempting pod group",
+            "preemptctl explain: default/nobody is not in the ledger, as preemptor, as victim, "
+            "as a member of a preempting pod group or as a pod group taken as a victim unit",
         ),
     ],
 )
@@ -394,8 +411,78 @@ def test_a_missing_embedded_ledger_exits_2_and_is_not_created(
 ) -> None:
     code, _, err = _run(capsys, "explain", "prod/api-0")
     assert (code, err.count("\n")) == (2, 1)
-    assert "run `preemptctl migrate` first" in err
-    assert not (tmp_path / "state" / "preemptctl" / "ledger.sqlite").exists()
+    state = tmp_path / "state" / "preemptctl"
+    assert err == (
+        f"preemptctl explain: no ledger at {state / 'ledger.sqlite'}, and no `preemptctl dev` "
+        f"run has left one in {state / 'dev'}: name the worker's ledger with --database-url or "
+        "PREEMPT_DATABASE_URL, or run `preemptctl dev` (each run records in a ledger of its "
+        "own)\n"
+    )
+    assert "migrate" not in err  # an empty ledger would answer nothing
+    assert not (state / "ledger.sqlite").exists()
+
+
+def _sqlite_ledger(path: Path, story: list[LedgerEvent], written: float) -> str:
+    """A migrated SQLite ledger at `path` holding `story`, last written at `written`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    url = f"sqlite:///{path}"
+    migrations.upgrade(url)
+    engine = create_ledger_engine(url)
+    append_batch(engine, story)
+    engine.dispose()
+    for file in path.parent.glob(f"{path.name}*"):
+        os.utime(file, (written, written))
+    return url
+
+
+def test_with_no_ledger_named_the_newest_dev_runs_is_read_and_named(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    dev = tmp_path / "state" / "preemptctl" / "dev"
+    _sqlite_ledger(
+        dev / "ledger-2026-12-01T100000Z-aaaa.sqlite", completed_preemption("p-old"), 1e9
+    )
+    newest = dev / "ledger-2026-12-02T100000Z-0000.sqlite"
+    _sqlite_ledger(newest, completed_preemption("p-new"), 1e9 - 60)
+    notice = (
+        f"reading sqlite:///{newest}, the newest `preemptctl dev` run's ledger (none named: "
+        "--database-url or PREEMPT_DATABASE_URL names another)\n"
+    )
+    code, out, err = _run(capsys, "history")
+    assert (code, err) == (0, notice)
+    assert "p-new" in out and "p-old" not in out
+    code, out, err = _run(capsys, "explain", "prod/api-0")
+    assert (code, err) == (0, notice)
+    assert "p-new: completed after 1 attempt" in out
+    code, _, err = _run(capsys, "compare")
+    assert (code, err) == (0, notice)
+    code, _, err = _run(capsys, "replay", "--decision", "p-new")
+    assert err.startswith(notice)
+
+
+def test_an_embedded_ledger_written_after_the_dev_run_is_read_instead(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    state = tmp_path / "state" / "preemptctl"
+    _sqlite_ledger(
+        state / "dev" / "ledger-2026-12-01T100000Z-aaaa.sqlite", completed_preemption("p-dev"), 1e9
+    )
+    _sqlite_ledger(state / "ledger.sqlite", completed_preemption("p-worker"), 1e9 + 60)
+    code, out, err = _run(capsys, "history")
+    assert (code, err) == (0, "")
+    assert "p-worker" in out and "p-dev" not in out
+
+
+def test_a_named_dev_ledger_that_was_removed_is_not_sent_to_migrate(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    gone = tmp_path / "state" / "preemptctl" / "dev" / "ledger-2026-12-01T100000Z-aaaa.sqlite"
+    code, _, err = _run(capsys, "history", "--database-url", f"sqlite:///{gone}")
+    assert (code, err) == (
+        2,
+        f"preemptctl history: no ledger at {gone}: that `preemptctl dev` run's ledger was "
+        "removed\n",
+    )
 
 
 def test_an_unsupported_url_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -468,7 +555,7 @@ def test_history_wide_adds_who_started_scheduling_and_the_run(
     assert code == 0
     assert header.endswith("DURATION  STARTED BY  SCHEDULED  RUN")
     assert [row.split()[-3:] for row in rows] == [
-        ["-", "-", "run-1"],
+        ["trigger", "-", "run-1"],
         ["person", "node-3", "run-2"],
     ]
 
@@ -518,19 +605,19 @@ def test_a_ui_address_gives_a_link_per_attempt(
     page = f"{UI}/namespaces/prod%20ns/workflows/p-retried"
     argv = ("--pod", "prod/api-0", "--database-url", attempts_url)
     _, out, _ = _run(capsys, "history", *argv)
-    assert out.splitlines()[-1] == f"  ui           {page}/run-2/history"
+    assert out.splitlines()[-1] == f"  ui           {page}/run-2/user-metadata"
     _, out, _ = _run(capsys, "history", "-o", "wide", *argv)
     assert [line.split()[-1] for line in out.splitlines()[2:]] == [
-        f"{page}/run-1/history",
-        f"{page}/run-2/history",
+        f"{page}/run-1/user-metadata",
+        f"{page}/run-2/user-metadata",
     ]
     _, out, _ = _run(capsys, "history", "--json", *argv)
     assert [orjson.loads(line)["uiUrl"] for line in out.splitlines()] == [
-        f"{page}/run-1/history",
-        f"{page}/run-2/history",
+        f"{page}/run-1/user-metadata",
+        f"{page}/run-2/user-metadata",
     ]
     _, out, _ = _run(capsys, "explain", "prod/api-0", "--database-url", attempts_url)
-    assert f"    see {page}/run-2/history" in out.splitlines()
+    assert f"    see {page}/run-2/user-metadata" in out.splitlines()
 
 
 def test_the_ui_flag_overrides_the_environment(
@@ -540,7 +627,7 @@ def test_the_ui_flag_overrides_the_environment(
     argv = ("--parked", "--json", "--temporal-ui-url", UI, "--database-url", attempts_url)
     _, out, _ = _run(capsys, "history", *argv)
     assert orjson.loads(out)["uiUrl"] == (
-        f"{UI}/namespaces/default/workflows/p-parked/run-1/history"
+        f"{UI}/namespaces/default/workflows/p-parked/run-1/user-metadata"
     )
 
 
@@ -552,7 +639,7 @@ def test_a_settings_file_gives_the_ui_address_and_the_ledger(
     code, out, _ = _run(capsys, "history", "--parked", "--json", "--config", str(settings))
     assert code == 0
     assert orjson.loads(out)["uiUrl"] == (
-        f"{UI}/namespaces/default/workflows/p-parked/run-1/history"
+        f"{UI}/namespaces/default/workflows/p-parked/run-1/user-metadata"
     )
 
 
@@ -580,11 +667,12 @@ def test_explain_heads_a_victims_entries_by_their_fate(
     code, out, _ = _run(capsys, "explain", "default/batch-8", "--database-url", attempts_url)
     headings = [line for line in out.splitlines() if line.startswith("2026")]
     assert code == 0
-    assert headings == [
+    assert headings == [  # newest first: the retry deleted it, after attempt 1 spared it
+        "2026-11-21 12:10:00Z  deleted by the preemption for prod/api-0 (priority 1000) on node-3",
         "2026-11-21 12:00:00Z  spared: chosen by the preemption for prod/api-0 (priority 1000) "
         "on node-3, which ended before deleting it",
-        "2026-11-21 12:10:00Z  deleted by the preemption for prod/api-0 (priority 1000) on node-3",
     ]
+    assert out.startswith("default/batch-8 as a victim (2, newest first):\n")
 
 
 @pytest.mark.parametrize(
@@ -625,11 +713,92 @@ def test_history_shows_a_group_preemption(
     code, out, _ = _run(capsys, "history", "--database-url", group_url)
     assert code == 0
     assert out.splitlines() == [
-        "PREEMPTOR / #  STARTED               NODE     VICTIMS  OUTCOME    DURATION",
-        "ml/train-a     group-preemption-ml-train-a-uid-train-a: pod group, completed after "
-        "1 attempt",
-        "  #1           2026-11-21 12:00:00Z  3 nodes  4        completed  10.0s",
+        "PREEMPTOR / #  STARTED               NODE         VICTIMS  OUTCOME    DURATION",
+        "ml/train-a     group-preemption-ml-train-a-uid-train-a: pod group, victims on 3 "
+        "nodes, members placed on 2, completed after 1 attempt",
+        "  #1           2026-11-21 12:00:00Z  placed on 2  4        completed  10.0s",
     ]
+    code, out, _ = _run(capsys, "history", "--json", "--database-url", group_url)
+    record = orjson.loads(out)
+    assert (record["victimNodes"], record["memberNodes"]) == (
+        ["node-1", "node-2", "node-3"],
+        ["node-1", "node-2"],
+    )
+
+
+def test_history_tells_who_started_a_group_attempt_and_how_many_members_were_bound(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'bound.sqlite'}"
+    migrations.upgrade(url)
+    engine = create_ledger_engine(url)
+    g = "group-preemption-ml-train-a-uid-train-a"
+    append_batch(engine, group_preemption(g))
+    bound_at = T0 + timedelta(seconds=12)
+    record_scheduled(engine, g, "run-1", TRAIN_A.as_preemptor(), None, bound_at, members_bound=4)
+    engine.dispose()
+    code, out, _ = _run(capsys, "history", "-o", "wide", "--database-url", url)
+    header, _, row = out.splitlines()
+    assert code == 0
+    assert header.endswith("DURATION  STARTED BY  SCHEDULED     RUN")
+    assert row.endswith("trigger     4 of 4 bound  run-1")
+    code, out, _ = _run(capsys, "history", "--json", "--database-url", url)
+    record = orjson.loads(out)
+    assert (record["startedBy"], record["membersBound"]) == ("trigger", 4)
+    assert record["scheduledAt"] is not None
+
+
+def test_in_shadow_mode_explain_tells_what_kube_scheduler_did_to_a_dry_runs_victims(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A dry run's victims were not spared: they would have been victims, and what
+    kube-scheduler did (its Preempted Event, recorded in shadow mode) is told beside."""
+    url = f"sqlite:///{tmp_path / 'shadow.sqlite'}"
+    migrations.upgrade(url)
+    engine = create_ledger_engine(url)
+    decided = decision_events("p-dry", "run-1", API, four_candidate(), T0)
+    append_batch(engine, [*decided, event("p-dry", EventKind.DRY_RUN, T0)])
+    preempted = T0 + timedelta(seconds=2)
+    message = "Preempted by pod uid-api-0 on node node-3"
+    append_upstream(
+        engine,
+        [
+            UpstreamPreemption(
+                "e-1",
+                preempted,
+                "default",
+                "batch-8",
+                "uid-batch-8",
+                "uid-api-0",
+                "prod",
+                "api-0",
+                "node-3",
+                message,
+            )
+        ],
+    )
+    engine.dispose()
+    code, out, _ = _run(capsys, "explain", "default/batch-8", "--database-url", url)
+    assert code == 0
+    assert out.splitlines()[2] == (
+        "2026-11-21 12:00:00Z  would have been a victim (dry run) of the preemption for "
+        "prod/api-0 (priority 1000) on node-3; kube-scheduler preempted it at "
+        f"2026-11-21 12:00:02Z (its Event: {message})"
+    )
+    assert "spared" not in out
+    code, out, _ = _run(capsys, "explain", "prod/api-0", "--database-url", url)
+    assert (
+        "    victim default/batch-8 (priority 50): would have been a victim (dry run); "
+        f"kube-scheduler preempted it at 2026-11-21 12:00:02Z (its Event: {message})"
+    ) in out.splitlines()
+    assert (
+        "    victim default/batch-7 (priority 100): would have been a victim (dry run); no "
+        "kube-scheduler preemption of it recorded"
+    ) in out.splitlines()
+    assert (
+        "    prod/api-0's placement is kube-scheduler's in shadow mode, not recorded here"
+        in out.splitlines()
+    )
 
 
 def test_explain_tells_a_group_preemption(
@@ -639,9 +808,9 @@ def test_explain_tells_a_group_preemption(
     assert code == 0
     assert out.startswith("ml/train-a as a preempting pod group (1, newest first):\n")
     assert (
-        "    for ml/train-a, 4 pods, minCount 4, on 3 nodes: 4 victims in 2 units: podGroup "
-        "ml/train-b (3 pods, taken whole, on node-1, node-2, node-3), pod default/batch-1 "
-        "(on node-2)\n" in out
+        "    for ml/train-a, 4 pods, minCount 4: 4 victims in 2 units on 3 nodes, members "
+        "placed on 2: podGroup ml/train-b (3 pods, taken whole, on node-1, node-2, node-3), "
+        "pod default/batch-1 (on node-2)\n" in out
     )
     code, out, _ = _run(capsys, "explain", "ml/train-b-2", "--database-url", group_url)
     assert "deleted by the preemption for the pod group ml/train-a (priority 1000) on node-3" in out
@@ -678,11 +847,41 @@ def test_explain_a_member_tells_its_groups_preemptions_newest_first(
         "",
         "2026-11-21 13:00:00Z  placed ml/train-a-2 on node-2: nominated",
         "  by the preemption for the pod group ml/train-a, in attempt 1 of 1 (run run-1):",
-        "2026-11-21 13:00:00Z  g-new: completed after 1 attempt",
+        "    2026-11-21 13:00:00Z  g-new: completed after 1 attempt",  # the group's story, under
     ]
-    assert "    placed ml/train-a-2 on node-2: nominated" in lines
+    assert "        placed ml/train-a-2 on node-2: nominated" in lines
     older = lines.index("2026-11-21 12:00:00Z  placed ml/train-a-2 on node-2: nominated")
-    assert lines[older + 2] == "2026-11-21 12:00:00Z  g-old: completed after 1 attempt"
+    assert lines[older + 2] == "    2026-11-21 12:00:00Z  g-old: completed after 1 attempt"
+    block = lines[5 : older - 1]  # the newer entry's group story: indented under its header
+    assert block and all(line.startswith("      ") for line in block), block
+
+
+def test_explain_a_victim_pod_group_tells_its_unit(
+    capsys: pytest.CaptureFixture[str], group_url: str
+) -> None:
+    code, out, _ = _run(capsys, "explain", "ml/train-b", "--database-url", group_url)
+    assert code == 0
+    g = "group-preemption-ml-train-a-uid-train-a"
+    assert out.splitlines() == [
+        "ml/train-b as a victim unit, a pod group (1, newest first):",
+        "",
+        "2026-11-21 12:00:00Z  taken whole by the preemption for the pod group ml/train-a "
+        "(priority 1000): podGroup ml/train-b, 3 pods on 3 nodes (node-1, node-2, node-3)",
+        f"  in attempt 1 of 1 of {g} (run run-1)",
+        "  why: podGroup ml/train-b, taken whole (priority 500) could not be reprieved: "
+        "ml/train-a-0 would not fit on node-1 beside it (Insufficient cpu)",
+        "  the group's decision: for ml/train-a, 4 pods, minCount 4: 4 victims in 2 units on "
+        "3 nodes, members placed on 2: podGroup ml/train-b (3 pods, taken whole, on node-1, "
+        "node-2, node-3), pod default/batch-1 (on node-2)",
+        "  pod ml/train-b-0 (priority 500) on node-1: deleted at 2026-11-21 12:00:03Z (3.0s "
+        "after the decision)",
+        "  pod ml/train-b-1 (priority 500) on node-2: deleted at 2026-11-21 12:00:05Z (5.0s "
+        "after the decision)",
+        "  pod ml/train-b-2 (priority 500) on node-3: deleted at 2026-11-21 12:00:07Z (7.0s "
+        "after the decision)",
+        "  attempt outcome: completed; the pod group ml/train-a was not scheduled (minCount "
+        "members bound), as far as the ledger knows",
+    ]
 
 
 def test_history_pod_finds_a_members_group_preemptions(

@@ -15,11 +15,13 @@ Scenarios:
   a lower tenant pod asking only for ephemeral storage (two containers of `5E`, a sum
   beyond int64) beside the one victim the preemptor needs is no second victim (issue 27);
 - `--pod-group` prints exactly the group contract's fields (nominations per placed pod,
-  victims most important first); `--pod` on a member is Ineligible naming its group; an
-  unknown or malformed group, or a key that is not NAMESPACE/NAME, is one line and exit 2;
-  `--pod` and `--pod-group` exclude each other; `--pod-group-label` takes a label-named
-  group whole, also a member whose labels exceed the planner's caps (the label is kept);
-  `plan --help` states the contracts itself, pointing to no file;
+  victims most important first); with `--explain`, as tables: where the group is placed,
+  each unit taken with why, the victims with their units (the bundled gang); `--pod` on a
+  member is Ineligible naming its group; an unknown or malformed group, or a key that is not
+  NAMESPACE/NAME, is one line and exit 2; `--pod` and `--pod-group` exclude each other;
+  `--pod-group-label` takes a label-named group whole, also a member whose labels exceed the
+  planner's caps (the label is kept); `plan --help` states the contracts itself, pointing to
+  no file;
 - CompositePodGroups in the snapshot: a pod takes a composite unit whole (both its pods, on
   two nodes); a pending PodGroup with a parent is Unsupported (exit 0), naming the root;
 - the installed `preemptctl` on the bundled online/offline scenario preempts the two batch
@@ -37,6 +39,7 @@ from typing import Any
 import pytest
 
 from preemptctl.worker.cli import main
+from preemptctl.worker.scenarios import BUNDLED
 from tests.preemption.builders import (
     composite_pod_group,
     container,
@@ -480,6 +483,48 @@ def test_a_pod_group_decision_has_exactly_the_group_contract_fields(
         0,
     )
     assert [victim["name"] for victim in decided["victims"]] == ["low-2", "low-1"]
+
+
+def test_explain_tells_a_pod_groups_placement_its_units_and_victims(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run_group(capsys, BUNDLED["gang"], "ml/train-a", "--explain")
+    assert (code, err) == (0, "")
+    assert out.split("\n") == [
+        "Pod group   ml/train-a (priority 100000, uid 05b66ba4-e539-583f-a49f-6802667d64db; "
+        "PodGroup, gang, minCount 4; 4 pending, 0 bound)",
+        "Strategy    pod-group",
+        "Decision    Preempt",
+        "Message     preempt 4 pod(s) in 2 unit(s) on 4 node(s) to place 4 of 4 pending pod(s) "
+        "on 4 node(s) (minCount 4; 0 PDB violation(s))",
+        "",
+        "Dry run over 5 node(s): 8 lower-priority pod(s) removed, the group placed once on "
+        "what is left",
+        "",
+        "Placement: 4 pod(s) on 4 node(s)",
+        "  POD           NODE",
+        "  ml/train-a-0  node-1",
+        "  ml/train-a-1  node-2",
+        "  ml/train-a-2  node-3",
+        "  ml/train-a-3  node-4",
+        "",
+        "Victim units: 3 considered, 1 reprieved, 2 taken (most important first), their pods "
+        "on 4 node(s)",
+        "  UNIT                 PRIORITY  WHOLE  PODS  NODES                   PDB-VIOLATIONS  "
+        "WHY TAKEN",
+        "  podGroup ml/train-b  1000      yes    3     node-1, node-2, node-5  0               "
+        "ml/train-a-0 would not fit on node-1 beside it (Insufficient cpu)",
+        "  pod ml/notebook      100       no     1     node-3                  0               "
+        "ml/train-a-2 would not fit on node-3 beside it (Insufficient cpu)",
+        "",
+        "Victims (most important first), 0 PDB violation(s)",
+        "  POD           PRIORITY  UID                                   UNIT",
+        "  ml/train-b-1  1000      1b772b6f-38c0-5478-8578-1b382edbf51e  podGroup ml/train-b",
+        "  ml/train-b-2  1000      33e663ee-70fb-5ef8-a6ac-4b6268d31504  podGroup ml/train-b",
+        "  ml/train-b-0  1000      5c3a7f28-7d10-5d7d-86d0-20478a3a897a  podGroup ml/train-b",
+        "  ml/notebook   100       e37b28b0-ff41-5161-bde4-4abb4c4d6011  pod ml/notebook",
+        "",
+    ]
 
 
 def test_plan_pod_on_a_group_member_is_ineligible_naming_the_group(

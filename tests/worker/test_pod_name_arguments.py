@@ -7,7 +7,8 @@ Scenarios (each one line on stderr, exit 2, upstream's rule in the message):
   the namespace, was read as the pod);
 - `history --pod`, `explain` and `plan --pod` refuse the same names before opening the
   ledger or the snapshot;
-- a valid name still goes through (here: to the next refusal, the pod not being there).
+- a valid name still goes through (here: to the next refusal, neither a pod nor a pod group
+  being there).
 """
 
 from __future__ import annotations
@@ -65,10 +66,17 @@ def test_retry_of_a_valid_name_asks_the_cluster(
 ) -> None:
     kubeconfig = str(emulator.kubeconfig_path)
     code, err = _run(capsys, "retry", "default/web-1", "--kubeconfig", kubeconfig)
-    assert (code, err) == (2, "preemptctl retry: default/web-1 is gone: nothing to retry\n")
-    assert [(r.method, r.path) for r in emulator.requests] == [
-        ("GET", "/api/v1/namespaces/default/pods/web-1")
-    ]
+    assert (code, err) == (
+        2,
+        "preemptctl retry: default/web-1 is gone (no pod or pod group by that name): nothing "
+        "to retry\n",
+    )
+    asked = [(r.method, r.path) for r in emulator.requests]
+    assert asked[0] == ("GET", "/api/v1/namespaces/default/pods/web-1")
+    assert asked[-1] == (
+        "GET",
+        "/apis/scheduling.k8s.io/v1beta1/namespaces/default/podgroups/web-1",
+    )
 
 
 @pytest.mark.parametrize(("target", "problem"), REFUSED)

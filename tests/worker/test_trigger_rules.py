@@ -3,7 +3,10 @@
 Scenarios (one trigger condition each):
 - a pending pod marked Unschedulable by a served scheduler triggers the default strategy;
 - a pod not marked Unschedulable (yet) does not;
-- a pod of another scheduler does not;
+- a pod of another scheduler does not: it is left to that scheduler, counted (by
+  schedulerName) and logged once however often it is judged; a pod that would not trigger
+  anyway (served, not unschedulable, bound, below the minimum, Never, terminating) is not
+  "left"; the worker says at start which names it serves;
 - a pod below the minimum priority does not;
 - a pod with preemptionPolicy Never does not;
 - a terminating pod does not;
@@ -33,6 +36,7 @@ Groups:
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -44,14 +48,18 @@ from preemptctl.preemption.group_decision import GroupRef, label_group_uid
 from preemptctl.preemption.objects import Pod, Resources
 from preemptctl.preemption.snapshot import ClusterSnapshot
 from preemptctl.worker.config import Settings
+from preemptctl.worker.metrics import Metrics
 from preemptctl.worker.trigger_rules import (
     GroupKey,
     Parked,
     RetryBook,
     group_of,
+    left_to_another_scheduler,
+    note_left_to_another_scheduler,
     pending_group,
     pending_groups,
     pod_signature,
+    serving_line,
     trigger_reason,
 )
 from tests.preemption.builders import pod_group
@@ -77,6 +85,55 @@ def test_pod_not_yet_marked_unschedulable_does_not_trigger() -> None:
 
 def test_pod_of_another_scheduler_does_not_trigger() -> None:
     assert trigger_reason(pending(scheduler_name="volcano"), SETTINGS) is None
+
+
+def test_a_pod_left_to_another_scheduler_is_counted_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    metrics = Metrics()
+    tally = metrics.left_to_other_schedulers
+    left = pending(scheduler_name="preemptctl-scheduler")
+    with caplog.at_level(logging.WARNING, logger="preemptctl.worker.trigger_rules"):
+        for _ in range(3):  # every watch event and resync judges it again
+            note_left_to_another_scheduler(left, SETTINGS, tally)
+        note_left_to_another_scheduler(
+            pending(uid="uid-2", scheduler_name="volcano"), SETTINGS, tally
+        )
+    assert [record.getMessage() for record in caplog.records] == [
+        "default/web is pending and unschedulable, but its schedulerName 'preemptctl-scheduler' "
+        "is not one this controller serves (default-scheduler, batch-scheduler): left to that "
+        "scheduler; PREEMPT_SCHEDULER_NAMES names the ones served",
+        "default/web is pending and unschedulable, but its schedulerName 'volcano' is not one "
+        "this controller serves (default-scheduler, batch-scheduler): left to that scheduler; "
+        "PREEMPT_SCHEDULER_NAMES names the ones served",
+    ]
+    counted = metrics.registry.get_sample_value
+    name = "preemptctl_pods_left_to_other_schedulers_total"
+    assert counted(name, {"scheduler_name": "preemptctl-scheduler"}) == 1
+    assert counted(name, {"scheduler_name": "volcano"}) == 1
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        pending(),  # served
+        pending(scheduler_name="volcano", unschedulable=False),  # not judged yet
+        pending(scheduler_name="volcano", node_name="node-1", phase="Running"),
+        pending(scheduler_name="volcano", priority=99),  # below the minimum anyway
+        pending(scheduler_name="volcano", preemption_policy="Never"),
+        pending(scheduler_name="volcano", terminating=True),
+    ],
+)
+def test_a_pod_that_would_not_trigger_anyway_is_not_left_to_another_scheduler(pod: Pod) -> None:
+    assert left_to_another_scheduler(pod, SETTINGS) is None
+
+
+def test_the_worker_says_which_scheduler_names_it_serves() -> None:
+    assert serving_line(SETTINGS) == (
+        "serving pods of schedulerName default-scheduler, batch-scheduler "
+        "(PREEMPT_SCHEDULER_NAMES); a pending pod of another scheduler is left to it, logged "
+        "once and counted in preemptctl_pods_left_to_other_schedulers_total"
+    )
 
 
 def test_pod_below_the_minimum_priority_does_not_trigger() -> None:

@@ -8,7 +8,8 @@ Scenarios:
   attempt (no password, no traceback), /readyz 503 saying it waits for the ledger,
   /healthz 200, and SIGTERM ends it with exit 0;
 - two workers at once on one cluster give one preemption per pod: the pod is preempted for
-  once, no victim is deleted twice, the pod ends bound, and both stop cleanly on SIGTERM.
+  once, no victim is deleted twice, the pod ends bound, and both stop cleanly on SIGTERM;
+  each says at start which scheduler names it serves.
 """
 
 from __future__ import annotations
@@ -153,6 +154,7 @@ async def test_two_workers_give_one_preemption_per_pod(temporal, cluster, tmp_pa
         for replica in replicas:
             replica.send_signal(signal.SIGTERM)
         codes = [replica.wait(timeout=60) for replica in replicas]
+        logs = [replica.stderr.read() if replica.stderr else "" for replica in replicas]
     assert cluster.emulator.pod("default/nginx-a")["spec"]["nodeName"] == "node-1"
     assert len(runs) == 1
     deleted = [
@@ -162,7 +164,9 @@ async def test_two_workers_give_one_preemption_per_pod(temporal, cluster, tmp_pa
     # was decided first, as a serial run in that order would. Never a victim twice.
     assert len(deleted) == len(set(deleted))
     assert {"batch-1a", "batch-1b"} <= set(deleted) <= {"batch-1a", "batch-1b", "batch-3d"}
-    assert codes == [0, 0], [replica.stderr.read() for replica in replicas if replica.stderr]
+    assert codes == [0, 0], logs
+    serving = "serving pods of schedulerName default-scheduler (PREEMPT_SCHEDULER_NAMES); "
+    assert all(serving in log for log in logs), logs
 
 
 def test_sdk_metrics_port_in_use_is_one_line(cluster, tmp_path: Path) -> None:

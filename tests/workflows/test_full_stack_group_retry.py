@@ -12,6 +12,7 @@ scenario, as tests/workflows/test_full_stack_groups.py runs it):
   the new group has no preemption on record);
 - a group with a run still open is refused;
 - a member pod named instead of its group is refused, the line naming the `--pod-group`;
+- the group's name alone (`retry ml/train-a`, no pod by that name) retries the group;
 - the command line: `--pod-group` with `--dry-run -o json` and in text, and a target and
   `--pod-group` both, or neither, refused in one line.
 """
@@ -104,6 +105,32 @@ async def test_a_failed_group_preemption_retried_by_a_person_completes(
     assert retried[0]["by"] == "person"
     assert retried[0]["reason"] == "granted delete"
     assert retried[0]["previousRunId"] == failed.result_run_id
+
+
+async def test_a_groups_name_alone_retries_the_group(
+    client: Client, ledger: Engine, emulator: Emulator
+) -> None:
+    """`retry ml/train-a`, no pod by that name: the PodGroup's preemption, as `history` and
+    `explain` take the name (issue 25: it answered "is gone: nothing to retry")."""
+    async with running_stack(client, ledger, emulator, gang()) as stack:
+        failed = await failed_on_a_denied_delete(stack)
+        flags = [
+            "--temporal-address",
+            client.service_client.config.target_host,
+            "--temporal-namespace",
+            client.namespace,
+            "--kubeconfig",
+            str(emulator.kubeconfig_path),
+        ]
+        code, out, err = await asyncio.to_thread(cli, "retry", "ml/train-a", "--dry-run", *flags)
+        runs = await runs_of(client, failed.id)
+    assert (code, err) == (0, "")
+    assert out.splitlines()[:3] == [
+        f"would start a new run of {failed.id} for pod group ml/train-a",
+        f"  after run   {failed.result_run_id} (failed)",
+        "  members     4 pending, 0 bound",
+    ]
+    assert runs == 1
 
 
 async def test_a_group_retry_runs_as_the_settings_in_force_say(

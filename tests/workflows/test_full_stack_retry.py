@@ -116,7 +116,10 @@ async def test_an_open_run_is_not_retried(client, ledger, emulator):
 async def test_nothing_on_record_or_a_malformed_target_is_refused(client, ledger, emulator):
     async with running_stack(client, ledger, emulator, one_full_node()) as stack:
         settings = settings_for(client, stack)
-        with pytest.raises(UsageError, match="default/nobody is gone: nothing to retry"):
+        with pytest.raises(
+            UsageError,
+            match=r"^default/nobody is gone \(no pod or pod group by that name\): nothing to ",
+        ):
             await retry(settings, "default/nobody", "", dry_run=True)
         with pytest.raises(UsageError, match="expected NAMESPACE/NAME or a preemption ID"):
             await retry(settings, "just-a-name", "", dry_run=True)
