@@ -75,6 +75,7 @@ from preemptctl.worker.trigger_rules import (
     PendingPod,
     RetryBook,
     group_of,
+    note_left_to_another_scheduler,
     pending_group,
     pending_groups,
     pod_signature,
@@ -363,6 +364,7 @@ class TriggerLoop:
                     self._rechecked.pop(uid, None)
 
     def _consider(self, pod: Pod) -> None:
+        note_left_to_another_scheduler(pod, self._settings, self._metrics.left_to_other_schedulers)
         found = trigger_reason(pod, self._settings)
         if (
             found is not None
