@@ -25,6 +25,7 @@ import uuid
 from typing import Any
 
 import psycopg
+from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
 from preemptctl.activities.preemption import PreemptionActivities
@@ -39,7 +40,11 @@ from preemptctl.worker.starter import start_group_preemption
 from preemptctl.worker.temporal_binary import temporal_cli
 from preemptctl.worker.temporal_worker import build_worker
 from preemptctl.workflows import search_attributes
-from preemptctl.workflows.contract import RUNBOOK, GroupPreemptionRequest
+from preemptctl.workflows.contract import (
+    RUNBOOK,
+    GroupPreemptionRequest,
+    group_result_of_failure,
+)
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -118,7 +123,12 @@ async def run(members: int, per_node: int, latency: float) -> None:
             request = GroupPreemptionRequest(group, local_activities=True, runbook=RUNBOOK)
             began = time.time()
             handle = await start_group_preemption(env.client, request, task_queue="wide")
-            result = await handle.result()
+            try:
+                result = await handle.result()
+            except WorkflowFailureError as failed:
+                carried = group_result_of_failure(failed)
+                why = carried or failed.cause
+                raise SystemExit(f"the group preemption failed: {why}") from None
             ended = time.time()
         deletes = sorted(
             r.received_at

@@ -212,9 +212,13 @@ class GroupPreemptionWorkflow:
         self._scheduler_name = selection.scheduler_name
         self._note_bound()
         if selection.victims:
-            self._updates.append(sa.VICTIM_PODS.value_set([v.pod.key for v in selection.victims]))
+            self._updates.append(
+                sa.VICTIM_PODS.value_set(sa.within_limit([v.pod.key for v in selection.victims]))
+            )
         if selection.victim_groups:
-            self._updates.append(sa.VICTIM_GROUPS.value_set(selection.victim_groups))
+            self._updates.append(
+                sa.VICTIM_GROUPS.value_set(sa.within_limit(selection.victim_groups))
+            )
         self._story = selection.story
         if self._story is not None:
             workflow.set_current_details(self._story.markdown())
@@ -460,9 +464,11 @@ class GroupRunbook(Runbook[GroupSelection, GroupPreemptionResult]):
         self._scheduler_name = selection.scheduler_name
         updates: list[SearchAttributeUpdate[Any]] = []
         if selection.victims:
-            updates.append(sa.VICTIM_PODS.value_set([v.pod.key for v in selection.victims]))
+            updates.append(
+                sa.VICTIM_PODS.value_set(sa.within_limit([v.pod.key for v in selection.victims]))
+            )
         if selection.victim_groups:
-            updates.append(sa.VICTIM_GROUPS.value_set(selection.victim_groups))
+            updates.append(sa.VICTIM_GROUPS.value_set(sa.within_limit(selection.victim_groups)))
         return updates
 
     async def nominate(self, selection: GroupSelection) -> list[Written]:

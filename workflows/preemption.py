@@ -244,7 +244,9 @@ class PreemptionWorkflow:
         if selection.node:
             self._updates.append(sa.TARGET_NODE.value_set(selection.node))
         if selection.victims:
-            self._updates.append(sa.VICTIM_PODS.value_set([v.key for v in selection.victims]))
+            self._updates.append(
+                sa.VICTIM_PODS.value_set(sa.within_limit([v.key for v in selection.victims]))
+            )
         self._story = selection.story
         if self._story is not None:
             workflow.set_current_details(self._story.markdown())
@@ -482,7 +484,9 @@ class PodRunbook(Runbook[Selection, PreemptionResult]):
         if selection.node:
             updates.append(sa.TARGET_NODE.value_set(selection.node))
         if selection.victims:
-            updates.append(sa.VICTIM_PODS.value_set([v.key for v in selection.victims]))
+            updates.append(
+                sa.VICTIM_PODS.value_set(sa.within_limit([v.key for v in selection.victims]))
+            )
         return updates
 
     async def nominate(self, selection: Selection) -> list[Written]:

@@ -10,6 +10,8 @@ them at start (`preemptctl dev`); an existing server needs `preemptctl setup-tem
 
 from __future__ import annotations
 
+import json
+
 from temporalio.common import SearchAttributeKey
 
 PREEMPTOR_POD = SearchAttributeKey.for_keyword("PreemptorPod")
@@ -33,3 +35,22 @@ ALL = (
     POD_GROUP,
     VICTIM_GROUPS,
 )
+
+
+VALUE_LIMIT = 2048
+"""The Temporal server's default limit on the size of one search attribute's value, in bytes
+(a run whose upsert passes it has its workflow task refused: "BadSearchAttributes: search
+attribute VictimPods value size 3041 exceeds size limit 2048", seen on a gang of 160)."""
+
+
+def within_limit(names: list[str], limit: int = VALUE_LIMIT) -> list[str]:
+    """As many of `names` as fit in one keyword list value under `limit` bytes, in order:
+    a preemption of many victims (a gang of 160 on 16 nodes) is found by its first ones,
+    where the whole list would make the server refuse the run's workflow task for good.
+    The ledger and the `state` query name every victim."""
+    kept: list[str] = []
+    for name in names:
+        if len(json.dumps([*kept, name]).encode()) > limit - 64:  # the encoding's own bytes
+            break
+        kept.append(name)
+    return kept
