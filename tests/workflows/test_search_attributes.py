@@ -19,6 +19,7 @@ from preemptctl.workflows import search_attributes as sa
 from tests.support.emulator import as_list, node, pod
 from tests.workflows.harness import running_stack
 
+
 def test_names_are_kept_while_they_fit() -> None:
     names = [f"a-namespace/victim-with-a-long-name-{i:03d}" for i in range(160)]
     kept = sa.within_limit(names)
