@@ -41,6 +41,7 @@ from sqlalchemy import (
     and_,
     exists,
     func,
+    null,
     or_,
     select,
     text,
@@ -307,7 +308,12 @@ class ClaimReader:
         claimed_since = select(new.c.preemption_id).where(
             new.c.kind.in_(_CLAIM_KINDS), new.c.id > after
         )
-        runs = select(*_CHOSEN_COLUMNS, events.c.id).where(
+        # A run's rows are read for their kind alone: their payload (a decision's, with its
+        # rationale, tens of KiB on a big cluster) stays in the database.
+        without_payload = [c for c in _CHOSEN_COLUMNS if c is not events.c.payload]
+        runs = select(
+            *without_payload, null().label("payload"), events.c.id
+        ).where(
             or_(
                 events.c.preemption_id.in_(preemptions),
                 events.c.preemption_id.in_(claimed_since),
