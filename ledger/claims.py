@@ -39,6 +39,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     and_,
+    case,
     exists,
     func,
     null,
@@ -135,9 +136,10 @@ def decision_lock(
 
 
 def _claims_of(rows: Iterable[Any]) -> dict[tuple[str, str], Claim]:
-    """Rows of `victim_chosen` and `member_placed` events (in ledger order) grouped into one
-    claim per run: a run with placed members claims them on their nodes (a group), else
-    its preemptor on its first victim's node."""
+    """Rows of `decision_made`, `victim_chosen` and `member_placed` events (in ledger order)
+    grouped into one claim per run that chose victims or placed members: a run with placed
+    members claims them on their nodes (a group), else its preemptor on its decision's node
+    (each victim's row names the victim's own node, another for a gang taken whole)."""
     grouped: dict[tuple[str, str], list[str]] = {}
     members: dict[tuple[str, str], list[tuple[str, str]]] = {}
     first: dict[tuple[str, str], tuple[str, str, str]] = {}
@@ -148,11 +150,13 @@ def _claims_of(rows: Iterable[Any]) -> dict[tuple[str, str], Claim]:
         if kind == EventKind.MEMBER_PLACED.value:
             member = MemberPlaced.from_json(row.payload or {})
             members.setdefault(key, []).append((member.uid, node or ""))
-        else:
+        elif kind == EventKind.VICTIM_CHOSEN.value:
             grouped.setdefault(key, []).append(victim_uid)
     claims = {}
     for key, (uid, node, holder) in first.items():
         placed = tuple(members.get(key, ()))
+        if not placed and key not in grouped:
+            continue  # decided, but claims nothing (fits, or chose no victim)
         claims[key] = Claim(
             uid,
             "" if placed else node,
@@ -164,7 +168,13 @@ def _claims_of(rows: Iterable[Any]) -> dict[tuple[str, str], Claim]:
     return claims
 
 
-_CLAIM_KINDS = (EventKind.VICTIM_CHOSEN.value, EventKind.MEMBER_PLACED.value)
+# A claim is read from its run's decision (the preemptor's node: written first, in the same
+# insert as the rest), its victims and its placed members.
+_CLAIM_KINDS = (
+    EventKind.DECISION_MADE.value,
+    EventKind.VICTIM_CHOSEN.value,
+    EventKind.MEMBER_PLACED.value,
+)
 _CHOSEN_COLUMNS = (
     events.c.preemption_id,
     events.c.run_id,
@@ -174,7 +184,11 @@ _CHOSEN_COLUMNS = (
     events.c.node,
     events.c.kind,
     events.c.victim_uid,
-    events.c.payload,
+    # A placed member's payload names it; any other's (a decision's, with its rationale,
+    # tens of KiB on a big cluster) stays in the database.
+    case((events.c.kind == EventKind.MEMBER_PLACED.value, events.c.payload), else_=null()).label(
+        "payload"
+    ),
 )
 
 
@@ -253,6 +267,7 @@ _RUN_KINDS = sorted(
     {kind.value for kind in (*DECISION_KINDS, *TERMINAL_KINDS)}
     | {EventKind.THROTTLED.value, EventKind.RETRIED.value}
 )
+_RUN_KINDS_SET = frozenset(_RUN_KINDS)
 
 
 class ClaimReader:
@@ -281,10 +296,17 @@ class ClaimReader:
         looked_up = sorted({preemption_id for preemption_id, _ in self._open} | set(preemptions))
         new_claims: list[Any] = []
         runs: dict[str, list[tuple[int, str, str]]] = {}
+        seen: set[tuple[int, bool]] = set()
         for row in self._delta(connection, self._after, looked_up):
-            if row.kind in _CLAIM_KINDS:
+            # A decision is both a claim row (new ones) and a run row: the union names it
+            # once for each, and each bucket keeps it once.
+            as_claim = row.kind in _CLAIM_KINDS and row.id > self._after
+            if (row.id, as_claim) in seen:
+                continue
+            seen.add((row.id, as_claim))
+            if as_claim:
                 new_claims.append(row)
-            else:
+            if row.kind in _RUN_KINDS_SET:
                 runs.setdefault(row.preemption_id, []).append((row.id, row.run_id, row.kind))
         if new_claims:
             self._after = max(self._after, int(new_claims[-1].id))
@@ -308,12 +330,7 @@ class ClaimReader:
         claimed_since = select(new.c.preemption_id).where(
             new.c.kind.in_(_CLAIM_KINDS), new.c.id > after
         )
-        # A run's rows are read for their kind alone: their payload (a decision's, with its
-        # rationale, tens of KiB on a big cluster) stays in the database.
-        without_payload = [c for c in _CHOSEN_COLUMNS if c is not events.c.payload]
-        runs = select(
-            *without_payload, null().label("payload"), events.c.id
-        ).where(
+        runs = select(*_CHOSEN_COLUMNS, events.c.id).where(
             or_(
                 events.c.preemption_id.in_(preemptions),
                 events.c.preemption_id.in_(claimed_since),

@@ -2,7 +2,8 @@
 
 Scenarios:
 - a decision written ahead is a claim on its node and victims: the domain's `Claim`, naming
-  the run that holds it;
+  the run that holds it; on the decision's node even where its victims' rows name their
+  own (a gang taken whole, on other nodes);
 - a run that has ended (completed, failed, aborted, dry run) claims nothing;
 - a retried run's claim is its own: ending run-1 leaves run-2's claim open;
 - a run that waits for hours still claims: claims end with their run, never by age;
@@ -65,6 +66,20 @@ def test_a_decision_written_ahead_claims_its_node_and_victims(sqlite_engine: Eng
     assert claim == Claim(
         API.uid, "node-3", frozenset({BATCH_7.uid, BATCH_8.uid}), "p-1", "run-1", holder=API.key
     )
+
+
+def test_a_claim_is_on_its_decisions_node_whatever_its_victims_nodes(
+    sqlite_engine: Engine,
+) -> None:
+    elsewhere = {BATCH_7.uid: "node-1", BATCH_8.uid: "node-2"}
+    append_batch(
+        sqlite_engine,
+        decision_events("p-1", "run-1", API, four_candidate(), T0, victim_nodes=elsewhere),
+    )
+    reader = ClaimReader()
+    with sqlite_engine.connect() as connection:
+        assert [c.node for c in open_claims(connection)] == ["node-3"]
+        assert [c.node for c in reader.read(connection)[0]] == ["node-3"]
 
 
 @pytest.mark.parametrize(
