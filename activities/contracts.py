@@ -234,6 +234,9 @@ class PreemptVictimInput:
     step: VictimInput
     group: GroupRef | None = None
     placements: list[Nomination] = field(default_factory=list)
+    # A pod's room: its nominated node (a victim of a gang taken whole is on another; ""
+    # in a step from before: the victim's node, which was the nominated one).
+    room_node: str = ""
 
 
 @dataclass

@@ -335,7 +335,9 @@ class PreemptionActivities:
             return self.groups.preempt_victim(request)
         return self._victims.preempt(
             step,
-            lambda: reason_to_stop(self._preemptor_standing(step.preemptor), step.node),
+            lambda: reason_to_stop(
+                self._preemptor_standing(step.preemptor), request.room_node or step.node
+            ),
             self._announce_preempted,
         )
 

@@ -82,6 +82,7 @@ from preemptctl.ledger.inputs_recorder import (
 )
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import Retried, Throttled
+from preemptctl.ledger.queries import decided
 from preemptctl.ledger.writer import append_batch_on
 from preemptctl.preemption.budget import WINDOW, seconds_until_budget_allows
 from preemptctl.preemption.claims import Claim, ClaimBook
@@ -332,7 +333,7 @@ class DecisionPath:
         it is committed, by this thread."""
         job = self._fresh_preemptor(request)
         if isinstance(job, Stopped):
-            return job
+            return self._resumed_if_decided(request) or job
         decided = self._submit(job, beat)
         self._record_inputs(job)
         assert isinstance(decided, Decided | Resumed)
@@ -347,11 +348,24 @@ class DecisionPath:
         `PlannerInputError`)."""
         job = self._fresh_group(request)
         if isinstance(job, Stopped):
-            return DecidedGroup(None, stopped=job.reason, message=job.reason)
+            resumed = self._resumed_if_decided(request)
+            return resumed or DecidedGroup(None, stopped=job.reason, message=job.reason)
         decided = self._submit(job, beat)
         self._record_inputs(job)
         assert isinstance(decided, DecidedGroup | Resumed)
         return decided
+
+    def _resumed_if_decided(
+        self, request: DecisionRequest | GroupDecisionRequest
+    ) -> Resumed | None:
+        """A run whose preemptor (or group) no longer needs room, but that decided before:
+        its worker was lost after the decision, and the victims it deleted since may be what
+        bound the preemptor. It goes on from its decision (`Resumed`), for its victims' steps
+        to find those gone and record them deleted by it; stopping it here would end it with
+        the deletes it made unrecorded."""
+        if not decided(self._ledger, request.preemption_id, request.run_id):
+            return None
+        return Resumed(request.preemption_id, request.run_id)
 
     def _submit(self, job: _AnyJob, beat: Callable[[], object]) -> _AnyAnswer:
         try:

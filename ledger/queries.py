@@ -34,7 +34,7 @@ from sqlalchemy import ColumnElement, Connection, Engine, and_, func, or_, selec
 
 from preemptctl.ledger.engine import translated_errors
 from preemptctl.ledger.events import RecordedEvent
-from preemptctl.ledger.kinds import TERMINAL_KINDS, EventKind
+from preemptctl.ledger.kinds import DECISION_KINDS, TERMINAL_KINDS, EventKind
 from preemptctl.ledger.models import events
 from preemptctl.ledger.upstream import upstream_of_victims
 from preemptctl.ledger.views import (
@@ -163,6 +163,23 @@ def recorded_attempt(engine: Engine, preemption_id: str, run_id: str) -> Attempt
     with translated_errors(engine), engine.connect() as connection:
         found = [e for e in events_of(connection, [preemption_id]) if e.run_id == run_id]
     return fold_attempt(found, 1) if found else None
+
+
+def decided(engine: Engine, preemption_id: str, run_id: str) -> bool:
+    """Whether run `run_id` of `preemption_id` has its decision on record. One read on the
+    preemption's index."""
+    kinds = [kind.value for kind in DECISION_KINDS]
+    with translated_errors(engine), engine.connect() as connection:
+        found = connection.execute(
+            select(events.c.id)
+            .where(
+                events.c.preemption_id == preemption_id,
+                events.c.run_id == run_id,
+                events.c.kind.in_(kinds),
+            )
+            .limit(1)
+        ).first()
+    return found is not None
 
 
 def delete_sent(engine: Engine, preemption_id: str, run_id: str, victim_uid: str) -> bool:

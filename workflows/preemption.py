@@ -519,7 +519,7 @@ class PodRunbook(Runbook[Selection, PreemptionResult]):
         )
 
     def victim_step(self, victim: VictimInput) -> PreemptVictimInput:
-        return PreemptVictimInput(victim)
+        return PreemptVictimInput(victim, room_node=self._progress.node or "")
 
     async def record_end(self, stop: Stop, fates: list[VictimFate], writes: list[Written]) -> None:
         await self.steps.call(

@@ -7,6 +7,8 @@ Scenarios:
   by the next, one write-ahead each;
 - a retried run (its preemptor already holds a claim) decides again without meeting its own
   claim, and chooses the victims its claim holds;
+- a run decides once: asked again, it resumes from its decision on record, even when its
+  preemptor has been bound since (in the room its deletes made);
 - 1) a preemptor gone, replaced or already bound stops the decision before the lock, with
   its reason and nothing written; a critical-admission preemptor bound to its node is
   planned; before the view's first sync, nothing is decided (decide again later);
@@ -201,6 +203,19 @@ def test_a_run_asked_again_is_answered_from_its_decision_on_record(ledger: Engin
     again = path.decide(view.request("urgent-0"))
     assert again == Resumed("p-urgent-0", "run-1")
     assert len(rows_of(ledger)) == before
+
+
+def test_a_run_asked_again_after_its_preemptor_was_bound_resumes(ledger: Engine) -> None:
+    """A run whose worker was lost after its deletes: the scheduler bound the preemptor in
+    the room they made. Asked again, the run resumes from its decision (its victims' steps
+    find them gone and record them deleted by it) instead of stopping with them unrecorded."""
+    view = three_full_nodes()
+    path = view.path(ledger)
+    first = path.decide(view.request("urgent-0"))
+    assert isinstance(first, Decided) and first.decision.verdict is Verdict.PREEMPT
+    view.items["urgent-0"]["spec"]["nodeName"] = first.decision.nominated_node
+    assert path.decide(view.request("urgent-0")) == Resumed("p-urgent-0", "run-1")
+    assert isinstance(path.decide(view.request("urgent-0", run="run-2")), Stopped)
 
 
 def test_an_unreadable_request_fails_alone(ledger: Engine) -> None:

@@ -631,10 +631,12 @@ class Audit:
                 fates[row["victim_uid"]].append(row["kind"])
         for uid, sent in deletes.items():
             if recorded_deleted[uid] == 0:
+                run_id = chosen[uid]["run_id"] if uid in chosen else None
+                story = ", ".join(e["kind"] for e in by_run.get(run_id or "", []))
                 found["no missing ledger event"].append(
                     f"{sent[0].namespace}/{sent[0].name} uid {uid}: DELETE -> {sent[0].code} at "
                     f"{sent[0].received_at:.3f}, but no victim_deleted row (ledger says: "
-                    f"{', '.join(fates[uid]) or 'nothing'})"
+                    f"{', '.join(fates[uid]) or 'nothing'}; its run {run_id}: {story})"
                 )
             elif recorded_deleted[uid] > 1:
                 found["no duplicate ledger event"].append(

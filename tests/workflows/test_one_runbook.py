@@ -8,6 +8,8 @@ in tests/workflows/test_full_stack_groups.py):
 - a preemption that goes through: select, then the nomination beside the victims' own
   steps, all but the last in parallel, then the last, then the end, which records every
   victim's fate and the nomination's writes; it ends at the last victim's delete;
+- each victim is preempted on its own node, for the room on the preemptor's (a gang taken
+  whole has members elsewhere);
 - the victims but the last run in parallel, at most 16 at once (upstream's parallelizer);
 - the last victim is recorded in the `state` query before its step, and the run is out of
   the preempting set by then;
@@ -97,6 +99,7 @@ class Script:
     nominate_error: ApplicationError | None = None
     calls: list[str] = field(default_factory=list)
     ends: list[EndInput] = field(default_factory=list)
+    steps: list[PreemptVictimInput] = field(default_factory=list)
     running: int = 0
     most_at_once: int = 0
 
@@ -118,6 +121,7 @@ class Script:
         async def preempt_victim(request: PreemptVictimInput) -> VictimResult:
             victim = request.step.victim
             self.calls.append(f"preempt:{victim.name}")
+            self.steps.append(request)
             self.running += 1
             self.most_at_once = max(self.most_at_once, self.running)
             try:
@@ -198,6 +202,25 @@ async def test_a_preemption_that_goes_through(run: Run) -> None:
         ("victim-1", NODE, Fate.DELETED),
     ]
     assert [w.kind for w in end.writes] == ["nominated"]
+
+
+async def test_each_victim_is_preempted_on_its_own_node_for_the_room_on_the_preemptors(
+    run: Run,
+) -> None:
+    """A gang taken whole for one pod has members on other nodes: each victim's step names
+    the victim's node, and the room it is for is the preemptor's (a preemptor bound there
+    meanwhile does not stop it)."""
+    elsewhere = {"uid-victim-0": "node-2", "uid-victim-1": "node-3"}
+    script = Script(selections=[decided(victim_nodes=elsewhere)])
+    result = await run(script)
+    assert sorted((s.step.victim.name, s.step.node, s.room_node) for s in script.steps) == [
+        ("victim-0", "node-2", NODE),
+        ("victim-1", "node-3", NODE),
+    ]
+    assert [(v.pod.name, v.node) for v in result.victims] == [
+        ("victim-0", "node-2"),
+        ("victim-1", "node-3"),
+    ]
 
 
 async def test_the_victims_but_the_last_run_in_parallel_sixteen_at_once(run: Run) -> None:
