@@ -4,7 +4,8 @@
 
 1. fresh preemptor: the preemptor as the API server has it now: still there, same UID, not
    bound (a critical-admission preemptor is bound by nature: on its own node); otherwise the
-   preemption stops here (`Stopped`, the reason from `preemption.standing.reason_to_stop`).
+   preemption stops here (`Stopped`, the reason from `preemption.standing.reason_to_stop`),
+   unless the run decided before (it resumes: `Resumed`).
    Then wait for the cluster view's first sync. Outside the lock.
 2. lock: the ledger-wide decision lock (`ledger.claims.decision_lock`), with a lock timeout;
    the cluster view held still;
@@ -27,16 +28,22 @@ group decisions share the lock, the queue and the claims: a group's claim holds 
 victim it chose, on any node, and each member's room on its node, and every later
 decision, pod or group, counts it as done.
 
-Steps 2 to 6 run in one transaction holding the lock, so decisions are serial across every
-worker replica and a claim exists from the moment its decision does. Requests that arrive
-while a decision runs wait their turn (`deciding.queue`), and the next holder of the lock
-decides them all in one acquisition, the most important first (pod or group, by priority):
-the claims are read and laid over the view once, and each decision's own claim is laid over
-before the next is made, so the batch decides exactly as one-by-one decisions in priority
-order would, for one lock, one claims read and one commit.
+Step 4 runs first, outside the lock (issue 29: the planner is most of a decision's cost, and
+the lock makes every replica wait): against the claims this process knows of (the last
+read's, and its own decisions since) with the view held still. Then steps 2, 3, 5 and 6 run
+in one transaction holding the lock, where the read of the claims checks the plans: a claim
+they did not know of (another replica decided meanwhile), or a run of the batch that decided
+already, and the batch is planned again under the lock, with the view held still, as if it
+had never been planned ahead. So decisions are serial across every worker replica, and a
+claim exists from the moment its decision does. Requests that arrive while a decision runs
+wait their turn (`deciding.queue`), and the next turn decides them all together, the most
+important first (pod or group, by priority): the claims are laid over the view once, and
+each decision's own claim is laid over before the next is planned, so the batch decides
+exactly as one-by-one decisions in priority order would, for one lock, one claims read and
+one commit.
 
 After the commit, outside the lock, what each planner run was given is handed to the
-ledger's inputs recorder (`ledger.inputs_recorder`): under the lock only references are taken
+ledger's inputs recorder (`ledger.inputs_recorder`): when planning, only references are taken
 (`preemption.recorded_inputs.capture`, `capture_group` for a group). Nothing here
 knows Temporal: the path is also what `benchmarks/decision_path.py` measures, and each lock
 hold's duration is kept in `holds`.
@@ -246,6 +253,35 @@ _AnyJob = _Job | _GroupJob
 _AnyAnswer = Decided | DecidedGroup | Resumed
 
 
+@dataclass(slots=True)
+class _Planned:
+    """4) One request planned: its decision (None: the planner could not read it, `error`),
+    the holders of the claims it respected, the claim it makes once written, and what the
+    view showed that the steps after the plan need (each victim's node, those terminating,
+    the members placed, whether the preemptor or a member was nominated already): 5) and 6)
+    read no view, so they may run after the view has moved on."""
+
+    waiting: Waiting[_AnyJob, _AnyAnswer]
+    decision: Decision | GroupDecision | None
+    respected: list[str]
+    claim: Claim | None = None
+    victim_nodes: dict[str, str] = field(default_factory=dict)
+    terminating: list[str] = field(default_factory=list)
+    placed: list[tuple[PodRef, str]] = field(default_factory=list)
+    nominated: bool = False
+    error: PlannerInputError | None = None
+    sequence: int = 0  # its planner run's, in this process
+
+
+@dataclass(frozen=True, slots=True)
+class _Ahead:
+    """A batch planned outside the lock: against which claims (`known`, by run), and each
+    request's plan, in the order planned."""
+
+    known: frozenset[tuple[str, str]]
+    planned: list[_Planned]
+
+
 class DecisionPath:
     """Decisions for one worker process: one claim reader, one sequence of decisions."""
 
@@ -443,16 +479,6 @@ class DecisionPath:
             finally:
                 self.holds.append((time.perf_counter() - acquired, decisions))
 
-    def _open_claims(
-        self, db: Connection, snapshot: ClusterSnapshot, batch: list[Waiting[_AnyJob, _AnyAnswer]]
-    ) -> tuple[ClaimBook, RunsOf]:
-        """3) Every open claim (those the view already shows fulfilled set aside), and what
-        the ledger holds of the batch's own runs, in one read."""
-        claims, runs = self._claims.read(db, [w.job.request.preemption_id for w in batch])
-        book = ClaimBook(claims)
-        book.set_aside_fulfilled(snapshot)
-        return book, runs
-
     def _plan(self, snapshot: ClusterSnapshot, job: _Job, respected: list[str]) -> Decision:
         """4) The planner's decision over the snapshot (claims laid over it) with the
         preemptor as step 1 read it; references to its inputs kept on the job."""
@@ -526,19 +552,14 @@ class DecisionPath:
 
     @staticmethod
     def _write_ahead_group(
-        snapshot: ClusterSnapshot,
         request: GroupDecisionRequest,
         decision: GroupDecision,
         context: dict[str, object],
+        placed: list[tuple[PodRef, str]],
+        victim_nodes: dict[str, str],
     ) -> list[LedgerEvent]:
         """6) The group's decision, its placed members, its victims (each on its node, with
         its unit) and, when the decision ends the run, its end."""
-        placed = []
-        for key, node in decision.nominations.items():
-            member = snapshot.pod_by_key(key)
-            if member is not None:
-                placed.append((PodRef.of(member), node))
-        victim_nodes = _nodes_of(snapshot, decision.victims)
         args = (request.preemption_id, request.run_id, request.group, decision)
         batch = group_decision_events(
             *args, request.occurred_at, placed=placed, victim_nodes=victim_nodes, context=context
@@ -548,15 +569,100 @@ class DecisionPath:
             batch.append(end)
         return batch
 
-    # -- one batch, under one hold of the lock ----------------------------------------------------
+    # -- one batch: planned ahead, settled under one hold of the lock ---------------------------
 
     def _decide_batch(self, batch: list[Waiting[_AnyJob, _AnyAnswer]]) -> None:
-        """2)-6) for every queued request (in the queue's priority order), in one
-        transaction holding the lock: one read (claims, and the batch's own runs), then
-        every decision, then one insert of everything they write."""
+        """2)-6) for every queued request (in the queue's priority order). The planning is
+        done first, outside the lock, against the claims this process knows of; then, in one
+        transaction holding the lock: one read (claims, and the batch's own runs), the check
+        that the plans still stand (no claim they did not know of: another replica decided
+        meanwhile; no run of the batch decided already), 5) and 6) for each, and one insert
+        of everything they write. When a plan no longer stands, the batch is planned again
+        under the lock, as it always was: the lock is what makes decisions serial, the
+        planning ahead only keeps the planner out of it."""
+        ahead = self._plan_ahead(batch)
         pending: list[LedgerEvent] = []
-        with self._lock(len(batch)) as db, self._view.read() as snapshot, ExitStack() as overlay:
-            claims, runs = self._open_claims(db, snapshot, batch)
+        with self._lock(len(batch)) as db:
+            claims, runs = self._claims.read(db, [w.job.request.preemption_id for w in batch])
+            made = None if ahead is None else self._settle_ahead(db, ahead, claims, runs, pending)
+            if made is None:
+                pending = []
+                made = self._decide_under_the_lock(db, batch, claims, runs, pending)
+            append_batch_on(db, pending)
+        self._claims.note(made)  # committed: the next batch plans against them
+
+    def _plan_ahead(self, batch: list[Waiting[_AnyJob, _AnyAnswer]]) -> _Ahead | None:
+        """4) for the whole batch, outside the lock, against the claims known from the last
+        read and this process's own decisions since (None before the first read)."""
+        known = self._claims.known()
+        if known is None:
+            return None
+        planned: list[_Planned] = []
+
+        def keep(plan: _Planned) -> Claim | None:
+            planned.append(plan)
+            return plan.claim
+
+        with self._view.read() as snapshot:
+            book = ClaimBook(known)
+            book.set_aside_fulfilled(snapshot)
+            self._plan_in_turn(snapshot, list(batch), book, keep)
+        return _Ahead(frozenset((c.preemption_id, c.run_id) for c in known), planned)
+
+    def _settle_ahead(
+        self,
+        db: Connection,
+        ahead: _Ahead,
+        claims: list[Claim],
+        runs: RunsOf,
+        pending: list[LedgerEvent],
+    ) -> list[Claim] | None:
+        """5)-6) under the lock for a batch planned ahead, when its plans still stand; the
+        claims made. None, nothing answered, when the batch must be planned again: a claim
+        the plans did not know of (another replica's decision since), a run of the batch
+        that decided already (it resumes), or a decision held back by the eviction budget
+        whose claim the decisions after it respected."""
+        if any((claim.preemption_id, claim.run_id) not in ahead.known for claim in claims):
+            return None
+        requests = [plan.waiting.job.request for plan in ahead.planned]
+        if any(runs.decided(r.preemption_id, r.run_id) for r in requests):
+            return None
+        for request in requests:
+            pending += _retried(request, runs)
+        made: list[Claim] = []
+        last = len(ahead.planned) - 1
+        for index, plan in enumerate(ahead.planned):
+            claim = self._settle(db, plan, pending)
+            if claim is not None:
+                made.append(claim)
+            elif plan.claim is not None and index < last:
+                for undone in ahead.planned:
+                    undone.waiting.answer, undone.waiting.error = None, None
+                return None
+        return made
+
+    def _decide_under_the_lock(
+        self,
+        db: Connection,
+        batch: list[Waiting[_AnyJob, _AnyAnswer]],
+        claims: list[Claim],
+        runs: RunsOf,
+        pending: list[LedgerEvent],
+    ) -> list[Claim]:
+        """3)-6) for the batch with the view held still under the lock: the claims just read
+        (those the view shows fulfilled set aside); a run that decided already resumes; each
+        other request planned, then settled before the next is planned. The claims made."""
+        made: list[Claim] = []
+
+        def settle(plan: _Planned) -> Claim | None:
+            claim = self._settle(db, plan, pending)
+            if claim is not None:
+                made.append(claim)
+            return claim
+
+        with self._view.read() as snapshot:
+            book = ClaimBook(claims)
+            book.set_aside_fulfilled(snapshot)
             deciding = []
             for waiting in batch:
                 request = waiting.job.request
@@ -565,43 +671,165 @@ class DecisionPath:
                 else:
                     pending += _retried(request, runs)
                     deciding.append(waiting)
-            # A preemptor deciding again (a retried run) must not meet its own claim: those
-            # are decided first, each without it, before the shared overlay.
+            self._plan_in_turn(snapshot, deciding, book, settle)
+        return made
+
+    def _plan_in_turn(
+        self,
+        snapshot: ClusterSnapshot,
+        deciding: list[Waiting[_AnyJob, _AnyAnswer]],
+        claims: ClaimBook,
+        settle: Callable[[_Planned], Claim | None],
+    ) -> None:
+        """4) each request in turn over the snapshot with the claims laid over it, each
+        plan handed to `settle`, whose claim (if any) the next plan respects. A preemptor
+        deciding again (a retried run) must not meet its own claim: those are planned
+        first, each without it, before the shared overlay."""
+        with ExitStack() as overlay:
             claimed = [w for w in deciding if w.job.holder in claims]
             for waiting in claimed:
                 own = claims.without(waiting.job.holder)
                 with own.applied(snapshot, ""):
-                    self._decide_one(db, snapshot, waiting, own.all(), pending)
+                    settle(self._plan_one(snapshot, waiting, own.all()))
             overlay.enter_context(claims.applied(snapshot, ""))
             respected = claims.all()
             for waiting in deciding:
                 if waiting in claimed:
                     continue
-                claim = self._decide_one(db, snapshot, waiting, respected, pending)
+                claim = settle(self._plan_one(snapshot, waiting, respected))
                 if claim is not None:  # the next decision respects this one
                     overlay.enter_context(ClaimBook([claim]).applied(snapshot, ""))
                     respected = [*respected, claim]
-            append_batch_on(db, pending)
 
-    def _decide_one(
+    def _plan_one(
         self,
-        db: Connection,
         snapshot: ClusterSnapshot,
         waiting: Waiting[_AnyJob, _AnyAnswer],
         respected: list[Claim],
-        pending: list[LedgerEvent],
-    ) -> Claim | None:
-        """4)-6) for one request; its answer (or the planner's refusal to read it) set on
-        it, so the rest of the batch is decided whatever becomes of this one; what it
-        writes added to `pending`. The claim its decision makes, if it makes one."""
+    ) -> _Planned:
+        """4) for one request, with what the steps after it need of the view; a request
+        the planner cannot read is planned as its error, so the rest of its batch is
+        decided whatever becomes of it."""
         job = waiting.job
+        names = [claim.holder for claim in respected]
+        uids = [claim.preemptor_uid for claim in respected]
+        planned = self._plan_one_of(snapshot, waiting, job, names, uids)
+        planned.sequence = self._decisions
+        return planned
+
+    def _plan_one_of(
+        self,
+        snapshot: ClusterSnapshot,
+        waiting: Waiting[_AnyJob, _AnyAnswer],
+        job: _AnyJob,
+        names: list[str],
+        uids: list[str],
+    ) -> _Planned:
         try:
             if isinstance(job, _GroupJob):
-                return self._decide_group(db, snapshot, waiting, job, respected, pending)
-            return self._decide_pod(db, snapshot, waiting, job, respected, pending)
+                group = self._plan_group(snapshot, job, uids)
+                placed = [
+                    (PodRef.of(member), node)
+                    for key, node in group.nominations.items()
+                    if (member := snapshot.pod_by_key(key)) is not None
+                ]
+                return _Planned(
+                    waiting,
+                    group,
+                    names,
+                    _group_claim_of(snapshot, job.request, group),
+                    _nodes_of(snapshot, group.victims),
+                    _terminating(snapshot, group.victims),
+                    placed,
+                    nominated=any(
+                        member.nominated_node_name
+                        for member in snapshot.group_members(job.request.group.key)
+                    ),
+                )
+            decision = self._plan(snapshot, job, uids)
+            return _Planned(
+                waiting,
+                decision,
+                names,
+                _claim_of(job.request, decision),
+                _nodes_of(snapshot, decision.victims),
+                _terminating(snapshot, decision.victims),
+                nominated=bool(job.preemptor.nominated_node_name),
+            )
         except PlannerInputError as error:
-            waiting.error = error
+            return _Planned(waiting, None, names, error=error)
+
+    def _settle(self, db: Connection, plan: _Planned, pending: list[LedgerEvent]) -> Claim | None:
+        """5)-6) for one planned request: held back (the eviction budget, or a dry run
+        waiting for the scheduler), or written ahead; its answer set, what it writes added
+        to `pending`. The claim its decision makes, if it makes one."""
+        waiting, decision, names = plan.waiting, plan.decision, plan.respected
+        if plan.error is not None or decision is None:
+            waiting.error = plan.error
             return None
+        job = waiting.job
+        if isinstance(job, _GroupJob):
+            assert isinstance(decision, GroupDecision)
+            return self._settle_group(db, plan, job, decision, pending)
+        assert isinstance(decision, Decision)
+        request = job.request
+        held = self._held(db, request, request.preemptor, decision, plan, pending)
+        if held is not None:
+            wait, message = held
+            waiting.answer = Decided(decision, wait, message, names, job.scheduler_name)
+            return None
+        context = self._context(names, job.scheduler_name, plan.sequence)
+        pending += self._write_ahead(request, decision, context, plan.victim_nodes)
+        waiting.answer = Decided(
+            decision,
+            0.0,
+            decision.message,
+            names,
+            job.scheduler_name,
+            plan.terminating,
+            job.preemptor.nominated_node_name or None,
+            plan.victim_nodes,
+        )
+        return plan.claim
+
+    def _settle_group(
+        self,
+        db: Connection,
+        plan: _Planned,
+        job: _GroupJob,
+        decision: GroupDecision,
+        pending: list[LedgerEvent],
+    ) -> Claim | None:
+        request, waiting, names = job.request, plan.waiting, plan.respected
+        held = self._held(db, request, request.group.as_preemptor(), decision, plan, pending)
+        if held is not None:
+            wait, message = held
+            waiting.answer = DecidedGroup(decision, "", wait, message, names)
+            return None
+        context = self._context(names, "", plan.sequence)
+        pending += self._write_ahead_group(
+            request, decision, context, plan.placed, plan.victim_nodes
+        )
+        waiting.answer = DecidedGroup(decision, "", 0.0, decision.message, names, plan.terminating)
+        return plan.claim
+
+    def _held(
+        self,
+        db: Connection,
+        request: DecisionRequest | GroupDecisionRequest,
+        preemptor: PodRef,
+        decision: Decision | GroupDecision,
+        plan: _Planned,
+        pending: list[LedgerEvent],
+    ) -> tuple[float, str] | None:
+        """5) How long the decision is held back and why (the eviction budget, or a dry run
+        waiting for the scheduler); None when it goes on."""
+        node = decision.nominated_node if isinstance(decision, Decision) else None
+        return self._hold_back(
+            db, request, preemptor, node, decision, pending
+        ) or self._wait_for_the_scheduler(
+            request, preemptor, decision, pending, nominated=plan.nominated
+        )
 
     def _hold_back(
         self,
@@ -654,86 +882,13 @@ class DecisionPath:
         pending.append(_throttled(request, preemptor, None, throttled))
         return SHADOW_WAIT_SECONDS, message
 
-    def _decide_pod(
-        self,
-        db: Connection,
-        snapshot: ClusterSnapshot,
-        waiting: Waiting[_AnyJob, _AnyAnswer],
-        job: _Job,
-        respected: list[Claim],
-        pending: list[LedgerEvent],
-    ) -> Claim | None:
-        request = job.request
-        names = [claim.holder for claim in respected]
-        decision = self._plan(snapshot, job, [claim.preemptor_uid for claim in respected])
-        held = self._hold_back(
-            db, request, request.preemptor, decision.nominated_node, decision, pending
-        ) or self._wait_for_the_scheduler(
-            request,
-            request.preemptor,
-            decision,
-            pending,
-            nominated=bool(job.preemptor.nominated_node_name),
-        )
-        if held is not None:
-            wait, message = held
-            waiting.answer = Decided(decision, wait, message, names, job.scheduler_name)
-            return None
-        context = self._context(names, job.scheduler_name)
-        victim_nodes = _nodes_of(snapshot, decision.victims)
-        pending += self._write_ahead(request, decision, context, victim_nodes)
-        waiting.answer = Decided(
-            decision,
-            0.0,
-            decision.message,
-            names,
-            job.scheduler_name,
-            _terminating(snapshot, decision.victims),
-            job.preemptor.nominated_node_name or None,
-            victim_nodes,
-        )
-        return _claim_of(request, decision)
-
-    def _decide_group(
-        self,
-        db: Connection,
-        snapshot: ClusterSnapshot,
-        waiting: Waiting[_AnyJob, _AnyAnswer],
-        job: _GroupJob,
-        respected: list[Claim],
-        pending: list[LedgerEvent],
-    ) -> Claim | None:
-        request = job.request
-        names = [claim.holder for claim in respected]
-        decision = self._plan_group(snapshot, job, [claim.preemptor_uid for claim in respected])
-        held = self._hold_back(
-            db, request, request.group.as_preemptor(), None, decision, pending
-        ) or self._wait_for_the_scheduler(
-            request,
-            request.group.as_preemptor(),
-            decision,
-            pending,
-            nominated=any(
-                member.nominated_node_name for member in snapshot.group_members(request.group.key)
-            ),
-        )
-        if held is not None:
-            wait, message = held
-            waiting.answer = DecidedGroup(decision, "", wait, message, names)
-            return None
-        context = self._context(names, "")
-        pending += self._write_ahead_group(snapshot, request, decision, context)
-        terminating = _terminating(snapshot, decision.victims)
-        waiting.answer = DecidedGroup(decision, "", 0.0, decision.message, names, terminating)
-        return _group_claim_of(snapshot, request, decision)
-
-    def _context(self, claims: list[str], scheduler_name: str) -> dict[str, object]:
+    def _context(self, claims: list[str], scheduler_name: str, sequence: int) -> dict[str, object]:
         """What the decision's row records of how it was made: by which worker, its
         sequence there, the claims it respected, and the preemptor's scheduler (what a run
         resumed from the ledger marks its victims in the name of)."""
         context: dict[str, object] = {
             "worker": self._identity,
-            "sequence": self._decisions,
+            "sequence": sequence,
             "claims": claims,
         }
         if scheduler_name:

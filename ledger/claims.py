@@ -275,7 +275,7 @@ class ClaimReader:
     one statement, the decisions appended since the last one, which of the still-open runs
     have ended, and the runs of the preemptions about to be decided (`RunsOf`).
 
-    Use it only under the decision lock: every `victim_chosen` event is written under that
+    Read it only under the decision lock: every `victim_chosen` event is written under that
     lock, so when a reader holds it no decision with a lower id can still commit, and reading
     "ids after the last one seen" misses none. Terminal events are written without the lock
     (by the activity that ends the run), so they are looked up by run, never by id. One
@@ -285,6 +285,20 @@ class ClaimReader:
     def __init__(self) -> None:
         self._open: dict[tuple[str, str], Claim] = {}
         self._after: int | None = None
+
+    def known(self) -> list[Claim] | None:
+        """The open claims as of the last read, with this process's own decisions noted
+        since (`note`); None before the first read. Read without the lock (the decision
+        path plans against them ahead), so only as a guess that a read under the lock
+        confirms: any claim a read brings that this did not hold was decided by another
+        replica meanwhile."""
+        return None if self._after is None else list(self._open.values())
+
+    def note(self, claims: Iterable[Claim]) -> None:
+        """Claims this process has just committed: known before the next read brings
+        them back (as the same runs, so they are no news to it)."""
+        for claim in claims:
+            self._open[(claim.preemption_id, claim.run_id)] = claim
 
     def read(
         self, connection: Connection, preemptions: Sequence[str] = ()

@@ -7,6 +7,9 @@ Scenarios:
   by the next, one write-ahead each;
 - a retried run (its preemptor already holds a claim) decides again without meeting its own
   claim, and chooses the victims its claim holds;
+- a batch is planned ahead, outside the lock, against the claims known: once, when nothing
+  changed meanwhile; planned again under the lock when another replica decided between the
+  plan and the lock, whose claim it then respects;
 - a run decides once: asked again, it resumes from its decision on record, even when its
   preemptor has been bound since (in the room its deletes made);
 - 1) a preemptor gone, replaced or already bound stops the decision before the lock, with
@@ -483,3 +486,51 @@ def test_nothing_is_decided_before_the_views_first_sync(ledger: Engine) -> None:
     view.wait_ready = lambda timeout=None: False  # type: ignore[method-assign]
     with pytest.raises(ViewNotReadyError):
         view.path(ledger, view_ready_timeout=0.01).decide(view.request("urgent-0"))
+
+
+def sequences(ledger: Engine) -> list[int]:
+    """Each decision's sequence in its worker (one per planner run), in ledger order."""
+    with ledger.connect() as connection:
+        payloads = connection.execute(
+            select(events.c.payload).where(events.c.kind == "decision_made").order_by(events.c.id)
+        )
+        return [payload["context"]["sequence"] for (payload,) in payloads]
+
+
+def test_a_batch_planned_ahead_is_planned_once(ledger: Engine) -> None:
+    view = three_full_nodes()
+    path = view.path(ledger)
+    path.prime()
+    path.decide(view.request("urgent-0"))
+    answers = decide_while_the_lock_is_taken(
+        path, view, [view.request(f"urgent-{i}") for i in (1, 2, 3)]
+    )
+    assert all(isinstance(a, Decided) for a in answers)
+    assert sequences(ledger) == [1, 2, 3, 4]
+
+
+def test_a_decision_made_by_another_replica_between_plan_and_lock_is_respected(
+    ledger: Engine,
+) -> None:
+    """Replica A plans urgent-0 ahead; before it takes the lock, replica B decides urgent-1
+    and commits. A's plan did not know B's claim: A plans again under the lock, and its
+    victims are not B's."""
+    view = three_full_nodes()
+    a, b = view.path(ledger, identity="replica-a"), view.path(ledger, identity="replica-b")
+    a.prime()
+    planned_ahead = a._plan_ahead  # white box: the moment between the plan and the lock
+    decided_by_b: list[Decided] = []
+
+    def plan_then_let_b_decide(batch: Any) -> Any:
+        ahead = planned_ahead(batch)
+        b_decided = b.decide(view.request("urgent-1"))
+        assert isinstance(b_decided, Decided)
+        decided_by_b.append(b_decided)
+        return ahead
+
+    a._plan_ahead = plan_then_let_b_decide  # type: ignore[method-assign]
+    by_a = a.decide(view.request("urgent-0"))
+    assert isinstance(by_a, Decided) and by_a.decision.verdict is Verdict.PREEMPT
+    [by_b] = decided_by_b
+    assert not {v.uid for v in by_a.decision.victims} & {v.uid for v in by_b.decision.victims}
+    assert by_a.claims == ["default/urgent-1"]
