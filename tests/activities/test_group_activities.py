@@ -251,7 +251,7 @@ def test_a_delete_for_a_group_that_needs_the_room_deletes_and_tells(ledger: Engi
         uid = g.group.uid
         kinds = g.kinds()
     assert result.fate == "deleted"
-    assert preempted == [f"Preempted by podgroup {uid} on node node-3"]
+    assert preempted == [f"Preempted by podgroup ml/train-a (uid {uid}) on node node-3"]
     assert kinds == ["victim_delete_sent", "victim_deleted"]
 
 

@@ -1,16 +1,18 @@
 """The Preempted event on a victim.
 
 Scenarios:
-- the event is an events.k8s.io/v1 Event with upstream's reason, action, type and note,
-  regarding the victim and related to the preemptor, reported by preemptctl and the worker;
+- the event is an events.k8s.io/v1 Event with upstream's reason, action, type and note
+  (the preemptor named by namespace/name before its UID, where upstream names the UID
+  alone), regarding the victim and related to the preemptor, reported by preemptctl and
+  the worker;
 - its eventTime has microseconds, as the API's MicroTime requires;
 - a retried call that already recorded it is unchanged, and one event exists;
 - any event about a pod is recorded once per key: a Warning by default, a Normal one when
   asked, a new key a new event;
 - an event about a PodGroup regards the PodGroup (scheduling.k8s.io/v1beta1), once per key;
 - a group preemption's victim is told in upstream's workload-aware words ("Preempted by
-  podgroup <uid> on node <node>"), related to the PodGroup; a group a label names has no
-  object, and its victims' events relate to nothing.
+  podgroup <ns>/<name> (uid <uid>) on node <node>"), related to the PodGroup; a group a
+  label names has no object, and its victims' events relate to nothing.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def test_event_is_recorded_as_upstream_records_it(kube: KubeClient, emulator: Em
         "reason": "Preempted",
         "action": "Preempting",
         "type": "Normal",
-        "note": "Preempted by pod preemptor-uid on node n1",
+        "note": "Preempted by pod batch/urgent (uid preemptor-uid) on node n1",
         "reportingController": "preemptctl",
         "reportingInstance": "worker-7",
     }
@@ -125,7 +127,7 @@ def test_a_group_preemptions_victim_is_told_as_upstream_tells_it(
     [event] = emulator.store.objects(EVENTS_V1, "ml")
     assert (event["reason"], event["note"]) == (
         "Preempted",
-        "Preempted by podgroup group-uid on node n1",
+        "Preempted by podgroup ml/train-a (uid group-uid) on node n1",
     )
     assert event["regarding"]["uid"] == "victim-uid"
     assert (event["related"]["kind"], event["related"]["uid"]) == ("PodGroup", "group-uid")

@@ -13,8 +13,8 @@ Scenarios:
   in order (decision, placed members, chosen victims with their units, then with the end:
   nominations, each victim's fate on its own node, completed), with the group in the
   preemptor columns;
-- Events: `Preempting` on the PodGroup and on each trainer, `Preempted by podgroup <uid>`
-  on each victim;
+- Events: `Preempting` on the PodGroup and on each trainer, `Preempted by podgroup
+  ml/train-a (uid <uid>)` on each victim;
 - the run is found in the UI by its group (`PodGroup`, `PreemptorPod`) and by the victim
   group (`VictimGroups`); a second start for the group joins the running one;
 - the group deleted after its decision: the deletes stop (aborted), no victim deleted, the
@@ -136,7 +136,7 @@ async def test_the_group_its_members_and_its_victims_are_told(client, ledger, em
     ]
     preempted = sorted((name, note) for _, name, reason, note in events if reason == "Preempted")
     assert [name for name, _ in preempted] == ["notebook", "train-b-0", "train-b-1", "train-b-2"]
-    assert preempted[0][1] == f"Preempted by podgroup {group.uid} on node node-3"
+    assert preempted[0][1] == f"Preempted by podgroup ml/train-a (uid {group.uid}) on node node-3"
 
 
 async def test_a_group_preemption_is_found_by_its_group_and_its_victim_groups(
