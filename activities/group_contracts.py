@@ -126,7 +126,8 @@ class GroupCheck:
 @dataclass
 class GroupEndInput:
     """How a group run ends, for the ledger append the workflow makes itself (completed,
-    failed, aborted): `bound` members of `min_count` when it ended."""
+    failed, aborted): `bound` members of `min_count` when it ended; `placements`, each
+    member the decision placed and its node (a failed run warns each of them)."""
 
     run: RunRef
     group: GroupRef
@@ -141,6 +142,7 @@ class GroupEndInput:
     victims: list[VictimFate] = field(default_factory=list)  # as `EndInput.victims`
     writes: list[Written] = field(default_factory=list)
     runbook: int = 1  # as `EndInput.runbook`
+    placements: list[Nomination] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.outcome not in WORKFLOW_OUTCOMES:

@@ -13,7 +13,8 @@ the ones the decision placed them on, leave the victim alone.
 The ledger's preemptor columns name the group (`GroupRef.as_preemptor`). Events: on the
 PodGroup (`Preempting`, `PreemptionUnsupported`, `PreemptionFailed`; none for a group a
 label names, which has no object), on each placed member (`Preempting`: where it is placed
-and why), and on each victim (`Preempted`, in upstream's workload-aware words).
+and why; `PreemptionFailed` when the run fails), and on each victim (`Preempted`, in
+upstream's workload-aware words).
 """
 
 from __future__ import annotations
@@ -393,7 +394,7 @@ class GroupPreemptionActivities:
     def record_group_end(self, request: GroupEndInput) -> int:
         """Append how the group run ended (completed, failed, aborted), with the group's
         scheduling (minCount members bound) and a victim failed for good, if any; tell the
-        PodGroup a failure's cause and what to do."""
+        PodGroup and each placed member a failure's cause and what to do."""
         run, group = request.run, request.group
         preemptor = group.as_preemptor()
         batch = write_events(run, preemptor, request.writes)
@@ -422,12 +423,9 @@ class GroupPreemptionActivities:
             )
         if request.outcome is Outcome.FAILED:
             ended = Terminal(error=request.message, retryable=request.retryable)
-            self._tell_the_group(
-                group,
-                "PreemptionFailed",
-                failure_note(request.message, retryable=request.retryable),
-                run=run,
-            )
+            note = failure_note(request.message, retryable=request.retryable)
+            self._tell_the_group(group, "PreemptionFailed", note, run=run)
+            self._tell_the_members_the_failure(run, group, request.placements, note)
         elif request.outcome is Outcome.ABORTED:
             ended = Terminal(reason=request.message)
         elif request.runbook >= 2:  # ends before the binds, which the trigger records
@@ -437,3 +435,23 @@ class GroupPreemptionActivities:
         kind = KIND_OF_OUTCOME[request.outcome]
         batch.append(event(run, kind, preemptor, None, ended.to_json()))
         return self._recorder.append(batch)
+
+    def _tell_the_members_the_failure(
+        self, run: RunRef, group: GroupRef, placements: list[Nomination], note: str
+    ) -> None:
+        """`PreemptionFailed` on each placed member, beside its `Preempting`, so that
+        `kubectl describe pod` of a member says the run failed, why and what to do. Its
+        nomination is left as it is: kube-scheduler does not clear a nomination when its
+        preemption fails either (`prepareCandidateAsync` activates the pods again and the
+        next cycle nominates anew), so the room already made stays the group's."""
+        related = None if group.label_named else ObjectRef.pod_group(group)
+        for placed in placements:
+            self._recorder.tell(
+                ObjectRef.pod(placed.pod),
+                "PreemptionFailed",
+                f"The preemption for its pod group {group.key} failed: {note} Its nomination "
+                f"to {placed.node} is not cleared (kube-scheduler keeps a nomination after a "
+                "failed preemption too), so the room already made stays the group's.",
+                key=("PreemptionFailed", run.run_id),
+                related=related,
+            )

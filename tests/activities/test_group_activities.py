@@ -15,7 +15,11 @@ Scenarios:
   room deletes it and tells it in upstream's workload-aware words;
 - a worker without a cluster view (a workflow process) reads the group's standing from the
   API server: the PodGroup, then each placed member; so check_group and the delete's check
-  see members bound, and a deleted PodGroup as gone.
+  see members bound, and a deleted PodGroup as gone;
+- a failed run's end warns each placed member (`PreemptionFailed`: the group's failure, why,
+  what to do), beside the PodGroup's warning, and leaves the members' nominations as they
+  are (kube-scheduler keeps a nomination after a failed preemption too); its end retried
+  warns nobody twice.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from preemptctl import migrations
 from preemptctl.activities.contracts import RunRef, VictimInput
 from preemptctl.activities.group_contracts import (
     GroupCheck,
+    GroupEndInput,
     GroupSelection,
     GroupVictimInput,
     MembersNomination,
@@ -50,6 +55,7 @@ from preemptctl.kube.client import connect
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.ledger.models import events as events_table
+from preemptctl.ledger.vocabulary import Outcome
 from preemptctl.preemption.decision import PodRef
 from preemptctl.preemption.group_decision import GroupRef
 from preemptctl.preemption.standing import Standing
@@ -127,6 +133,22 @@ class Gang:
         step = VictimInput(RUN, self.ref(victim), self.group.as_preemptor(), node)
         request = GroupVictimInput(step, self.group, self.placements())
         return ActivityEnvironment().run(self.activities.groups.delete_group_victim, request)
+
+    def end(self, outcome: Outcome, message: str = "", **more: Any) -> int:
+        request = GroupEndInput(RUN, self.group, outcome, message, runbook=2, **more)
+        told: int = ActivityEnvironment().run(self.activities.groups.record_group_end, request)
+        return told
+
+    def told(self, kind: str, reason: str) -> list[dict[str, Any]]:
+        """The Events about objects of `kind` with `reason`, by the name of their object."""
+        return sorted(
+            (
+                e
+                for e in self.emulator.store.objects(EVENTS_V1)
+                if e["regarding"]["kind"] == kind and e["reason"] == reason
+            ),
+            key=lambda e: str(e["regarding"]["name"]),
+        )
 
     def bind(self, key: str, node: str) -> None:
         namespace, _, name = key.partition("/")
@@ -271,3 +293,41 @@ def test_without_a_view_the_group_is_read_from_the_api_server(ledger: Engine) ->
         {t: f"node-{i + 1}" for i, t in enumerate(TRAINERS)},
     )
     assert gone.state is Standing.GONE
+
+
+FAILED = 'victim ml/train-b-2 could not be preempted: pods "train-b-2" is forbidden'
+
+
+def test_a_failed_runs_end_warns_each_placed_member(ledger: Engine) -> None:
+    with gang(ledger) as g:
+        nominate = MembersNomination(RUN, g.group, g.placements())
+        ActivityEnvironment().run(g.activities.groups.nominate_members, nominate)
+        g.end(Outcome.FAILED, FAILED, retryable=False, placements=g.placements())
+        warned = g.told("Pod", "PreemptionFailed")
+        on_group = g.told("PodGroup", "PreemptionFailed")
+        nominated = [g.nominated(t) for t in TRAINERS]
+        group_uid = g.group.uid
+    assert [e["regarding"]["name"] for e in warned] == [f"train-a-{i}" for i in range(4)]
+    for i, told in enumerate(warned):
+        assert told["type"] == "Warning"
+        assert told["note"] == (
+            f"The preemption for its pod group ml/train-a failed: {FAILED}. Retrying cannot "
+            "help until this is fixed (grant the permission named, or correct the request); "
+            f"the pod is tried again once it changes. Its nomination to node-{i + 1} is not "
+            "cleared (kube-scheduler keeps a nomination after a failed preemption too), so "
+            "the room already made stays the group's."
+        )
+        assert (told["related"]["kind"], told["related"]["uid"]) == ("PodGroup", group_uid)
+    assert [e["note"] for e in on_group] == [
+        f"{FAILED}. Retrying cannot help until this is fixed (grant the permission named, or "
+        "correct the request); the pod is tried again once it changes."
+    ]
+    assert nominated == [f"node-{i + 1}" for i in range(4)]
+
+
+def test_a_failed_runs_end_retried_warns_each_member_once(ledger: Engine) -> None:
+    with gang(ledger) as g:
+        g.end(Outcome.FAILED, FAILED, placements=g.placements())
+        g.end(Outcome.FAILED, FAILED, placements=g.placements())
+        warned = [e["regarding"]["name"] for e in g.told("Pod", "PreemptionFailed")]
+    assert warned == [f"train-a-{i}" for i in range(4)]

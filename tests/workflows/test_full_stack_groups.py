@@ -20,7 +20,8 @@ Scenarios:
 - the group deleted after its decision: the deletes stop (aborted), no victim deleted, the
   victims marked unmarked, the last never touched;
 - a victim's DELETE refused for good (RBAC): the run fails, saying which victim and why,
-  the failure's details carrying the result.
+  the failure's details carrying the result; each trainer is warned (`PreemptionFailed`),
+  as the PodGroup is, and keeps its nomination.
 """
 
 from __future__ import annotations
@@ -199,3 +200,29 @@ async def test_a_victim_refused_its_delete_fails_the_group_preemption(client, le
     assert carried.message.startswith("victim ml/train-b-2 could not be preempted: ")
     assert kinds[-1] == "failed"
     assert "victim_failed:train-b-2" in kinds
+
+
+async def test_a_failed_gang_preemption_warns_each_member(client, ledger, emulator):
+    async with running_stack(client, ledger, emulator, gang()) as stack:
+        emulator.faults.deny("delete", "pods", name="train-b-2")
+        handle = await stack.start_group("ml/train-a")
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        warned = sorted(
+            (e["regarding"]["kind"], e["regarding"]["name"], e["type"], e["note"])
+            for e in emulator.store.objects(EVENTS_V1)
+            if e["reason"] == "PreemptionFailed"
+        )
+        nominated = [
+            (emulator.pod(trainer) or {})["status"].get("nominatedNodeName") for trainer in TRAINERS
+        ]
+    assert [(kind, name, kind_of) for kind, name, kind_of, _ in warned] == [
+        ("Pod", f"train-a-{i}", "Warning") for i in range(4)
+    ] + [("PodGroup", "train-a", "Warning")]
+    for i, (_, _, _, note) in enumerate(warned[:4]):
+        assert note.startswith(
+            "The preemption for its pod group ml/train-a failed: "
+            "victim ml/train-b-2 could not be preempted: "
+        )
+        assert f"Its nomination to node-{i + 1} is not cleared" in note
+    assert nominated == [f"node-{i + 1}" for i in range(4)]
