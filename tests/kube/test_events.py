@@ -1,4 +1,4 @@
-"""The Preempted event on a victim.
+"""The Preempted event on a victim, and on a victim PodGroup.
 
 Scenarios:
 - the event is an events.k8s.io/v1 Event with upstream's reason, action, type and note
@@ -12,7 +12,9 @@ Scenarios:
 - an event about a PodGroup regards the PodGroup (scheduling.k8s.io/v1beta1), once per key;
 - a group preemption's victim is told in upstream's workload-aware words ("Preempted by
   podgroup <ns>/<name> (uid <uid>) on node <node>"), related to the PodGroup; a group a
-  label names has no object, and its victims' events relate to nothing.
+  label names has no object, and its victims' events relate to nothing;
+- a victim PodGroup's note names its preemptor (a pod or a pod group) by namespace/name and
+  UID, counts the group's pods preempted and names the first ten, each on its node.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from preemptctl.emulator.resources import EVENTS_V1
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.events import (
     ObjectRef,
+    pod_group_preempted_note,
     record_event,
     record_pod_event,
     record_preempted,
@@ -140,3 +143,18 @@ def test_a_label_named_groups_victim_event_relates_to_nothing(
     record_preempted_by_group(kube, PodRef("ml", "web-1", "victim-uid"), group, "n1", "w")
     [event] = emulator.store.objects(EVENTS_V1, "ml")
     assert "related" not in event
+
+
+def test_a_victim_pod_groups_note_names_its_preemptor_and_counts_its_pods() -> None:
+    taken = [(PodRef("ml", f"train-b-{i}", f"uid-{i}"), f"node-{i}") for i in range(12)]
+    by_pod = pod_group_preempted_note(ObjectRef.pod(PREEMPTOR), taken[:2])
+    by_group = pod_group_preempted_note(ObjectRef.pod_group(TRAIN_A), taken)
+    assert by_pod == (
+        "Preempted by pod batch/urgent (uid preemptor-uid): 2 of its pods, "
+        "train-b-0 on node-0, train-b-1 on node-1"
+    )
+    assert by_group == (
+        "Preempted by podgroup ml/train-a (uid group-uid): 12 of its pods, "
+        + ", ".join(f"train-b-{i} on node-{i}" for i in range(10))
+        + " and 2 more"
+    )

@@ -14,7 +14,8 @@ Scenarios:
   nominations, each victim's fate on its own node, completed), with the group in the
   preemptor columns;
 - Events: `Preempting` on the PodGroup and on each trainer, `Preempted by podgroup
-  ml/train-a (uid <uid>)` on each victim;
+  ml/train-a (uid <uid>)` on each victim, and `Preempted` on the victim PodGroup ml/train-b
+  (by whom, how many of its pods, which, where);
 - the run is found in the UI by its group (`PodGroup`, `PreemptorPod`) and by the victim
   group (`VictimGroups`); a second start for the group joins the running one;
 - the group deleted after its decision: the deletes stop (aborted), no victim deleted, the
@@ -121,7 +122,7 @@ async def test_the_group_its_members_and_its_victims_are_told(client, ledger, em
             for e in emulator.store.objects(EVENTS_V1)
         ]
 
-    on_group = [e for e in events if e[0] == "PodGroup"]
+    on_group = [e for e in events if e[0] == "PodGroup" and e[1] == "train-a"]
     assert [(name, reason) for _, name, reason, _ in on_group] == [("train-a", "Preempting")]
     assert on_group[0][3].startswith(
         "Preempt 4 pod(s) in 2 unit(s) for pod group ml/train-a (priority 100000, minCount 4): "
@@ -135,9 +136,35 @@ async def test_the_group_its_members_and_its_victims_are_told(client, ledger, em
         )
         for i in range(4)
     ]
-    preempted = sorted((name, note) for _, name, reason, note in events if reason == "Preempted")
+    preempted = sorted(
+        (name, note)
+        for kind, name, reason, note in events
+        if (kind, reason) == ("Pod", "Preempted")
+    )
     assert [name for name, _ in preempted] == ["notebook", "train-b-0", "train-b-1", "train-b-2"]
     assert preempted[0][1] == f"Preempted by podgroup ml/train-a (uid {group.uid}) on node node-3"
+
+
+async def test_the_victim_gang_is_told_who_took_it_and_how_many(client, ledger, emulator):
+    async with running_stack(client, ledger, emulator, gang()) as stack:
+        handle = await stack.start_group("ml/train-a")
+        await handle.result()
+        group = stack.group("ml/train-a")
+        told = [
+            (e["type"], e["note"], e["related"]["name"])
+            for e in emulator.store.objects(EVENTS_V1)
+            if e["regarding"]["kind"] == "PodGroup"
+            and e["reason"] == "Preempted"
+            and e["regarding"]["name"] == "train-b"
+        ]
+    assert told == [
+        (
+            "Normal",
+            f"Preempted by podgroup ml/train-a (uid {group.uid}): 3 of its pods, "
+            "train-b-0 on node-1, train-b-1 on node-2, train-b-2 on node-5",
+            "train-a",
+        )
+    ]
 
 
 async def test_a_group_preemption_is_found_by_its_group_and_its_victim_groups(
