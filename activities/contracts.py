@@ -67,6 +67,17 @@ class DecisionStory:
 
 
 @dataclass
+class VictimPodGroup:
+    """A PodGroup some of a run's victims belong to (a gang taken whole, or members of a
+    group taken one by one), as the select step found it: the object, for the `Preempted`
+    Event the run's end posts on it, and the UIDs of its victims in this run, whose fates
+    say how many of its pods were preempted (`activities.victim_groups`)."""
+
+    group: GroupRef
+    victims: list[str] = field(default_factory=list)
+
+
+@dataclass
 class SelectInput:
     run: RunRef
     preemptor: PodRef
@@ -109,6 +120,8 @@ class Selection:
     # Each victim's own node, by UID (a gang taken whole for one pod has members on other
     # nodes than `node`); a victim missing here is on `node`.
     victim_nodes: dict[str, str] = field(default_factory=dict)
+    # The PodGroups its victims belong to, for their `Preempted` Events at the run's end.
+    victim_pod_groups: list[VictimPodGroup] = field(default_factory=list)
 
 
 @dataclass
@@ -274,6 +287,9 @@ class EndInput:
     # The runbook the run follows: from 2 on, a completed run ends at its last victim's
     # delete, before its preemptor is bound, so its end says nothing of the bind.
     runbook: int = 1
+    # The PodGroups its victims belong to (`Selection.victim_pod_groups`): each one that lost
+    # pods in this run is told so (`Preempted`) by the end.
+    victim_pod_groups: list[VictimPodGroup] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.outcome not in WORKFLOW_OUTCOMES:

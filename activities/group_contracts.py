@@ -18,6 +18,7 @@ from preemptctl.activities.contracts import (
     RunRef,
     VictimFate,
     VictimInput,
+    VictimPodGroup,
     VictimRound,
     Written,
 )
@@ -70,6 +71,7 @@ class GroupSelection:
     dry_run: bool = False
     story: DecisionStory | None = None
     terminating: list[str] = field(default_factory=list)  # as `Selection.terminating`
+    victim_pod_groups: list[VictimPodGroup] = field(default_factory=list)  # as `Selection`'s
 
 
 @dataclass
@@ -126,7 +128,8 @@ class GroupCheck:
 @dataclass
 class GroupEndInput:
     """How a group run ends, for the ledger append the workflow makes itself (completed,
-    failed, aborted): `bound` members of `min_count` when it ended."""
+    failed, aborted): `bound` members of `min_count` when it ended; `placements`, each
+    member the decision placed and its node (a failed run warns each of them)."""
 
     run: RunRef
     group: GroupRef
@@ -141,6 +144,8 @@ class GroupEndInput:
     victims: list[VictimFate] = field(default_factory=list)  # as `EndInput.victims`
     writes: list[Written] = field(default_factory=list)
     runbook: int = 1  # as `EndInput.runbook`
+    placements: list[Nomination] = field(default_factory=list)
+    victim_pod_groups: list[VictimPodGroup] = field(default_factory=list)  # as `EndInput`'s
 
     def __post_init__(self) -> None:
         if self.outcome not in WORKFLOW_OUTCOMES:

@@ -13,7 +13,8 @@ the ones the decision placed them on, leave the victim alone.
 The ledger's preemptor columns name the group (`GroupRef.as_preemptor`). Events: on the
 PodGroup (`Preempting`, `PreemptionUnsupported`, `PreemptionFailed`; none for a group a
 label names, which has no object), on each placed member (`Preempting`: where it is placed
-and why), and on each victim (`Preempted`, in upstream's workload-aware words).
+and why; `PreemptionFailed` when the run fails), on each victim (`Preempted`, in upstream's
+workload-aware words) and on each victim PodGroup (`Preempted`, `activities.victim_groups`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from preemptctl.activities.heartbeat import beat_while_waiting
 from preemptctl.activities.recording import Recorder, event, failure_note, when
 from preemptctl.activities.resumed import resumed_group_selection
 from preemptctl.activities.story import group_story
+from preemptctl.activities.victim_groups import tell_victim_pod_groups, victim_pod_groups
 from preemptctl.activities.victim_steps import VictimSteps, write_events, written
 from preemptctl.activities.view_channel import ViewChannel
 from preemptctl.deciding.path import DecidedGroup, DecisionPath, GroupDecisionRequest, Resumed
@@ -143,7 +145,12 @@ class GroupPreemptionActivities:
         if isinstance(decided, Resumed):
             with ledger_errors():
                 attempt = recorded_attempt(self._recorder.ledger, *astuple(decided))
-            return resumed_group_selection(group, attempt)
+            resumed = resumed_group_selection(group, attempt)
+            units = {victim.pod.uid: victim.unit for victim in resumed.victims}
+            with self._view.read() as snapshot:
+                victims = [victim.pod for victim in resumed.victims]
+                resumed.victim_pod_groups = victim_pod_groups(snapshot, victims, units)
+            return resumed
         if decided.decision is None:
             return GroupSelection(group, decided.stopped or decided.message)
         selection = self._selection(group, decided, decided.decision, dry_run=dry_run)
@@ -160,6 +167,7 @@ class GroupPreemptionActivities:
         victims: list[VictimPlacement] = []
         groups: set[str] = set()
         with self._view.read() as snapshot:
+            pod_groups = victim_pod_groups(snapshot, decision.victims)
             for key, node in sorted(decision.nominations.items()):
                 member = snapshot.pod_by_key(key)
                 if member is not None:
@@ -191,6 +199,7 @@ class GroupPreemptionActivities:
             dry_run=dry_run,
             story=group_story(group, decision, placements, victims, min_count, dry_run=dry_run),
             terminating=list(decided.terminating),
+            victim_pod_groups=pod_groups,
         )
 
     def _tell_the_group_the_decision(self, run: RunRef, selection: GroupSelection) -> None:
@@ -393,7 +402,8 @@ class GroupPreemptionActivities:
     def record_group_end(self, request: GroupEndInput) -> int:
         """Append how the group run ended (completed, failed, aborted), with the group's
         scheduling (minCount members bound) and a victim failed for good, if any; tell the
-        PodGroup a failure's cause and what to do."""
+        PodGroup and each placed member a failure's cause and what to do, and each victim
+        PodGroup that lost pods by whom."""
         run, group = request.run, request.group
         preemptor = group.as_preemptor()
         batch = write_events(run, preemptor, request.writes)
@@ -422,18 +432,43 @@ class GroupPreemptionActivities:
             )
         if request.outcome is Outcome.FAILED:
             ended = Terminal(error=request.message, retryable=request.retryable)
-            self._tell_the_group(
-                group,
-                "PreemptionFailed",
-                failure_note(request.message, retryable=request.retryable),
-                run=run,
-            )
+            note = failure_note(request.message, retryable=request.retryable)
+            self._tell_the_group(group, "PreemptionFailed", note, run=run)
+            self._tell_the_members_the_failure(run, group, request.placements, note)
         elif request.outcome is Outcome.ABORTED:
             ended = Terminal(reason=request.message)
         elif request.runbook >= 2:  # ends before the binds, which the trigger records
             ended = Terminal(request.message)
         else:
             ended = Terminal(None if scheduled else request.message, preemptor_scheduled=scheduled)
+        tell_victim_pod_groups(
+            self._recorder,
+            run,
+            ObjectRef.pod_group(group),
+            request.victim_pod_groups,
+            request.victims,
+            related=not group.label_named,
+        )
         kind = KIND_OF_OUTCOME[request.outcome]
         batch.append(event(run, kind, preemptor, None, ended.to_json()))
         return self._recorder.append(batch)
+
+    def _tell_the_members_the_failure(
+        self, run: RunRef, group: GroupRef, placements: list[Nomination], note: str
+    ) -> None:
+        """`PreemptionFailed` on each placed member, beside its `Preempting`, so that
+        `kubectl describe pod` of a member says the run failed, why and what to do. Its
+        nomination is left as it is: kube-scheduler does not clear a nomination when its
+        preemption fails either (`prepareCandidateAsync` activates the pods again and the
+        next cycle nominates anew), so the room already made stays the group's."""
+        related = None if group.label_named else ObjectRef.pod_group(group)
+        for placed in placements:
+            self._recorder.tell(
+                ObjectRef.pod(placed.pod),
+                "PreemptionFailed",
+                f"The preemption for its pod group {group.key} failed: {note} Its nomination "
+                f"to {placed.node} is not cleared (kube-scheduler keeps a nomination after a "
+                "failed preemption too), so the room already made stays the group's.",
+                key=("PreemptionFailed", run.run_id),
+                related=related,
+            )

@@ -60,6 +60,7 @@ from preemptctl.activities.heartbeat import beat_while_waiting
 from preemptctl.activities.recording import Recorder, event, failure_note, when
 from preemptctl.activities.resumed import resumed_selection
 from preemptctl.activities.story import pod_story
+from preemptctl.activities.victim_groups import tell_victim_pod_groups, victim_pod_groups
 from preemptctl.activities.victim_steps import VictimSteps, write_events, written
 from preemptctl.activities.view_channel import ViewChannel
 from preemptctl.deciding.path import Decided, DecisionPath, DecisionRequest, Resumed
@@ -205,14 +206,21 @@ class PreemptionActivities:
         if not isinstance(decided, Decided):
             return Selection(request.preemptor, decided.reason)
         self._tell_the_preemptor_the_decision(request, decided, dry_run=dry_run)
-        return _selection(decided, dry_run=dry_run)
+        selection = _selection(decided, dry_run=dry_run)
+        if selection.victims and not dry_run and not selection.retry_after_seconds:
+            with self._view.read() as snapshot:
+                selection.victim_pod_groups = victim_pod_groups(snapshot, selection.victims)
+        return selection
 
     def _resumed(self, request: SelectInput, resumed: Resumed) -> Selection:
         """The selection of a run that decided before, from its decision on record."""
         with ledger_errors():
             attempt = recorded_attempt(self._ledger, resumed.preemption_id, resumed.run_id)
         with self._view.read() as snapshot:
-            return resumed_selection(request.preemptor, attempt, snapshot.pod_by_key)
+            selection = resumed_selection(request.preemptor, attempt, snapshot.pod_by_key)
+            units = {v.victim.uid: v.unit for v in attempt.victims if v.unit} if attempt else {}
+            selection.victim_pod_groups = victim_pod_groups(snapshot, selection.victims, units)
+            return selection
 
     def _tell_the_preemptor_the_decision(
         self, request: SelectInput, decided: Decided, *, dry_run: bool
@@ -404,7 +412,8 @@ class PreemptionActivities:
     @activity.defn(name="record_end")
     def record_end(self, request: EndInput) -> int:
         """Append how the run ended (what the workflow records itself: completed, failed,
-        aborted), with the preemptor's scheduling and a victim failed for good, if any."""
+        aborted), with the preemptor's scheduling and a victim failed for good, if any; tell
+        each victim PodGroup that lost pods by whom (`activities.victim_groups`)."""
         run = request.run
         batch = write_events(run, request.preemptor, request.writes)
         batch += self._victims.fate_events(run, request.preemptor, request.victims)
@@ -445,6 +454,10 @@ class PreemptionActivities:
         else:
             bound = request.scheduled_node is not None
             ended = Terminal(None if bound else request.message, preemptor_scheduled=bound)
+        preemptor = ObjectRef.pod(request.preemptor)
+        tell_victim_pod_groups(
+            self._recorder, run, preemptor, request.victim_pod_groups, request.victims
+        )
         kind = KIND_OF_OUTCOME[request.outcome]
         batch.append(event(run, kind, request.preemptor, request.node, ended.to_json()))
         return self._recorder.append(batch)

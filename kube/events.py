@@ -10,8 +10,13 @@ uses:
   Upstream: `Eventf(victim, preemptor, Normal, "Preempted", "Preempting", "Preempted by pod
   %v on node %v", preemptor.UID, nodeName)` through the events.k8s.io/v1 recorder; keyed by
   the victim and the preemptor. A group preemption's victim gets upstream's workload-aware
-  form, "Preempted by podgroup <uid> on node <node>", related to the PodGroup
-  (`record_preempted_by_group`);
+  form, "Preempted by podgroup ...", related to the PodGroup (`record_preempted_by_group`).
+  One deliberate difference: the note names the preemptor by namespace/name before its UID
+  ("Preempted by pod default/urgent (uid ...) on node node-1"), so `kubectl describe pod`
+  of a victim says who took it without a look-up (upstream's names the UID alone);
+- `pod_group_preempted_note`, the `Preempted` event on a victim PodGroup (a gang taken whole,
+  or members of a group taken one by one): who preempted it and how many of its pods, which,
+  on which node; upstream records none on the group;
 - the events that tell a preemptor (a pod, or a PodGroup and its placed members) what is
   done for it (`Preempting`, `PreemptionFailed`, `PreemptionUnsupported`), keyed by the
   caller (per run, or per reason).
@@ -20,6 +25,7 @@ uses:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -39,12 +45,33 @@ ACTION = "Preempting"
 NOTE_LIMIT = 1024  # the API refuses a longer note
 
 
-def preempted_note(preemptor_uid: str, node: str) -> str:
-    return f"Preempted by pod {preemptor_uid} on node {node}"
+GROUP_VICTIMS_LISTED = 10  # a victim PodGroup's note names this many of its pods, then counts
 
 
-def preempted_by_group_note(group_uid: str, node: str) -> str:
-    return f"Preempted by podgroup {group_uid} on node {node}"
+def preempted_note(preemptor: PodRef, node: str) -> str:
+    """A victim's note: upstream's words, the preemptor named by namespace/name and UID."""
+    return f"Preempted by pod {preemptor.key} (uid {preemptor.uid}) on node {node}"
+
+
+def preempted_by_group_note(group: GroupRef, node: str) -> str:
+    """A group preemption's victim's note: upstream's workload-aware words, the group named
+    by namespace/name and UID, and the victim's own node (upstream's says `cluster`)."""
+    return f"Preempted by podgroup {group.key} (uid {group.uid}) on node {node}"
+
+
+def pod_group_preempted_note(preemptor: ObjectRef, taken: Sequence[tuple[PodRef, str]]) -> str:
+    """A victim PodGroup's note: who preempted it (a pod or a pod group, by namespace/name
+    and UID), how many of its pods, and which, each on its node (the first
+    `GROUP_VICTIMS_LISTED`, then how many more)."""
+    kind = "podgroup" if preemptor.kind == "PodGroup" else "pod"
+    listed = [f"{pod.name} on {node}" if node else pod.name for pod, node in taken]
+    shown_here = ", ".join(listed[:GROUP_VICTIMS_LISTED])
+    if len(listed) > GROUP_VICTIMS_LISTED:
+        shown_here += f" and {len(listed) - GROUP_VICTIMS_LISTED} more"
+    return (
+        f"Preempted by {kind} {preemptor.key} (uid {preemptor.uid}): "
+        f"{len(taken)} of its pods, {shown_here}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +193,7 @@ def record_preempted(
         kube,
         victim,
         "Preempted",
-        preempted_note(preemptor.uid, node),
+        preempted_note(preemptor, node),
         reporting_instance,
         key=(preemptor.uid,),
         normal=True,
@@ -188,7 +215,7 @@ def record_preempted_by_group(
         kube,
         ObjectRef.pod(victim),
         "Preempted",
-        preempted_by_group_note(group.uid, node),
+        preempted_by_group_note(group, node),
         reporting_instance,
         key=(group.uid,),
         normal=True,

@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         RunRef,
         VictimFate,
         VictimInput,
+        VictimPodGroup,
         VictimRound,
         VictimTarget,
         Written,
@@ -403,6 +404,7 @@ class GroupPreemptionWorkflow:
                 failed_victim=failed_victim,
                 failed_victim_node=failed_node,
                 retryable=retryable,
+                placements=[Nomination(m.pod, m.node) for m in self._state.members],
             ),
             f"ledger: {outcome.value}",
             LEDGER_DEADLINE,
@@ -438,6 +440,7 @@ class GroupRunbook(Runbook[GroupSelection, GroupPreemptionResult]):
         self._progress = state
         self._group = request.group
         self._scheduler_name = "default-scheduler"
+        self._victim_pod_groups: list[VictimPodGroup] = []
 
     async def select(self, throttled: int) -> GroupSelection:
         request = self._request
@@ -462,6 +465,7 @@ class GroupRunbook(Runbook[GroupSelection, GroupPreemptionResult]):
         state.victims = [VictimProgress(v.pod, node=v.node) for v in selection.victims]
         state.min_count = selection.min_count
         self._scheduler_name = selection.scheduler_name
+        self._victim_pod_groups = selection.victim_pod_groups
         updates: list[SearchAttributeUpdate[Any]] = []
         if selection.victims:
             updates.append(
@@ -516,6 +520,8 @@ class GroupRunbook(Runbook[GroupSelection, GroupPreemptionResult]):
                 victims=fates,
                 writes=writes,
                 runbook=RUNBOOK,
+                placements=[Nomination(m.pod, m.node) for m in self._progress.members],
+                victim_pod_groups=self._victim_pod_groups,
             ),
             f"ledger: {stop.outcome.value}",
             LEDGER_DEADLINE,

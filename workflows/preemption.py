@@ -76,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
         Selection,
         VictimFate,
         VictimInput,
+        VictimPodGroup,
         VictimRound,
         VictimTarget,
         Written,
@@ -452,6 +453,7 @@ class PodRunbook(Runbook[Selection, PreemptionResult]):
         self._progress = state
         self._preemptor = request.preemptor
         self._scheduler_name = "default-scheduler"  # the preemptor's, as the decision read it
+        self._victim_pod_groups: list[VictimPodGroup] = []
 
     async def select(self, throttled: int) -> Selection:
         request = self._request
@@ -474,6 +476,7 @@ class PodRunbook(Runbook[Selection, PreemptionResult]):
     def take(self, selection: Selection) -> list[SearchAttributeUpdate[Any]]:
         self._preemptor = selection.preemptor
         self._scheduler_name = selection.scheduler_name
+        self._victim_pod_groups = selection.victim_pod_groups
         state = self._progress
         state.node = selection.node
         state.victims = [
@@ -535,6 +538,7 @@ class PodRunbook(Runbook[Selection, PreemptionResult]):
                 victims=fates,
                 writes=writes,
                 runbook=RUNBOOK,
+                victim_pod_groups=self._victim_pod_groups,
             ),
             f"ledger: {stop.outcome.value}",
             LEDGER_DEADLINE,

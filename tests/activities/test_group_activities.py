@@ -15,7 +15,16 @@ Scenarios:
   room deletes it and tells it in upstream's workload-aware words;
 - a worker without a cluster view (a workflow process) reads the group's standing from the
   API server: the PodGroup, then each placed member; so check_group and the delete's check
-  see members bound, and a deleted PodGroup as gone.
+  see members bound, and a deleted PodGroup as gone;
+- select names the PodGroups its victims belong to (ml/train-b, taken whole), with the UIDs
+  of its victims, for the run's end;
+- a failed run's end warns each placed member (`PreemptionFailed`: the group's failure, why,
+  what to do), beside the PodGroup's warning, and leaves the members' nominations as they
+  are (kube-scheduler keeps a nomination after a failed preemption too); its end retried
+  warns nobody twice;
+- the end tells each victim PodGroup that lost pods (`Preempted`, Normal) who took them,
+  by namespace/name, and how many, which, on which node; once per run, however often the
+  end is retried; only the pods the run deleted count (not those spared or failed).
 """
 
 from __future__ import annotations
@@ -34,9 +43,15 @@ from sqlalchemy import Engine, select
 from temporalio.testing import ActivityEnvironment
 
 from preemptctl import migrations
-from preemptctl.activities.contracts import RunRef, VictimInput
+from preemptctl.activities.contracts import (
+    RunRef,
+    VictimFate,
+    VictimInput,
+    VictimResult,
+)
 from preemptctl.activities.group_contracts import (
     GroupCheck,
+    GroupEndInput,
     GroupSelection,
     GroupVictimInput,
     MembersNomination,
@@ -50,6 +65,7 @@ from preemptctl.kube.client import connect
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.ledger.models import events as events_table
+from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.preemption.decision import PodRef
 from preemptctl.preemption.group_decision import GroupRef
 from preemptctl.preemption.standing import Standing
@@ -127,6 +143,22 @@ class Gang:
         step = VictimInput(RUN, self.ref(victim), self.group.as_preemptor(), node)
         request = GroupVictimInput(step, self.group, self.placements())
         return ActivityEnvironment().run(self.activities.groups.delete_group_victim, request)
+
+    def end(self, outcome: Outcome, message: str = "", **more: Any) -> int:
+        request = GroupEndInput(RUN, self.group, outcome, message, runbook=2, **more)
+        told: int = ActivityEnvironment().run(self.activities.groups.record_group_end, request)
+        return told
+
+    def told(self, kind: str, reason: str) -> list[dict[str, Any]]:
+        """The Events about objects of `kind` with `reason`, by the name of their object."""
+        return sorted(
+            (
+                e
+                for e in self.emulator.store.objects(EVENTS_V1)
+                if e["regarding"]["kind"] == kind and e["reason"] == reason
+            ),
+            key=lambda e: str(e["regarding"]["name"]),
+        )
 
     def bind(self, key: str, node: str) -> None:
         namespace, _, name = key.partition("/")
@@ -251,7 +283,7 @@ def test_a_delete_for_a_group_that_needs_the_room_deletes_and_tells(ledger: Engi
         uid = g.group.uid
         kinds = g.kinds()
     assert result.fate == "deleted"
-    assert preempted == [f"Preempted by podgroup {uid} on node node-3"]
+    assert preempted == [f"Preempted by podgroup ml/train-a (uid {uid}) on node node-3"]
     assert kinds == ["victim_delete_sent", "victim_deleted"]
 
 
@@ -271,3 +303,115 @@ def test_without_a_view_the_group_is_read_from_the_api_server(ledger: Engine) ->
         {t: f"node-{i + 1}" for i, t in enumerate(TRAINERS)},
     )
     assert gone.state is Standing.GONE
+
+
+def test_select_names_the_pod_groups_its_victims_belong_to(ledger: Engine) -> None:
+    with gang(ledger) as g:
+        selection = g.select()
+        train_b = g.emulator.store.get(POD_GROUPS, "ml", "train-b")["metadata"]["uid"]
+        members = {g.ref(f"ml/train-b-{i}").uid for i in range(3)}
+    [found] = selection.victim_pod_groups
+    assert found.group == GroupRef("ml", "train-b", train_b, 1000)
+    assert sorted(found.victims) == sorted(members)
+
+
+FAILED = 'victim ml/train-b-2 could not be preempted: pods "train-b-2" is forbidden'
+
+
+def test_a_failed_runs_end_warns_each_placed_member(ledger: Engine) -> None:
+    with gang(ledger) as g:
+        nominate = MembersNomination(RUN, g.group, g.placements())
+        ActivityEnvironment().run(g.activities.groups.nominate_members, nominate)
+        g.end(Outcome.FAILED, FAILED, retryable=False, placements=g.placements())
+        warned = g.told("Pod", "PreemptionFailed")
+        on_group = g.told("PodGroup", "PreemptionFailed")
+        nominated = [g.nominated(t) for t in TRAINERS]
+        group_uid = g.group.uid
+    assert [e["regarding"]["name"] for e in warned] == [f"train-a-{i}" for i in range(4)]
+    for i, told in enumerate(warned):
+        assert told["type"] == "Warning"
+        assert told["note"] == (
+            f"The preemption for its pod group ml/train-a failed: {FAILED}. Retrying cannot "
+            "help until this is fixed (grant the permission named, or correct the request); "
+            f"the pod is tried again once it changes. Its nomination to node-{i + 1} is not "
+            "cleared (kube-scheduler keeps a nomination after a failed preemption too), so "
+            "the room already made stays the group's."
+        )
+        assert (told["related"]["kind"], told["related"]["uid"]) == ("PodGroup", group_uid)
+    assert [e["note"] for e in on_group] == [
+        f"{FAILED}. Retrying cannot help until this is fixed (grant the permission named, or "
+        "correct the request); the pod is tried again once it changes."
+    ]
+    assert nominated == [f"node-{i + 1}" for i in range(4)]
+
+
+def test_a_failed_runs_end_retried_warns_each_member_once(ledger: Engine) -> None:
+    with gang(ledger) as g:
+        g.end(Outcome.FAILED, FAILED, placements=g.placements())
+        g.end(Outcome.FAILED, FAILED, placements=g.placements())
+        warned = [e["regarding"]["name"] for e in g.told("Pod", "PreemptionFailed")]
+    assert warned == [f"train-a-{i}" for i in range(4)]
+
+
+def deleted_fates(g: Gang, victims: list[tuple[str, str]]) -> list[VictimFate]:
+    fates = []
+    for victim, node in victims:
+        pod = g.ref(victim)
+        result = g.delete(victim, node)
+        assert result.fate is Fate.DELETED
+        fates.append(VictimFate(pod, node, result))
+    return fates
+
+
+VICTIMS = [
+    ("ml/train-b-0", "node-1"),
+    ("ml/train-b-1", "node-2"),
+    ("ml/train-b-2", "node-5"),
+    ("ml/notebook", "node-3"),
+]
+
+
+def test_the_end_tells_each_victim_pod_group_who_took_its_pods(ledger: Engine) -> None:
+    with gang(ledger) as g:
+        groups = g.select().victim_pod_groups
+        fates = deleted_fates(g, VICTIMS)
+        g.end(Outcome.COMPLETED, victims=fates, victim_pod_groups=groups)
+        told = g.told("PodGroup", "Preempted")
+        uid = g.group.uid
+    [on_train_b] = told
+    assert on_train_b["regarding"]["name"] == "train-b"
+    assert on_train_b["type"] == "Normal"
+    assert on_train_b["note"] == (
+        f"Preempted by podgroup ml/train-a (uid {uid}): 3 of its pods, "
+        "train-b-0 on node-1, train-b-1 on node-2, train-b-2 on node-5"
+    )
+    assert (on_train_b["related"]["kind"], on_train_b["related"]["name"]) == (
+        "PodGroup",
+        "train-a",
+    )
+
+
+def test_a_victim_pod_group_is_told_once_per_run(ledger: Engine) -> None:
+    with gang(ledger) as g:
+        groups = g.select().victim_pod_groups
+        fates = deleted_fates(g, VICTIMS)
+        g.end(Outcome.COMPLETED, victims=fates, victim_pod_groups=groups)
+        g.end(Outcome.COMPLETED, victims=fates, victim_pod_groups=groups)
+        told = [e["regarding"]["name"] for e in g.told("PodGroup", "Preempted")]
+    assert told == ["train-b"]
+
+
+def test_a_victim_pod_group_is_told_of_the_pods_deleted_only(ledger: Engine) -> None:
+    with gang(ledger) as g:
+        groups = g.select().victim_pod_groups
+        fates = deleted_fates(g, VICTIMS[:1])
+        fates += [
+            VictimFate(g.ref("ml/train-b-1"), "node-2", VictimResult(Fate.SPARED)),
+            VictimFate(g.ref("ml/train-b-2"), "node-5", VictimResult(Fate.FAILED, "forbidden")),
+        ]
+        g.end(Outcome.FAILED, FAILED, victims=fates, victim_pod_groups=groups)
+        told = [e["note"] for e in g.told("PodGroup", "Preempted")]
+        uid = g.group.uid
+    assert told == [
+        f"Preempted by podgroup ml/train-a (uid {uid}): 1 of its pods, train-b-0 on node-1"
+    ]

@@ -31,7 +31,11 @@ Scenarios:
   asking the API server again;
 - a delete refused for good (RBAC) records the victim as failed and is not retried;
 - unmark removes the DisruptionTarget condition mark set and records `victim_unmarked`;
-  a removal RBAC refuses is recorded with its error, not raised.
+  a removal RBAC refuses is recorded with its error, not raised;
+- a pod's decision that takes a gang whole (`disruptionMode: all`) names its PodGroup with
+  its victims, and the run's end tells that PodGroup (`Preempted`) that the pod, by
+  namespace/name, took its pods, how many, which, on which node; each victim's own
+  `Preempted` names the pod by namespace/name too.
 """
 
 from __future__ import annotations
@@ -52,15 +56,17 @@ from temporalio.testing import ActivityEnvironment
 from preemptctl import migrations
 from preemptctl.activities.contracts import (
     EndInput,
+    PreemptVictimInput,
     RunRef,
     SelectInput,
     Selection,
+    VictimFate,
     VictimInput,
     VictimResult,
 )
 from preemptctl.activities.preemption import PreemptionActivities
 from preemptctl.emulator import Emulator
-from preemptctl.emulator.resources import PODS
+from preemptctl.emulator.resources import EVENTS_V1, POD_GROUPS, PODS
 from preemptctl.kube.client import connect
 from preemptctl.kube.view import ClusterView
 from preemptctl.ledger.engine import create_ledger_engine
@@ -72,7 +78,7 @@ from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.ledger.writer import append
 from preemptctl.preemption.decision import PodRef, Verdict
 from tests.support.emulator import as_list, node, pod, running_emulator
-from tests.workflows.scenarios import one_full_node, spare_room
+from tests.workflows.scenarios import a_gang_in_the_way, one_full_node, spare_room
 
 
 @pytest.fixture
@@ -427,4 +433,40 @@ def test_the_triggers_retry_says_why_by_itself(cluster: Cluster) -> None:
     assert (retried["by"], retried["previousOutcome"]) == ("trigger", None)
     assert retried["reason"] == (
         "default/urgent still needed room after run run-1 ended without recording an end"
+    )
+
+
+def test_a_pods_run_that_takes_a_gang_whole_tells_its_pod_group(ledger: Engine) -> None:
+    with running_emulator() as emulator, started(emulator, ledger, a_gang_in_the_way()) as cluster:
+        selection = cluster.select("ml/urgent")
+        urgent = cluster.ref("ml/urgent")
+        fates = []
+        for victim in selection.victims:
+            on = selection.victim_nodes.get(victim.uid, selection.node or "")
+            step = PreemptVictimInput(VictimInput(RUN, victim, urgent, on))
+            result = ActivityEnvironment().run(cluster.activities.preempt_victim, step)
+            fates.append(VictimFate(victim, on, result))
+        end = EndInput(RUN, urgent, Outcome.COMPLETED, selection.node, runbook=2, victims=fates)
+        end.victim_pod_groups = selection.victim_pod_groups
+        ActivityEnvironment().run(cluster.activities.record_end, end)
+        told = {
+            (e["regarding"]["kind"], e["regarding"]["name"]): e
+            for e in emulator.store.objects(EVENTS_V1, "ml")
+            if e["reason"] == "Preempted"
+        }
+        group_uid = emulator.store.get(POD_GROUPS, "ml", "train-y")["metadata"]["uid"]
+    assert sorted(v.name for v in selection.victims) == ["train-y-0", "train-y-1"]
+    assert [(g.group.key, g.group.uid) for g in selection.victim_pod_groups] == [
+        ("ml/train-y", group_uid)
+    ]
+    assert sorted(told) == [("Pod", "train-y-0"), ("Pod", "train-y-1"), ("PodGroup", "train-y")]
+    on_group = told[("PodGroup", "train-y")]
+    assert on_group["type"] == "Normal"
+    assert on_group["note"] == (
+        f"Preempted by pod ml/urgent (uid {urgent.uid}): 2 of its pods, "
+        "train-y-0 on node-1, train-y-1 on node-2"
+    )
+    assert (on_group["related"]["kind"], on_group["related"]["name"]) == ("Pod", "urgent")
+    assert told[("Pod", "train-y-1")]["note"] == (
+        f"Preempted by pod ml/urgent (uid {urgent.uid}) on node node-2"
     )

@@ -1,16 +1,20 @@
-"""The Preempted event on a victim.
+"""The Preempted event on a victim, and on a victim PodGroup.
 
 Scenarios:
-- the event is an events.k8s.io/v1 Event with upstream's reason, action, type and note,
-  regarding the victim and related to the preemptor, reported by preemptctl and the worker;
+- the event is an events.k8s.io/v1 Event with upstream's reason, action, type and note
+  (the preemptor named by namespace/name before its UID, where upstream names the UID
+  alone), regarding the victim and related to the preemptor, reported by preemptctl and
+  the worker;
 - its eventTime has microseconds, as the API's MicroTime requires;
 - a retried call that already recorded it is unchanged, and one event exists;
 - any event about a pod is recorded once per key: a Warning by default, a Normal one when
   asked, a new key a new event;
 - an event about a PodGroup regards the PodGroup (scheduling.k8s.io/v1beta1), once per key;
 - a group preemption's victim is told in upstream's workload-aware words ("Preempted by
-  podgroup <uid> on node <node>"), related to the PodGroup; a group a label names has no
-  object, and its victims' events relate to nothing.
+  podgroup <ns>/<name> (uid <uid>) on node <node>"), related to the PodGroup; a group a
+  label names has no object, and its victims' events relate to nothing;
+- a victim PodGroup's note names its preemptor (a pod or a pod group) by namespace/name and
+  UID, counts the group's pods preempted and names the first ten, each on its node.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from preemptctl.emulator.resources import EVENTS_V1
 from preemptctl.kube.client import KubeClient
 from preemptctl.kube.events import (
     ObjectRef,
+    pod_group_preempted_note,
     record_event,
     record_pod_event,
     record_preempted,
@@ -46,7 +51,7 @@ def test_event_is_recorded_as_upstream_records_it(kube: KubeClient, emulator: Em
         "reason": "Preempted",
         "action": "Preempting",
         "type": "Normal",
-        "note": "Preempted by pod preemptor-uid on node n1",
+        "note": "Preempted by pod batch/urgent (uid preemptor-uid) on node n1",
         "reportingController": "preemptctl",
         "reportingInstance": "worker-7",
     }
@@ -125,7 +130,7 @@ def test_a_group_preemptions_victim_is_told_as_upstream_tells_it(
     [event] = emulator.store.objects(EVENTS_V1, "ml")
     assert (event["reason"], event["note"]) == (
         "Preempted",
-        "Preempted by podgroup group-uid on node n1",
+        "Preempted by podgroup ml/train-a (uid group-uid) on node n1",
     )
     assert event["regarding"]["uid"] == "victim-uid"
     assert (event["related"]["kind"], event["related"]["uid"]) == ("PodGroup", "group-uid")
@@ -138,3 +143,18 @@ def test_a_label_named_groups_victim_event_relates_to_nothing(
     record_preempted_by_group(kube, PodRef("ml", "web-1", "victim-uid"), group, "n1", "w")
     [event] = emulator.store.objects(EVENTS_V1, "ml")
     assert "related" not in event
+
+
+def test_a_victim_pod_groups_note_names_its_preemptor_and_counts_its_pods() -> None:
+    taken = [(PodRef("ml", f"train-b-{i}", f"uid-{i}"), f"node-{i}") for i in range(12)]
+    by_pod = pod_group_preempted_note(ObjectRef.pod(PREEMPTOR), taken[:2])
+    by_group = pod_group_preempted_note(ObjectRef.pod_group(TRAIN_A), taken)
+    assert by_pod == (
+        "Preempted by pod batch/urgent (uid preemptor-uid): 2 of its pods, "
+        "train-b-0 on node-0, train-b-1 on node-1"
+    )
+    assert by_group == (
+        "Preempted by podgroup ml/train-a (uid group-uid): 12 of its pods, "
+        + ", ".join(f"train-b-{i} on node-{i}" for i in range(10))
+        + " and 2 more"
+    )

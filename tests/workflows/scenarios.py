@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from tests.support.emulator import as_list, node, pod
@@ -50,3 +51,34 @@ def never_preempts() -> dict[str, Any]:
     scenario = one_full_node()
     scenario["items"][-1]["spec"]["preemptionPolicy"] = "Never"
     return scenario
+
+
+def a_gang_in_the_way() -> dict[str, Any]:
+    """node-1 and node-2 (2 cpu each) full, each holding one pod of ml/train-y, a gang taken
+    whole or not at all (`disruptionMode: all`, priority 100); ml/urgent (priority 1000,
+    1 cpu) needs either node, so it takes the gang whole: train-y-0 on node-1 and
+    train-y-1 on node-2."""
+
+    def member(name: str, node_name: str) -> dict[str, Any]:
+        obj = pod(name, "ml", node_name=node_name, priority=100, cpu="2")
+        obj["spec"]["schedulingGroup"] = {"podGroupName": "train-y"}
+        return obj
+
+    train_y = {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "train-y", "namespace": "ml", "uid": str(uuid.uuid4())},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": 2}},
+            "disruptionMode": {"all": {}},
+            "priority": 100,
+        },
+    }
+    return as_list(
+        node("node-1", cpu="2"),
+        node("node-2", cpu="2"),
+        train_y,
+        member("train-y-0", "node-1"),
+        member("train-y-1", "node-2"),
+        pod("urgent", "ml", priority=1000, cpu="1"),
+    )

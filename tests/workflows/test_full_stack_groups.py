@@ -13,14 +13,16 @@ Scenarios:
   in order (decision, placed members, chosen victims with their units, then with the end:
   nominations, each victim's fate on its own node, completed), with the group in the
   preemptor columns;
-- Events: `Preempting` on the PodGroup and on each trainer, `Preempted by podgroup <uid>`
-  on each victim;
+- Events: `Preempting` on the PodGroup and on each trainer, `Preempted by podgroup
+  ml/train-a (uid <uid>)` on each victim, and `Preempted` on the victim PodGroup ml/train-b
+  (by whom, how many of its pods, which, where);
 - the run is found in the UI by its group (`PodGroup`, `PreemptorPod`) and by the victim
   group (`VictimGroups`); a second start for the group joins the running one;
 - the group deleted after its decision: the deletes stop (aborted), no victim deleted, the
   victims marked unmarked, the last never touched;
 - a victim's DELETE refused for good (RBAC): the run fails, saying which victim and why,
-  the failure's details carrying the result.
+  the failure's details carrying the result; each trainer is warned (`PreemptionFailed`),
+  as the PodGroup is, and keeps its nomination.
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ async def test_the_group_its_members_and_its_victims_are_told(client, ledger, em
             for e in emulator.store.objects(EVENTS_V1)
         ]
 
-    on_group = [e for e in events if e[0] == "PodGroup"]
+    on_group = [e for e in events if e[0] == "PodGroup" and e[1] == "train-a"]
     assert [(name, reason) for _, name, reason, _ in on_group] == [("train-a", "Preempting")]
     assert on_group[0][3].startswith(
         "Preempt 4 pod(s) in 2 unit(s) for pod group ml/train-a (priority 100000, minCount 4): "
@@ -134,9 +136,35 @@ async def test_the_group_its_members_and_its_victims_are_told(client, ledger, em
         )
         for i in range(4)
     ]
-    preempted = sorted((name, note) for _, name, reason, note in events if reason == "Preempted")
+    preempted = sorted(
+        (name, note)
+        for kind, name, reason, note in events
+        if (kind, reason) == ("Pod", "Preempted")
+    )
     assert [name for name, _ in preempted] == ["notebook", "train-b-0", "train-b-1", "train-b-2"]
-    assert preempted[0][1] == f"Preempted by podgroup {group.uid} on node node-3"
+    assert preempted[0][1] == f"Preempted by podgroup ml/train-a (uid {group.uid}) on node node-3"
+
+
+async def test_the_victim_gang_is_told_who_took_it_and_how_many(client, ledger, emulator):
+    async with running_stack(client, ledger, emulator, gang()) as stack:
+        handle = await stack.start_group("ml/train-a")
+        await handle.result()
+        group = stack.group("ml/train-a")
+        told = [
+            (e["type"], e["note"], e["related"]["name"])
+            for e in emulator.store.objects(EVENTS_V1)
+            if e["regarding"]["kind"] == "PodGroup"
+            and e["reason"] == "Preempted"
+            and e["regarding"]["name"] == "train-b"
+        ]
+    assert told == [
+        (
+            "Normal",
+            f"Preempted by podgroup ml/train-a (uid {group.uid}): 3 of its pods, "
+            "train-b-0 on node-1, train-b-1 on node-2, train-b-2 on node-5",
+            "train-a",
+        )
+    ]
 
 
 async def test_a_group_preemption_is_found_by_its_group_and_its_victim_groups(
@@ -199,3 +227,29 @@ async def test_a_victim_refused_its_delete_fails_the_group_preemption(client, le
     assert carried.message.startswith("victim ml/train-b-2 could not be preempted: ")
     assert kinds[-1] == "failed"
     assert "victim_failed:train-b-2" in kinds
+
+
+async def test_a_failed_gang_preemption_warns_each_member(client, ledger, emulator):
+    async with running_stack(client, ledger, emulator, gang()) as stack:
+        emulator.faults.deny("delete", "pods", name="train-b-2")
+        handle = await stack.start_group("ml/train-a")
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        warned = sorted(
+            (e["regarding"]["kind"], e["regarding"]["name"], e["type"], e["note"])
+            for e in emulator.store.objects(EVENTS_V1)
+            if e["reason"] == "PreemptionFailed"
+        )
+        nominated = [
+            (emulator.pod(trainer) or {})["status"].get("nominatedNodeName") for trainer in TRAINERS
+        ]
+    assert [(kind, name, kind_of) for kind, name, kind_of, _ in warned] == [
+        ("Pod", f"train-a-{i}", "Warning") for i in range(4)
+    ] + [("PodGroup", "train-a", "Warning")]
+    for i, (_, _, _, note) in enumerate(warned[:4]):
+        assert note.startswith(
+            "The preemption for its pod group ml/train-a failed: "
+            "victim ml/train-b-2 could not be preempted: "
+        )
+        assert f"Its nomination to node-{i + 1} is not cleared" in note
+    assert nominated == [f"node-{i + 1}" for i in range(4)]

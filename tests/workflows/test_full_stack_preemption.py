@@ -10,7 +10,9 @@ Scenarios:
 - the state query reports phase, preempting and the last victim;
 - a dry run records the decision and touches nothing;
 - a pod that fits, an ineligible pod and a pod no preemption helps each finish with the
-  decision recorded and nothing touched.
+  decision recorded and nothing touched;
+- a pod that takes a gang whole (`disruptionMode: all`) tells the gang's PodGroup, once,
+  that it took its pods, by namespace/name, how many and where.
 """
 
 from __future__ import annotations
@@ -21,10 +23,17 @@ from pathlib import Path
 import orjson
 import pytest
 
+from preemptctl.emulator.resources import EVENTS_V1
 from preemptctl.workflows.contract import workflow_id_for
 from preemptctl.workflows.preemption import PreemptionWorkflow
 from tests.workflows.harness import keep_history, running_stack
-from tests.workflows.scenarios import never_preempts, nothing_lower, one_full_node, spare_room
+from tests.workflows.scenarios import (
+    a_gang_in_the_way,
+    never_preempts,
+    nothing_lower,
+    one_full_node,
+    spare_room,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -158,3 +167,25 @@ async def test_decisions_without_victims_finish_without_cluster_writes(
     assert result.outcome == outcome
     assert kinds[-1] == last_kind
     assert [r for r in emulator.requests if r.verb in ("patch", "delete")] == []
+
+
+async def test_a_pod_that_takes_a_gang_whole_tells_its_pod_group(client, ledger, emulator):
+    async with running_stack(client, ledger, emulator, a_gang_in_the_way()) as stack:
+        handle = await stack.start("ml/urgent")
+        result = await handle.result()
+        urgent = stack.preemptor("ml/urgent")
+        told = [
+            (e["type"], e["note"], e["related"]["kind"], e["related"]["name"])
+            for e in emulator.store.objects(EVENTS_V1, "ml")
+            if e["regarding"]["kind"] == "PodGroup" and e["reason"] == "Preempted"
+        ]
+    assert result.outcome == "completed"
+    assert told == [
+        (
+            "Normal",
+            f"Preempted by pod ml/urgent (uid {urgent.uid}): 2 of its pods, "
+            "train-y-0 on node-1, train-y-1 on node-2",
+            "Pod",
+            "urgent",
+        )
+    ]

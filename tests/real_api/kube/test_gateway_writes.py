@@ -403,7 +403,7 @@ def test_preempted_event_is_recorded_once(kube: KubeClient, admin: HttpApi, name
     assert [
         (e["message"], e["involvedObject"]["uid"], e["related"]["uid"], e["reportingComponent"])
         for e in events
-    ] == [(preempted_note(preemptor.uid, "node-a"), victim.uid, preemptor.uid, "preemptctl")]
+    ] == [(preempted_note(preemptor, "node-a"), victim.uid, preemptor.uid, "preemptctl")]
 
 
 # -- permissions ----------------------------------------------------------------------------------
