@@ -44,11 +44,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
+from preemptctl.preemption.claimed_room import CLAIMS_IN_THE_WAY
 from preemptctl.preemption.decision import Strategy
 from preemptctl.preemption.group_decision import GroupRef, label_group_uid
 from preemptctl.preemption.objects import PREEMPT_NEVER, Pod
@@ -195,6 +196,21 @@ def woken_reason(woken: Woken) -> str:
         f"woken: the room claimed by {held} was freed: its preemption's run ended{how}; the "
         "last run found no candidate while that claim held it"
     )
+
+
+def claims_in_the_way(decision: Mapping[str, Any] | None) -> dict[str, list[str]]:
+    """What a recorded decision (its ledger payload) says held the room it lacked: its
+    rationale's `claimsInTheWay`, node -> the pods claims of running preemptions placed
+    there ("namespace/name"); empty when nothing did, or the record says nothing readable."""
+    rationale = (decision or {}).get("rationale")
+    found = rationale.get(CLAIMS_IN_THE_WAY) if isinstance(rationale, Mapping) else None
+    if not isinstance(found, Mapping):
+        return {}
+    return {
+        str(node): [str(pod) for pod in pods]
+        for node, pods in found.items()
+        if isinstance(pods, list) and pods
+    }
 
 
 @dataclass
