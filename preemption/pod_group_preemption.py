@@ -411,14 +411,20 @@ def preemptor_eligible_to_preempt_others(
 
 
 def domain_rooms(
-    snapshot: ClusterSnapshot, preemptor: PodGroupPreemptor, args: PreemptionArgs, *, remove: bool
+    snapshot: ClusterSnapshot,
+    preemptor: PodGroupPreemptor,
+    args: PreemptionArgs,
+    *,
+    remove: bool,
+    ignoring: frozenset[str] = frozenset(),
 ) -> dict[str, Room]:
     """What each node offers the group: its allocatable less its pods (all of them, or with
     every potential victim removed: `removePods`) and less the pods nominated to it at the
-    group's priority or above (`addGENominatedPods`). A node with a pod the view could not
-    read offers nothing."""
+    group's priority or above (`addGENominatedPods`), but those `ignoring` names (UIDs: not
+    upstream; `claimed_room` asks what the group could do without the claims' pods). A node
+    with a pod the view could not read offers nothing."""
     priority = preemptor.priority
-    members = {pod.uid for pod in preemptor.pending}
+    uncounted = {pod.uid for pod in preemptor.pending} | ignoring
     scalar_names = sorted({name for pod in preemptor.pending for name, _ in pod.requests.scalars})
     with_ports = any(pod.host_ports for pod in preemptor.pending)
     label = args.pod_group_label
@@ -466,7 +472,7 @@ def domain_rooms(
             extra = [
                 p
                 for p in snapshot.nominated_pods(name)
-                if p.priority >= priority and p.uid not in members
+                if p.priority >= priority and p.uid not in uncounted
             ]
             room.take(extra)
         if with_ports:

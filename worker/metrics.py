@@ -483,6 +483,13 @@ class Metrics:
             "Pods waiting out a retry backoff after a failed or fruitless preemption.",
             registry=self.registry,
         )
+        self.woken = Counter(
+            "preemptctl_retries_woken",
+            "Pods and pod groups (kind) woken from their backoff because a preemption whose "
+            "claim held the room their last preemption lacked ended.",
+            ["kind"],
+            registry=self.registry,
+        )
         self.left_to_other_schedulers = OncePerPod(
             Counter(
                 "preemptctl_pods_left_to_other_schedulers",

@@ -12,6 +12,12 @@ person asks (`TriggerLoop.retry` in-process, or a new run of its workflow starte
 such a run is reported `retried` (who started it and why, from its request) and followed
 to its end like the loop's own.
 
+A pod (or group) whose preemption found no candidate while claims of preemptions still
+running held the room it lacked (its decision's `claimsInTheWay`, read from the ledger) is
+not left to a blind backoff: the end of any of those preemptions, as the loop learns it,
+wakes it (`RetryBook.freed`, at least a second after its own end), logged and counted in
+`preemptctl_retries_woken_total`, and the run that starts says why in its `retried` event.
+
 A pod that belongs to a group (a PodGroup it names, or the gang label's group) never gets a
 preemption of its own: its group gets one group preemption (`GroupPreemption`, its ID from
 the group's UID, `pending_group`), started once however many members are pending and
@@ -74,12 +80,15 @@ from preemptctl.worker.trigger_rules import (
     PendingGroup,
     PendingPod,
     RetryBook,
+    Woken,
+    claims_in_the_way,
     group_of,
     note_left_to_another_scheduler,
     pending_group,
     pending_groups,
     pod_signature,
     trigger_reason,
+    woken_reason,
 )
 from preemptctl.workflows.contract import (
     RUNBOOK,
@@ -753,7 +762,9 @@ class TriggerLoop:
         `_start` starts a pod's."""
         group, settings = pending.group, self._settings
         target = _Target(group.uid, group.key, group=group)
-        request = group_preemption_request(group, settings, reason=pending.reason)
+        request = group_preemption_request(
+            group, settings, reason=pending.reason, retry_reason=self._retry_reason(group.uid)
+        )
         try:
             async with asyncio.timeout(RPC_TIMEOUT.total_seconds()):
                 handle = await self._starts.group_preemption(request)
@@ -794,7 +805,11 @@ class TriggerLoop:
         # with the start's answer.
         pod, settings = pending.pod, self._settings
         request = preemption_request(
-            PodRef.of(pod), settings, reason=pending.reason, strategy=pending.strategy
+            PodRef.of(pod),
+            settings,
+            reason=pending.reason,
+            strategy=pending.strategy,
+            retry_reason=self._retry_reason(pod.uid),
         )
         try:
             async with asyncio.timeout(RPC_TIMEOUT.total_seconds()):
@@ -833,11 +848,13 @@ class TriggerLoop:
             attempt = await self._end_on_record(handle)
             if attempt is not None:
                 outcome, retryable, fields = self._read_attempt(target, attempt)
+                self._claim_ended(target, outcome, fields)
                 if _attempt_awaits_bind(attempt):
                     await self._record_the_bind(target, handle, fields)
             else:
                 result = await handle.result()
                 outcome, retryable, fields = self._read_any(result)
+                self._claim_ended(target, outcome, fields)
                 if _awaits_bind(result):
                     await self._record_the_bind(target, handle, fields)
         except WorkflowFailureError as error:
@@ -851,13 +868,14 @@ class TriggerLoop:
                 outcome, retryable, fields = self._read_any(carried)
             else:
                 fields = {"message": str(error.cause or error)}
+            self._claim_ended(target, outcome, fields)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # Temporal unavailable: the preemption itself goes on
             outcome, lost = "unknown", True  # not an outcome: no metric counts it
             fields = {"message": f"lost track of the preemption: {error}"}
         finally:
-            self._ended(target, outcome, retryable, fields, lost=lost)
+            self._ended(target, outcome, retryable, fields, lost=lost, since=began)
         seconds = self._clock() - began
         if not lost:
             self._metrics.attempts.labels(outcome).inc()
@@ -915,6 +933,9 @@ class TriggerLoop:
                 minCount=int(summary.get("minCount") or 1),
             )
         fields["message"] = _end_message(attempt)
+        in_the_way = claims_in_the_way(attempt.decision)
+        if outcome is Outcome.NO_CANDIDATE and in_the_way:
+            fields["claimsInTheWay"] = in_the_way
         return str(outcome), attempt.retryable is not False, fields
 
     def _read_any(
@@ -982,14 +1003,26 @@ class TriggerLoop:
             self._metrics.execution_duration.labels(plugin, outcome).observe(execution_seconds)
 
     def _ended(
-        self, target: _Target, outcome: str, retryable: bool, fields: dict[str, Any], *, lost: bool
+        self,
+        target: _Target,
+        outcome: str,
+        retryable: bool,
+        fields: dict[str, Any],
+        *,
+        lost: bool,
+        since: float | None = None,
     ) -> None:
         """Book the end of a preemption: back off, or park its pod (or group) when retrying
         cannot help. The view may trail the API by a moment, so even a completed preemption
         waits before its pod can look like it needs one again. A preemption the loop lost
         track of (its result unreadable while Temporal is unavailable) is looked at again
-        after the start backoff: starting it again joins the run still going, if any."""
+        after the start backoff: starting it again joins the run still going, if any. One
+        that found no candidate while claims held the room it lacked (`claimsInTheWay`)
+        waits for the end of one of them, the backoff at most (`since`: when its run
+        started, so an end seen just before this one counts)."""
         uid = target.uid
+        in_the_way: dict[str, list[str]] = fields.get("claimsInTheWay") or {}
+        woken: Woken | None = None
         with self._lock:
             self._in_flight.pop(uid, None)
             self._handles.pop(uid, None)
@@ -997,7 +1030,18 @@ class TriggerLoop:
             if lost:
                 self._book.start_failed(uid, self._clock())
             elif retryable:
-                self._book.ended(uid, self._clock())
+                blocked = {pod for pods in in_the_way.values() for pod in pods}
+                delay = self._book.ended(uid, self._clock(), blocked, since)
+                if blocked:
+                    log.info(
+                        "%s found no candidate while running preemptions claim the room it "
+                        "lacks (%s); tried again when one of them ends, at the latest in %gs",
+                        target.key,
+                        "; ".join(f"{n}: {', '.join(p)}" for n, p in sorted(in_the_way.items())),
+                        delay,
+                        extra={"preemptor": target.key},
+                    )
+                    woken = self._book.woken(uid)
             else:
                 reason = str(fields.get("message") or outcome)
                 self._book.park(
@@ -1009,6 +1053,43 @@ class TriggerLoop:
                     reason,
                 )
             self._metrics.in_flight.set(len(self._in_flight))
+        if woken is not None:  # a holder's end was read first
+            self._note_woken(woken, target.key, "group" if target.group else "pod")
+
+    def _claim_ended(self, target: _Target, outcome: str, fields: dict[str, Any]) -> None:
+        """`target`'s run ended, and with it its claim, if it held one: wake every pod and
+        group whose latest preemption found no candidate while that claim held the room it
+        lacked (`RetryBook.freed`), instead of leaving them to their backoff. Called as soon
+        as the end is known, before the loop waits for a bind."""
+        placed = {target.key, *(fields.get("members") or {})}
+        with self._lock:
+            woken = self._book.freed(target.key, placed, self._clock(), str(outcome))
+            names = {uid: c.pod.key for uid, c in self._pending.items()}
+            names |= {uid: g.group.key for uid, g in self._groups.items()}
+            groups = set(self._groups)
+        for wake in woken:
+            if wake.uid in names:
+                self._note_woken(wake, names[wake.uid], "group" if wake.uid in groups else "pod")
+        if woken:
+            self._wake.set()
+
+    def _note_woken(self, wake: Woken, key: str, kind: str) -> None:
+        """Say and count a wake: what a platform engineer reads in place of a backoff."""
+        self._metrics.woken.labels(kind).inc()
+        log.info(
+            "%s %s; trying again %s",
+            key,
+            woken_reason(wake).split(";", 1)[0],
+            "now" if wake.at <= self._clock() else f"in {wake.at - self._clock():.1f}s",
+            extra={"preemptor": key, "freed_by": wake.holder},
+        )
+
+    def _retry_reason(self, uid: str) -> str:
+        """Why a start of `uid` happens, for its run's `retried` event: a wake's reason;
+        "" for a start after a backoff (the ledger then says the pod still needed room)."""
+        with self._lock:
+            woken = self._book.woken(uid)
+        return woken_reason(woken) if woken is not None else ""
 
     def _signature(self, target: _Target) -> str:
         """What `target` asks of the cluster now (under the lock): a parked pod or group is

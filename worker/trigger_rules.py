@@ -19,6 +19,12 @@ When a pod is tried again (`RetryBook`, on the caller's clock):
   10 s, as the scheduler's backoff queue spaces retries (podInitialBackoff, podMaxBackoff);
 - a preemption that ended while its pod still needs room is retried after 10 s, doubling up
   to the configured cap, as the scheduler's unschedulable queue is flushed;
+- one that found no candidate only because claims of preemptions still running held the room
+  it lacked (its decision's `claimsInTheWay`: the pods those claims place) is woken as soon
+  as one of those preemptions ends (`RetryBook.freed`: a claim ends with its run), at least
+  `WAKE_FLOOR` after its own end, the backoff above its latest; the run a wake starts says so
+  in its ledger's `retried` event (`woken_reason`), and its end does not double the backoff
+  (a wake is no blind retry);
 - a preemption that ended non-retryable parks its pod (`Parked`) until what it asks of the
   cluster changes (`pod_signature`: its spec and labels, not its status) or a person
   retries it.
@@ -38,11 +44,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
+from preemptctl.preemption.claimed_room import CLAIMS_IN_THE_WAY
 from preemptctl.preemption.decision import Strategy
 from preemptctl.preemption.group_decision import GroupRef, label_group_uid
 from preemptctl.preemption.objects import PREEMPT_NEVER, Pod
@@ -53,6 +60,8 @@ log = logging.getLogger(__name__)
 
 INITIAL_BACKOFF = 1.0  # after a start that did not happen
 MAX_BACKOFF = 10.0  # cap of the start backoff; the first wait after a preemption ended
+WAKE_FLOOR = 1.0  # the least wait after an end blocked by claims, however soon they end
+FREED_KEPT = 60.0  # how long an end that freed claimed room is remembered (`RetryBook.ended`)
 
 # Pod fields that change without the pod asking anything new of the cluster: a parked pod
 # stays parked across them.
@@ -165,12 +174,56 @@ class Parked:
     signature: str
 
 
+@dataclass(frozen=True)
+class Woken:
+    """A pod (or group) tried again early: the preemption whose run ended, and with it its
+    claim on room the pod's last preemption lacked."""
+
+    uid: str  # the pod (or group) woken
+    holder: str  # the preemption that held the claim ("namespace/name": a pod or a group)
+    claimed: str  # the pod its claim placed in the way ("namespace/name"; a group's member)
+    ended: str  # how its run ended (its outcome)
+    at: float  # when the woken pod may start (its floor, or the end itself)
+
+
+def woken_reason(woken: Woken) -> str:
+    """Why a wake started a run, in the words of its ledger's `retried` event and the log."""
+    held = woken.holder
+    if woken.claimed != woken.holder:
+        held += f" (its member {woken.claimed})"
+    how = f" {woken.ended}" if woken.ended else ""
+    return (
+        f"woken: the room claimed by {held} was freed: its preemption's run ended{how}; the "
+        "last run found no candidate while that claim held it"
+    )
+
+
+def claims_in_the_way(decision: Mapping[str, Any] | None) -> dict[str, list[str]]:
+    """What a recorded decision (its ledger payload) says held the room it lacked: its
+    rationale's `claimsInTheWay`, node -> the pods claims of running preemptions placed
+    there ("namespace/name"); empty when nothing did, or the record says nothing readable."""
+    rationale = (decision or {}).get("rationale")
+    found = rationale.get(CLAIMS_IN_THE_WAY) if isinstance(rationale, Mapping) else None
+    if not isinstance(found, Mapping):
+        return {}
+    return {
+        str(node): [str(pod) for pod in pods]
+        for node, pods in found.items()
+        if isinstance(pods, list) and pods
+    }
+
+
 @dataclass
 class _Entry:
     starts: int = 0  # consecutive starts that did not happen
     ends: int = 0  # consecutive preemptions that ended with the pod still needing room
     next: float = 0.0
     parked: Parked | None = None
+    # The pods claims placed in the room its last preemption lacked ("namespace/name"): the
+    # end of a preemption that placed one wakes it, not before `floor`.
+    blocked_by: frozenset[str] = frozenset()
+    floor: float = 0.0
+    woken: Woken | None = None  # the wake its next (or running) start comes from
 
 
 class RetryBook:
@@ -181,6 +234,9 @@ class RetryBook:
     def __init__(self, maximum: float) -> None:
         self._maximum = maximum
         self._entries: dict[str, _Entry] = {}
+        # The pods whose claims ended lately ("namespace/name" -> when, the holder, how its
+        # run ended), for an end booked just after them (`ended`).
+        self._freed: dict[str, tuple[float, str, str]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -201,16 +257,74 @@ class RetryBook:
         return delay
 
     def started(self, uid: str) -> None:
-        self._entries.setdefault(uid, _Entry()).starts = 0
-
-    def ended(self, uid: str, now: float) -> float:
-        """A preemption for `uid` ended; if its pod still needs room, it waits 10 s, doubling
-        with each further end, up to the cap. Returns the wait."""
         entry = self._entries.setdefault(uid, _Entry())
-        entry.ends += 1
+        entry.starts = 0
+        entry.blocked_by = frozenset()  # its new run's end says what is in its way now
+
+    def ended(
+        self,
+        uid: str,
+        now: float,
+        blocked_by: Collection[str] = (),
+        since: float | None = None,
+    ) -> float:
+        """A preemption for `uid` ended; if its pod still needs room, it waits 10 s, doubling
+        with each further end, up to the cap. Returns the wait.
+
+        `blocked_by`: it found no candidate while claims of preemptions still running held
+        the room it lacked (the pods those claims place, "namespace/name"): the end of one
+        of those preemptions wakes it (`freed`), not before `WAKE_FLOOR` from now; the wait
+        returned is then the longest. One that ended already, since `since` (when this run
+        started), wakes it at once. The end of a run a wake started does not double the
+        wait."""
+        entry = self._entries.setdefault(uid, _Entry())
+        if entry.woken is None:
+            entry.ends += 1
+        entry.woken = None
         delay = self.retry_delay(entry.ends)
         entry.next = max(entry.next, now + delay)
+        entry.blocked_by = frozenset(blocked_by)
+        entry.floor = now + WAKE_FLOOR
+        if since is not None:
+            for claimed in sorted(entry.blocked_by):
+                freed = self._freed.get(claimed)
+                if freed is not None and freed[0] >= since:
+                    self._wake(uid, entry, claimed, freed[1], freed[2], now)
+                    break
         return delay
+
+    def freed(
+        self, holder: str, placed: Collection[str], now: float, ended: str = ""
+    ) -> list[Woken]:
+        """The run of `holder`'s preemption ended (`ended`: how), and with it its claim on
+        the pods it placed (`placed`: its preemptor, or a group's members, "namespace/name"):
+        each pod or group whose latest preemption found no candidate while one of them held
+        the room is woken: due now, or at its floor. Those woken, by UID order."""
+        horizon = now - FREED_KEPT
+        self._freed = {key: seen for key, seen in self._freed.items() if seen[0] >= horizon}
+        for key in placed:
+            self._freed[key] = (now, holder, ended)
+        woken = []
+        for uid in sorted(self._entries):
+            entry = self._entries[uid]
+            hit = entry.blocked_by.intersection(placed)
+            if hit and entry.parked is None:
+                woken.append(self._wake(uid, entry, min(hit), holder, ended, now))
+        return woken
+
+    def _wake(
+        self, uid: str, entry: _Entry, claimed: str, holder: str, ended: str, now: float
+    ) -> Woken:
+        at = max(now, entry.floor)
+        entry.next = min(entry.next, at)
+        entry.blocked_by = frozenset()
+        entry.woken = Woken(uid, holder, claimed, ended, at)
+        return entry.woken
+
+    def woken(self, uid: str) -> Woken | None:
+        """The wake the next start of `uid` comes from, if a wake made it due."""
+        entry = self._entries.get(uid)
+        return entry.woken if entry is not None else None
 
     def retry_delay(self, ends: int) -> float:
         return min(MAX_BACKOFF * 2.0 ** min(max(ends - 1, 0), 32), self._maximum)

@@ -12,6 +12,9 @@ Scenarios:
   plan and the lock, whose claim it then respects;
 - a run decides once: asked again, it resumes from its decision on record, even when its
   preemptor has been bound since (in the room its deletes made);
+- a preemptor that finds no candidate only because running preemptions claim the room says
+  so in its ledger row: the claims in its way, by node (`claimsInTheWay`), beside every claim
+  it respected (`context.claims`);
 - 1) a preemptor gone, replaced or already bound stops the decision before the lock, with
   its reason and nothing written; a critical-admission preemptor bound to its node is
   planned; before the view's first sync, nothing is decided (decide again later);
@@ -172,6 +175,27 @@ def test_a_retried_run_does_not_meet_its_own_claim(ledger: Engine) -> None:
     assert isinstance(first, Decided) and isinstance(again, Decided)
     assert again.decision.verdict is Verdict.PREEMPT
     assert [v.uid for v in again.decision.victims] == [v.uid for v in first.decision.victims]
+
+
+def test_a_decision_blocked_by_claims_names_them_in_its_ledger_row(ledger: Engine) -> None:
+    items = [node("node-0", cpu="4")]
+    items += [pod(f"low-{i}", node_name="node-0", priority=100, cpu="1") for i in range(4)]
+    items += [pod(f"urgent-{i}", priority=1000, cpu="2") for i in range(3)]
+    view = View(items)
+    path = view.path(ledger)
+    for name in ("urgent-0", "urgent-1"):  # their runs go on: their claims hold node-0
+        claimed = path.decide(view.request(name))
+        assert isinstance(claimed, Decided) and claimed.decision.verdict is Verdict.PREEMPT
+    blocked = path.decide(view.request("urgent-2"))
+    assert isinstance(blocked, Decided) and blocked.decision.verdict is Verdict.UNSCHEDULABLE
+    with ledger.connect() as connection:
+        [payload] = connection.execute(
+            select(events.c.payload).where(events.c.kind == "no_candidate")
+        ).scalars()
+    assert payload["rationale"]["claimsInTheWay"] == {
+        "node-0": ["default/urgent-0", "default/urgent-1"]
+    }
+    assert sorted(payload["context"]["claims"]) == ["default/urgent-0", "default/urgent-1"]
 
 
 def test_a_retried_run_appends_retried_with_its_decision(ledger: Engine) -> None:

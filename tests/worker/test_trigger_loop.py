@@ -47,6 +47,12 @@ Scenarios:
   records the bind in the ledger (`preemptor_scheduled`, for that run) and reports it, and no
   signal is sent to the ended run; one never bound within scheduled_wait_seconds is reported
   so;
+- a pod whose preemption found no candidate only because a running preemption's claim held
+  the room (`claimsInTheWay` in its no_candidate row) is tried again as soon as that run's
+  end is read from the ledger, not after the 10 s backoff: the new run's request says why
+  (its `retried` event's reason), and the wake is counted in
+  preemptctl_retries_woken_total; a gang blocked by another gang's claim on its members'
+  room is woken by that group run's end likewise;
 - a group preemption that ends non-retryable parks the group (listed by parked() under its
   key) until what it asks changes (another member pending); one that ends retryable backs
   off 10 s;
@@ -80,14 +86,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from preemptctl import migrations
 from preemptctl.ledger.engine import create_ledger_engine
-from preemptctl.ledger.events import LedgerEvent
+from preemptctl.ledger.events import LedgerEvent, decision_events, group_decision_events
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.payloads import Terminal
 from preemptctl.ledger.queries import events_of
 from preemptctl.ledger.vocabulary import Fate, Outcome
 from preemptctl.ledger.writer import append_batch
-from preemptctl.preemption.decision import PodRef
-from preemptctl.preemption.group_decision import GroupRef
+from preemptctl.preemption.decision import Decision, PodRef, Rationale, Strategy, Verdict
+from preemptctl.preemption.group_decision import GroupDecision, GroupRef
 from preemptctl.preemption.objects import Pod
 from preemptctl.preemption.snapshot import ClusterSnapshot
 from preemptctl.worker.config import Settings
@@ -105,6 +111,7 @@ from preemptctl.workflows.contract import (
     VictimProgress,
 )
 from tests.ledger.builders import (
+    T0,
     TRAIN_A,
     TRAIN_A_MEMBERS,
     failed_attempt,
@@ -1003,3 +1010,126 @@ async def test_running_preemption_answers_from_the_workflows_state(harness: Harn
     harness.client.states[group_id] = GroupPreemptionProgress(preempting=True, members=placed)
     assert await harness.trigger.running_preemption(train_0)
     assert not await harness.trigger.running_preemption(train_1)
+
+
+# -- woken when the claim in its way ends ------------------------------------------------------
+
+
+def ledger_trigger(ledger: Engine) -> tuple[FakeView, FakeClient, Clock, Metrics, TriggerLoop]:
+    view, client, clock, metrics = FakeView(), FakeClient(), Clock(), Metrics()
+    trigger = TriggerLoop(
+        view,  # type: ignore[arg-type]
+        client,  # type: ignore[arg-type]
+        SETTINGS,
+        metrics,
+        clock=clock,
+        tick=0.005,
+        ledger=ledger,
+    )
+    return view, client, clock, metrics, trigger
+
+
+def started_for(client: FakeClient, name: str) -> list[FakeHandle]:
+    return [h for h in client.started if f"-{name}-" in h.id]
+
+
+async def booked(trigger: TriggerLoop, count: int) -> None:
+    """Wait (bounded) until the loop has booked `count` ends."""
+    async with asyncio.timeout(5):
+        while len(trigger.finished) < count:
+            await asyncio.sleep(0.01)
+
+
+async def test_a_pod_blocked_only_by_a_running_claim_is_retried_when_its_run_ends(
+    tmp_path: Path,
+) -> None:
+    with sqlite_ledger(tmp_path) as ledger:
+        view, client, clock, metrics, trigger = ledger_trigger(ledger)
+        try:
+            view.event("ADDED", pending_pod("db", "uid-db"))
+            view.event("ADDED", pending_pod("web", "uid-web"))
+            trigger.start()
+            await client.next_start(2)
+            [db_run], [web_run] = started_for(client, "db"), started_for(client, "web")
+            # web's decision: no candidate, db's claim (its run still going) holds node-1.
+            web = PodRef("default", "web", "uid-web", 1000)
+            in_the_way = {"claimsInTheWay": {"node-1": ["default/db"]}}
+            blocked = Decision(
+                web,
+                Verdict.UNSCHEDULABLE,
+                "0/1 nodes are available: 1 Insufficient cpu.",
+                Rationale(Strategy.DEFAULT, nodes_total=1, details=in_the_way),
+            )
+            append_batch(ledger, decision_events(web_run.id, "run-1", web, blocked, T0))
+            await booked(trigger, 1)
+            clock.now += 3  # a blind backoff would wait until 10 s
+            await asyncio.sleep(0.05)
+            assert len(started_for(client, "web")) == 1
+            db = PodRef("default", "db", "uid-db", 1000)
+            batch = [PodRef("default", "batch-0", "uid-batch-0", 1)]
+            append_batch(ledger, one_runbook_completed(db_run.id, preemptor=db, victims=batch))
+            await client.until(lambda: len(started_for(client, "web")) == 2)
+            _, request = client.options[-1]["args"]
+            assert isinstance(request, PreemptionRequest) and request.preemptor.name == "web"
+            assert request.retry_reason == (
+                "woken: the room claimed by default/db was freed: its preemption's run ended "
+                "completed; the last run found no candidate while that claim held it"
+            )
+            woken = metrics.registry.get_sample_value(
+                "preemptctl_retries_woken_total", {"kind": "pod"}
+            )
+            assert woken == 1
+        finally:
+            await trigger.stop(drain=False)
+
+
+async def test_a_gang_blocked_by_another_gangs_claim_is_woken_when_that_group_run_ends(
+    tmp_path: Path,
+) -> None:
+    with sqlite_ledger(tmp_path) as ledger:
+        view, client, clock, metrics, trigger = ledger_trigger(ledger)
+        try:
+            view.group(
+                pod_group("train-a", namespace="ml", priority=1000, min_count=4, uid=TRAIN_A.uid)
+            )
+            for i in range(4):
+                view.event("ADDED", train_a_member(i))
+            view.group(pod_group("train", priority=1000, min_count=2))
+            view.event("ADDED", member("train-0"))
+            trigger.start()
+            await client.next_start(2)
+            [holder] = [h for h in client.started if "train-a" in h.id]
+            [gang] = [h for h in client.started if "default-train" in h.id]
+            # default/train: no candidate, ml/train-a's claim placed its member train-a-2
+            # in the room it lacked on node-2.
+            train = GroupRef("default", "train", "pg-train", 1000)
+            blocked = GroupDecision(
+                train.key,
+                train.uid,
+                Verdict.UNSCHEDULABLE,
+                "even with every lower-priority victim gone only 1 of 2 pending pod(s) can be "
+                "placed",
+                rationale={"claimsInTheWay": {"node-2": ["ml/train-a-2"]}},
+            )
+            append_batch(ledger, group_decision_events(gang.id, "run-1", train, blocked, T0))
+            await booked(trigger, 1)
+            clock.now += 3
+            await asyncio.sleep(0.05)
+            assert len([h for h in client.started if "default-train" in h.id]) == 1
+            story = group_preemption(holder.id, end=EventKind.PREEMPTION_ABORTED)
+            append_batch(ledger, story)
+            await client.until(
+                lambda: len([h for h in client.started if "default-train" in h.id]) == 2
+            )
+            _, request = client.options[-1]["args"]
+            assert isinstance(request, GroupPreemptionRequest) and request.group == train
+            assert request.retry_reason.startswith(
+                "woken: the room claimed by ml/train-a (its member ml/train-a-2) was freed: "
+                "its preemption's run ended aborted;"
+            )
+            woken = metrics.registry.get_sample_value(
+                "preemptctl_retries_woken_total", {"kind": "group"}
+            )
+            assert woken == 1
+        finally:
+            await trigger.stop(drain=False)

@@ -16,6 +16,12 @@ Scenarios (one trigger condition each):
 - a failed start waits 1 s, doubling, at most 10 s;
 - an ended preemption waits 10 s, doubling, up to the retry cap; forgetting a pod starts
   its backoff over;
+- a preemption that found no candidate while claims of running preemptions held its room
+  is woken when one of their runs ends (a group's run frees its members' room), not before
+  a 1 s floor after its own end; an end of another preemption wakes nothing, and the
+  backoff stays the ceiling; a holder that ended between the run's start and its end being
+  booked wakes it at once (an older end does not); the run a wake started does not double
+  the backoff when it ends; the wake says who freed the room;
 - a parked pod is never due until unparked;
 - a parked pod's signature sees its spec and labels, not its status.
 
@@ -53,6 +59,7 @@ from preemptctl.worker.trigger_rules import (
     GroupKey,
     Parked,
     RetryBook,
+    Woken,
     group_of,
     left_to_another_scheduler,
     note_left_to_another_scheduler,
@@ -61,6 +68,7 @@ from preemptctl.worker.trigger_rules import (
     pod_signature,
     serving_line,
     trigger_reason,
+    woken_reason,
 )
 from tests.preemption.builders import pod_group
 
@@ -198,6 +206,79 @@ def test_forgetting_a_pod_starts_its_backoff_over() -> None:
     assert book.due("uid-1", 0.0)
     book.ended("uid-1", 0.0)
     assert book.due("uid-1", 10.0)
+
+
+def test_an_end_blocked_by_claims_is_woken_when_one_of_their_runs_ends() -> None:
+    book = RetryBook(maximum=300)
+    assert book.ended("uid-1", 0.0, blocked_by={"default/a", "default/b"}) == 10
+    assert not book.due("uid-1", 3.0)
+    woken = book.freed("default/b", {"default/b"}, 3.0, "completed")
+    assert woken == [Woken("uid-1", "default/b", "default/b", "completed", 3.0)]
+    assert book.due("uid-1", 3.0)
+    assert book.woken("uid-1") == woken[0]
+
+
+def test_a_groups_run_frees_the_room_its_members_were_placed_in() -> None:
+    book = RetryBook(maximum=300)
+    book.ended("uid-1", 0.0, blocked_by={"ml/train-b-1"})
+    placed = {"ml/train-b", "ml/train-b-0", "ml/train-b-1"}
+    [woken] = book.freed("ml/train-b", placed, 4.0, "completed")
+    assert (woken.holder, woken.claimed) == ("ml/train-b", "ml/train-b-1")
+    assert book.due("uid-1", 4.0)
+
+
+def test_a_wake_waits_for_the_floor_after_the_blocked_end() -> None:
+    book = RetryBook(maximum=300)
+    book.ended("uid-1", 0.0, blocked_by={"default/a"})
+    [woken] = book.freed("default/a", {"default/a"}, 0.2)
+    assert woken.at == 1.0
+    assert not book.due("uid-1", 0.9) and book.due("uid-1", 1.0)
+
+
+def test_another_preemptions_end_wakes_nothing_and_the_backoff_stays_the_ceiling() -> None:
+    book = RetryBook(maximum=300)
+    book.ended("uid-1", 0.0, blocked_by={"default/a"})
+    book.ended("uid-2", 0.0)  # no candidate, no claim in its way
+    assert book.freed("default/b", {"default/b"}, 2.0) == []
+    assert book.freed("default/a", {"default/a"}, 3.0) == [
+        Woken("uid-1", "default/a", "default/a", "", 3.0)
+    ]
+    assert not book.due("uid-2", 9.9) and book.due("uid-2", 10.0)
+
+
+def test_a_holder_that_ended_before_the_blocked_end_was_booked_wakes_it_at_once() -> None:
+    book = RetryBook(maximum=300)
+    book.freed("default/a", {"default/a"}, 3.0, "completed")  # its end was read first
+    book.ended("uid-1", 3.1, blocked_by={"default/a"}, since=2.5)  # this run began at 2.5
+    assert book.woken("uid-1") == Woken("uid-1", "default/a", "default/a", "completed", 4.1)
+    assert not book.due("uid-1", 4.0) and book.due("uid-1", 4.1)
+    book.ended("uid-2", 3.2, blocked_by={"default/a"}, since=3.05)  # began after that end
+    assert book.woken("uid-2") is None
+    assert not book.due("uid-2", 13.1)
+
+
+def test_the_run_a_wake_started_does_not_double_the_backoff() -> None:
+    book = RetryBook(maximum=300)
+    book.ended("uid-1", 0.0, blocked_by={"default/a"})
+    book.freed("default/a", {"default/a"}, 2.0)
+    book.started("uid-1")
+    assert book.ended("uid-1", 3.0) == 10  # the woken run found nothing either
+    assert book.woken("uid-1") is None
+    book.started("uid-1")
+    assert book.ended("uid-1", 13.0) == 20  # a blind retry's end doubles as before
+
+
+def test_a_wake_says_who_freed_the_room() -> None:
+    pod = Woken("uid-1", "default/a", "default/a", "completed", 3.0)
+    member = Woken("uid-1", "ml/train-b", "ml/train-b-1", "aborted", 3.0)
+    assert woken_reason(pod) == (
+        "woken: the room claimed by default/a was freed: its preemption's run ended "
+        "completed; the last run found no candidate while that claim held it"
+    )
+    assert woken_reason(member).startswith(
+        "woken: the room claimed by ml/train-b (its member ml/train-b-1) was freed: its "
+        "preemption's run ended aborted;"
+    )
 
 
 def test_parked_pod_is_never_due_until_unparked() -> None:
