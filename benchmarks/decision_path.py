@@ -283,6 +283,7 @@ def run(
                 f"{(disk_after - disk_before) / len(new) / KiB:.1f} KiB per decision"
             )
     print(
+        f"planned again:       {path_.planned_again} batch(es) planned again under the lock\n"
         f"lock hold/decision:  median {statistics.median(holds):.1f} ms, "
         f"p99 {percentile(holds, 0.99):.1f} ms "
         f"({len(sizes)} acquisitions, {statistics.mean(sizes):.1f} decisions each on average)"

@@ -336,6 +336,8 @@ class DecisionPath:
         self._decisions = 0
         self.holds: deque[tuple[float, int]] = deque(maxlen=10_000)
         """(seconds the decision lock was held, decisions made in that hold), newest last."""
+        self.planned_again = 0
+        """Batches planned ahead whose plans no longer stood under the lock."""
 
     def prime(self) -> None:
         """Read every open claim once now (the worker does, once its view has synced), so
@@ -586,6 +588,7 @@ class DecisionPath:
             claims, runs = self._claims.read(db, [w.job.request.preemption_id for w in batch])
             made = None if ahead is None else self._settle_ahead(db, ahead, claims, runs, pending)
             if made is None:
+                self.planned_again += ahead is not None
                 pending = []
                 made = self._decide_under_the_lock(db, batch, claims, runs, pending)
             append_batch_on(db, pending)
