@@ -17,6 +17,10 @@ Scenarios:
 - a failed run's failure says the cause and the fix in one line (the victim, the verb and
   resource to grant), and no stack trace is anywhere in its history; its result, in the
   failure's details, says that retrying cannot help.
+- a group run (the bundled gang scenario: ml/train-a takes ml/train-b whole, on three nodes,
+  and the notebook) is found by its group, its victim group and a victim pod; its story names
+  the members' nodes, each victim with its UID, its own node and its unit, why each unit was
+  taken, and how it ended; each victim's step names the victim's own node (issue 25, item 5).
 """
 
 from __future__ import annotations
@@ -44,10 +48,18 @@ from preemptctl.workflows import search_attributes
 from tests.support.temporal import temporal_cli
 from tests.workflows.harness import Stack, keep_history, running_stack
 from tests.workflows.scenarios import one_full_node
+from tests.workflows.test_full_stack_groups import gang
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 VICTIMS = ["default/victim-0", "default/victim-1"]
+# The bundled gang scenario's decision: its victims, their priorities, nodes and units.
+GANG_VICTIM_PLACES = [
+    ("ml/train-b-0", 1000, "node-1", "podGroup ml/train-b"),
+    ("ml/train-b-1", 1000, "node-2", "podGroup ml/train-b"),
+    ("ml/train-b-2", 1000, "node-5", "podGroup ml/train-b"),
+    ("ml/notebook", 100, "node-3", "pod ml/notebook"),
+]
 
 
 @dataclass
@@ -253,3 +265,69 @@ async def test_a_failed_run_says_its_cause_and_its_fix(ui: UI, ledger: Engine, e
     assert (decoded(carried)["outcome"], decoded(carried)["retryable"]) == ("failed", False)
 
     assert stack_traces(history) == []
+
+
+async def test_a_group_run_tells_its_story(ui: UI, ledger: Engine, emulator: Emulator):
+    async with running_stack(ui.env.client, ledger, emulator, gang()) as stack:
+        victim_uids = {key: stack.preemptor(key).uid for key, *_ in GANG_VICTIM_PLACES}
+        handle = await stack.start_group("ml/train-a")
+        await handle.result()
+        uid = stack.group("ml/train-a").uid
+        listed = {
+            name: await visible(ui, f'{query} AND PreemptorUid = "{uid}"')
+            for name, query in {
+                "by group": 'PodGroup = "ml/train-a"',
+                "by outcome": 'PreemptionOutcome = "completed"',
+                "by victim group": 'VictimGroups = "ml/train-b"',
+                "by victim": 'VictimPods = "ml/notebook"',
+            }.items()
+        }
+        page = ui.workflow(handle.id)
+        run_id = page["workflowExecutionInfo"]["execution"]["runId"]
+        details = await asyncio.to_thread(ui.current_details, handle.id, run_id)
+        history = ui.history(handle.id)
+    assert listed == {name: [handle.id] for name in listed}
+    summary = decoded(page["executionConfig"]["userMetadata"]["summary"])
+    assert summary == "Preempt for pod group ml/train-a (priority 100000)"
+
+    assert details.startswith(
+        "**Preempt 4 pod(s) in 2 unit(s) for pod group ml/train-a (priority 100000, minCount 4): "
+        "4 member(s) placed on node-1, node-2, node-3, node-4**\n\n"
+    )
+    told = [line for line in details.splitlines() if line.startswith("- ")]
+    assert sorted(told) == sorted(  # each victim with its UID, its own node and its unit
+        f"- {victim} (uid {victim_uids[victim]}, priority {priority}, on {node}, {unit})"
+        for victim, priority, node, unit in GANG_VICTIM_PLACES
+    )
+    assert "podGroup ml/train-b taken: ml/train-a-0 would not fit on node-1 beside it" in details
+    assert "More: `preemptctl explain ml/train-a`" in details
+    assert details.endswith(
+        "**Ended completed**: 4 victim(s) preempted on 4 node(s) for pod group ml/train-a, "
+        "4 member(s) nominated (minCount 4); their binds are the scheduler's, recorded when the "
+        "watch shows them"
+    )
+
+    [completed] = [e for e in history if e["eventType"].endswith("WORKFLOW_EXECUTION_COMPLETED")]
+    [result] = completed["workflowExecutionCompletedEventAttributes"]["result"]["payloads"]
+    result = decoded(result)
+    assert result["decision"].startswith("Preempt 4 pod(s) in 2 unit(s) for pod group ml/train-a")
+    assert (result["outcome"], result["retryable"], result["min_count"]) == ("completed", None, 4)
+    assert sorted((v["pod"]["name"], v["node"], v["fate"]) for v in result["victims"]) == sorted(
+        (victim.partition("/")[2], node, "deleted") for victim, _, node, _ in GANG_VICTIM_PLACES
+    )
+
+    steps = [
+        decoded(e["userMetadata"]["summary"])
+        for e in history
+        if e["eventType"].endswith("ACTIVITY_TASK_SCHEDULED")
+        or e.get("markerRecordedEventAttributes", {}).get("markerName") == "core_local_activity"
+    ]
+    assert all(steps), steps
+    assert steps[:2] == [
+        "select victims for pod group ml/train-a",
+        "nominate 4 member(s) of ml/train-a",
+    ]
+    assert steps[-1] == "ledger: completed"
+    for victim, _, node, _ in GANG_VICTIM_PLACES:  # one step per victim, on its own node
+        named = f"{victim} (uid {victim_uids[victim]}) on {node}"
+        assert [s for s in steps if named in s] == [f"preempt {named}"]
