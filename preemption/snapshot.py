@@ -16,6 +16,7 @@ from array import array
 from collections import Counter
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from itertools import repeat
+from operator import attrgetter, is_
 from typing import Any
 
 from preemptctl.preemption.decode import (
@@ -65,6 +66,7 @@ NAMESPACED_KINDS = frozenset(
 IGNORED_KINDS: frozenset[str] = frozenset()
 
 _NEVER_STARTED = float("inf")
+_uid_of = attrgetter("uid")
 
 # `WorkloadMaxTreeDepth`: the levels a hierarchy of (composite) pod groups may have; upstream
 # walks no further up (`traverseHierarchyUp`) or down (`GetPodGroupStates`) than this.
@@ -93,6 +95,19 @@ def _compact(values: list[int]) -> Sequence[int]:
         return values
 
 
+_Derived = tuple[
+    list[Pod],
+    Sequence[int],
+    tuple[Sequence[int], Sequence[int], Sequence[int]],
+    list[tuple[int, ...]],
+    list[int],
+    int,
+]
+"""A node's pods in importance order and what `NodeInfo` derives from that order: the
+descending priorities, the suffix sums, the budget matches, the budgeted positions and the
+budgets' generation those were matched at."""
+
+
 class NodeInfo:
     """One node and the non-terminal pods bound to it, with their summed requests."""
 
@@ -101,6 +116,7 @@ class NodeInfo:
         "_by_importance",
         "_descending_priorities",
         "_dry_run",
+        "_earlier",
         "_pdb_generation",
         "_pdb_matches",
         "_suffix_sums",
@@ -134,6 +150,9 @@ class NodeInfo:
         self._dry_run: tuple[Hashable, list[Pod], Node | None, Any] | None = None
         # The node's victim units (`victim_units.node_units`), with what they were built from.
         self._units: tuple[Hashable, list[Pod], Any] | None = None
+        # The order and its derived data as they were before the pods last changed (see
+        # `_restore_earlier`).
+        self._earlier: _Derived | None = None
 
     def add_pod(self, pod: Pod) -> None:
         self.pods[pod.uid] = pod
@@ -155,7 +174,16 @@ class NodeInfo:
         self.ephemeral_storage += sign * requests.ephemeral_storage
         for name, amount in requests.scalars:
             self.scalars[name] = self.scalars.get(name, 0) + sign * amount
-        self._by_importance = None
+        if self._by_importance is not None:
+            self._earlier = (
+                self._by_importance,
+                self._descending_priorities,
+                self._suffix_sums,
+                self._pdb_matches,
+                self._budgeted,
+                self._pdb_generation,
+            )
+            self._by_importance = None
 
     def requested(self) -> Resources:
         """The summed requests of the pods on the node (`NodeInfo.Requested`)."""
@@ -168,26 +196,63 @@ class NodeInfo:
 
     def pods_by_importance(self) -> list[Pod]:
         """The node's pods, most important first (cached until the node's pods change)."""
-        if self._by_importance is None:
-            ordered = sorted(self.pods.values(), key=importance_key)
-            self._descending_priorities = _compact([-p.priority for p in ordered])
-            size = len(ordered) + 1
-            cpu_sums, memory_sums, ephemeral_sums = [0] * size, [0] * size, [0] * size
-            cpu = memory = ephemeral = 0
-            for index in range(len(ordered) - 1, -1, -1):
-                r = ordered[index].requests
-                cpu += r.milli_cpu
-                memory += r.memory
-                ephemeral += r.ephemeral_storage
-                cpu_sums[index], memory_sums[index], ephemeral_sums[index] = cpu, memory, ephemeral
-            self._suffix_sums = (
-                _compact(cpu_sums),
-                _compact(memory_sums),
-                _compact(ephemeral_sums),
-            )
-            self._pdb_generation = -1
-            self._by_importance = ordered
-        return self._by_importance
+        ordered = self._by_importance
+        if ordered is None:
+            ordered = self._restore_earlier()
+            if ordered is None:
+                ordered = self._order()
+        return ordered
+
+    def _order(self) -> list[Pod]:
+        """Sort the node's pods by importance, and derive from the order what is kept."""
+        ordered = sorted(self.pods.values(), key=importance_key)
+        self._descending_priorities = _compact([-p.priority for p in ordered])
+        size = len(ordered) + 1
+        cpu_sums, memory_sums, ephemeral_sums = [0] * size, [0] * size, [0] * size
+        cpu = memory = ephemeral = 0
+        for index in range(len(ordered) - 1, -1, -1):
+            r = ordered[index].requests
+            cpu += r.milli_cpu
+            memory += r.memory
+            ephemeral += r.ephemeral_storage
+            cpu_sums[index], memory_sums[index], ephemeral_sums[index] = cpu, memory, ephemeral
+        self._suffix_sums = (
+            _compact(cpu_sums),
+            _compact(memory_sums),
+            _compact(ephemeral_sums),
+        )
+        self._pdb_generation = -1
+        self._by_importance = ordered
+        return ordered
+
+    def _restore_earlier(self) -> list[Pod] | None:
+        """Take back the order (the same list object) and what was derived from it as they
+        were before the pods last changed, when the node holds exactly those pod objects
+        again; None when it does not. A claim hides its victims for one decision and puts
+        them back (`claims.ClaimBook.applied`), so each decision found the claimed nodes
+        changed twice: their order sorted again, their suffix sums and budget matches made
+        again, and the inputs captured (`recorded_inputs.capture`, which reads every node)
+        holding a new list, so that the recorder compared its pods one by one. Everything
+        restored is a function of the pod objects alone (the order breaks every tie by UID;
+        the budget matches are checked against `pdb_generation` as always)."""
+        earlier = self._earlier
+        if earlier is None:
+            return None
+        ordered, pods = earlier[0], self.pods
+        if len(ordered) != len(pods) or not all(
+            map(is_, map(pods.get, map(_uid_of, ordered)), ordered)
+        ):
+            return None
+        self._earlier = None
+        (
+            self._by_importance,
+            self._descending_priorities,
+            self._suffix_sums,
+            self._pdb_matches,
+            self._budgeted,
+            self._pdb_generation,
+        ) = earlier
+        return ordered
 
     def lower_priority_start(self, priority: int) -> int:
         """Where the pods below `priority` begin in the importance order (they are a suffix)."""
