@@ -562,6 +562,10 @@ class ClusterSnapshot:
         self._nominated: dict[str, dict[str, Pod]] = {}
         self._sorted_nodes: list[NodeInfo] | None = None
         self._domains: dict[str, dict[str, str]] = {}
+        # Nodes whose pods or Node object changed since the kept filter pass last took them
+        # (`take_changed_nodes`), and that pass (`find_nodes_that_fit.filter_nodes`).
+        self._changed_nodes: set[str] = set()
+        self.kept_filter_pass: Any = None
         self._sorted_pdbs: list[PodDisruptionBudget] | None = None
         self._pdbs_by_namespace: dict[str, list[tuple[int, LabelSelector]]] | None = None
         self._pdb_positions: dict[str, int] = {}
@@ -772,6 +776,7 @@ class ClusterSnapshot:
             elif info.node.labels != node.labels:
                 self._domains.clear()
             info.node = node
+            self._changed_nodes.add(node.name)
 
     def domains(self, key: str) -> dict[str, str]:
         """Each node having the label `key`, with its value: the topology domains of that key
@@ -795,6 +800,13 @@ class ClusterSnapshot:
             del self.node_infos[name]
         self._sorted_nodes = None
         self._domains.clear()
+
+    def take_changed_nodes(self) -> set[str]:
+        """The names of the nodes whose pods or Node object changed since the last call (a
+        node added or removed also renews `nodes()`, the list): what the kept filter pass
+        must judge again."""
+        changed, self._changed_nodes = self._changed_nodes, set()
+        return changed
 
     def nodes(self) -> list[NodeInfo]:
         """Nodes that exist (have a Node object), in name order."""
@@ -892,6 +904,7 @@ class ClusterSnapshot:
             if info is None:
                 info = self.node_infos[pod.node_name] = NodeInfo(pod.node_name)
             info.add_pod(pod)
+            self._changed_nodes.add(pod.node_name)
             if self.warmed:
                 self.matching_pdbs(pod)
             bound = self.bound
@@ -915,6 +928,7 @@ class ClusterSnapshot:
             self.bound.discard(pod)
             if info is not None:
                 info.remove_pod(pod.uid)
+                self._changed_nodes.add(pod.node_name)
                 if info.node is None and not info.pods:
                     del self.node_infos[pod.node_name]
         elif pod.nominated_node_name:
