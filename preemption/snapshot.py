@@ -390,9 +390,17 @@ class BoundPodIndex:
             for claim in pod.claims:
                 _discard(self.claim_users, f"{pod.namespace}/{claim}", pod.uid)
         if self.labels_ready:
-            _discard(self.by_namespace, pod.namespace, pod.uid)
+            # `_discard` inlined: this runs for each label of each victim a claim hides and
+            # gives back, hundreds of times a decision.
+            uid, namespace, by_label = pod.uid, pod.namespace, self.by_label
+            _discard(self.by_namespace, namespace, uid)
             for key, value in pod.labels.items():
-                _discard(self.by_label, (pod.namespace, key, value), pod.uid)
+                label = (namespace, key, value)
+                labelled = by_label.get(label)
+                if labelled is not None:
+                    labelled.pop(uid, None)
+                    if not labelled:
+                        del by_label[label]
         terms = pod.pod_anti_affinity
         if terms and pod.uid in self.anti_affinity.get(terms, {}):
             self._anti_changed(terms)
@@ -850,8 +858,9 @@ class ClusterSnapshot:
         pod = self.pods.pop(uid, None)
         if pod is None:
             return None
-        if self._uid_by_key.get(pod.key) == uid:
-            del self._uid_by_key[pod.key]
+        key = pod.key
+        if self._uid_by_key.get(key) == uid:
+            del self._uid_by_key[key]
         if pod.over_cap:
             self._count_over_cap(pod, None)
         self._detach(pod)
@@ -905,7 +914,7 @@ class ClusterSnapshot:
                 info = self.node_infos[pod.node_name] = NodeInfo(pod.node_name)
             info.add_pod(pod)
             self._changed_nodes.add(pod.node_name)
-            if self.warmed:
+            if self.warmed and pod.uid not in self._pdb_matches:
                 self.matching_pdbs(pod)
             bound = self.bound
             if pod.claims or pod.inline_csi or pod.pod_anti_affinity or bound.labels_ready:
