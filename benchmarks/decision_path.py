@@ -24,7 +24,8 @@ replicas), the lock's hold time per decision (median and p99), the decision late
 including the wait for the lock, and for the inputs: how many of the burst's decisions were
 recorded and how many got a "not recorded" marker, the bytes the first decision stored and
 what each later one added on average (the rows' and packs' compressed bytes, and the growth
-of the two tables on disk), how long the recorder needed after the last decision. The
+of the two tables on disk), how long the recorder needed after the last decision, and how
+much of the CPU per decision the cyclic garbage collector took (its collections by kind). The
 machine's load average is printed with them. Targets (issues 14 and 22): ≥ 40 decisions/s
 with inputs recorded, every one recorded, ≤ 100 KiB new per decision after the first.
 """
@@ -86,6 +87,24 @@ class View:
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         return True
+
+
+class CollectorTime:
+    """A `gc.callbacks` entry: the CPU time the cyclic collector takes, and its collections
+    by generation. A collection runs in the thread whose allocation set it off, holding the
+    interpreter, so that thread's CPU time from start to stop is the collection's."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = [0, 0, 0]
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.thread_time()
+        else:
+            self.seconds += time.thread_time() - self._began
+            self.collections[info["generation"]] += 1
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -216,6 +235,8 @@ def run(
         recorder_cpu = path_.inputs.cpu_seconds if path_.inputs is not None else 0.0
         path_.holds.clear()
         latencies.clear()
+        collector = CollectorTime()
+        gc.callbacks.append(collector)
         cpu_began = time.process_time()
         began = time.perf_counter()
         with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -232,6 +253,7 @@ def run(
             if from_start and appended:  # the first decision's, recorded during the burst
                 first, appended = appended[0], appended[1:]
         cpu = time.process_time() - cpu_began
+        gc.callbacks.remove(collector)
         disk_after = table_bytes(url)
         ledger.dispose()
     finally:
@@ -255,6 +277,11 @@ def run(
         + (f"; the recorder's {recorder:.1f} ms of it" if record_inputs else "")
         + f"): one interpreter with a core to itself makes at most "
         f"{1000 / per_decision:.0f} decisions/s"
+    )
+    print(
+        f"cyclic collector:    {collector.seconds * 1000 / (decisions - 1):.1f} ms of it per "
+        f"decision ({collector.collections[2]} full collections, "
+        f"{collector.collections[0] + collector.collections[1]} younger)"
     )
     if record_inputs:
         recorded = [made for made in appended if made.appended]
