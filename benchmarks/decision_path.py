@@ -12,6 +12,7 @@ threads decide at once, as the worker's activity threads do, so the lock is cont
 A run in flight keeps its claim: at most `--in-flight` runs are open at a time; when a run
 ends its victims leave the snapshot, its preemptor is bound there (as the watch would show)
 and its `completed` event is appended outside the lock, as the `record_end` activity does.
+Meanwhile the run keeps of its decision what the worker's workflow keeps (`InFlight`).
 
 Each decision's inputs are recorded as the worker records them (unless --no-inputs): captured
 under the lock, written out for the shared layout by the recorder's thread in the same
@@ -45,6 +46,7 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -64,7 +66,7 @@ from preemptctl.ledger.inputs_recorder import INPUTS_MAX_BYTES
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.writer import append
 from preemptctl.migrations import upgrade
-from preemptctl.preemption.decision import PodRef, Verdict
+from preemptctl.preemption.decision import Decision, PodRef, Verdict
 from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.snapshot import ClusterSnapshot
 
@@ -87,6 +89,23 @@ class View:
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """What a run in flight keeps of its decision until it ends, as the worker's workflow
+    does (`activities.preemption.Selection`): its preemptor, node and victims. Not the
+    decision whole: its rationale holds an evaluation per node the dry run visited (500 at
+    5,000 nodes), which the worker drops with the activity's answer; a hundred runs in
+    flight would keep 50,000 of them for every full collection to traverse."""
+
+    preemptor: PodRef
+    nominated_node: str | None
+    victims: tuple[PodRef, ...]
+
+    @classmethod
+    def of(cls, decision: Decision) -> InFlight:
+        return cls(decision.preemptor, decision.nominated_node, decision.victims)
 
 
 class CollectorTime:
@@ -173,14 +192,13 @@ def run(
             max_batch=batch,
             inputs_max_bytes=INPUTS_MAX_BYTES if record_inputs else 0,
         )
-        open_runs: deque[tuple[int, Decided]] = deque()
+        open_runs: deque[tuple[int, InFlight]] = deque()
         runs_lock = threading.Lock()
         latencies: list[float] = []
         outcomes: dict[str, int] = {}
 
-        def end(index: int, decided: Decided) -> None:
+        def end(index: int, decision: InFlight) -> None:
             """The run is over: the cluster shows its effect, its end is recorded."""
-            decision = decided.decision
             with view.read() as snapshot:
                 for victim in decision.victims:
                     snapshot.remove_pod(victim.uid)
@@ -212,11 +230,11 @@ def run(
             assert isinstance(decided, Decided), decided
             latencies.append(time.perf_counter() - began)
             verdict = str(decided.decision.verdict)
-            ended: list[tuple[int, Decided]] = []
+            ended: list[tuple[int, InFlight]] = []
             with runs_lock:
                 outcomes[verdict] = outcomes.get(verdict, 0) + 1
                 if decided.decision.verdict is Verdict.PREEMPT:
-                    open_runs.append((index, decided))
+                    open_runs.append((index, InFlight.of(decided.decision)))
                 while len(open_runs) > in_flight:
                     ended.append(open_runs.popleft())
             for done in ended:
