@@ -12,6 +12,7 @@ threads decide at once, as the worker's activity threads do, so the lock is cont
 A run in flight keeps its claim: at most `--in-flight` runs are open at a time; when a run
 ends its victims leave the snapshot, its preemptor is bound there (as the watch would show)
 and its `completed` event is appended outside the lock, as the `record_end` activity does.
+Meanwhile the run keeps of its decision what the worker's workflow keeps (`InFlight`).
 
 Each decision's inputs are recorded as the worker records them (unless --no-inputs): captured
 under the lock, written out for the shared layout by the recorder's thread in the same
@@ -24,7 +25,8 @@ replicas), the lock's hold time per decision (median and p99), the decision late
 including the wait for the lock, and for the inputs: how many of the burst's decisions were
 recorded and how many got a "not recorded" marker, the bytes the first decision stored and
 what each later one added on average (the rows' and packs' compressed bytes, and the growth
-of the two tables on disk), how long the recorder needed after the last decision. The
+of the two tables on disk), how long the recorder needed after the last decision, and how
+much of the CPU per decision the cyclic garbage collector took (its collections by kind). The
 machine's load average is printed with them. Targets (issues 14 and 22): ≥ 40 decisions/s
 with inputs recorded, every one recorded, ≤ 100 KiB new per decision after the first.
 """
@@ -44,6 +46,7 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -63,7 +66,7 @@ from preemptctl.ledger.inputs_recorder import INPUTS_MAX_BYTES
 from preemptctl.ledger.kinds import EventKind
 from preemptctl.ledger.writer import append
 from preemptctl.migrations import upgrade
-from preemptctl.preemption.decision import PodRef, Verdict
+from preemptctl.preemption.decision import Decision, PodRef, Verdict
 from preemptctl.preemption.decode import decode_pod
 from preemptctl.preemption.snapshot import ClusterSnapshot
 
@@ -86,6 +89,41 @@ class View:
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """What a run in flight keeps of its decision until it ends, as the worker's workflow
+    does (`activities.preemption.Selection`): its preemptor, node and victims. Not the
+    decision whole: its rationale holds an evaluation per node the dry run visited (500 at
+    5,000 nodes), which the worker drops with the activity's answer; a hundred runs in
+    flight would keep 50,000 of them for every full collection to traverse."""
+
+    preemptor: PodRef
+    nominated_node: str | None
+    victims: tuple[PodRef, ...]
+
+    @classmethod
+    def of(cls, decision: Decision) -> InFlight:
+        return cls(decision.preemptor, decision.nominated_node, decision.victims)
+
+
+class CollectorTime:
+    """A `gc.callbacks` entry: the CPU time the cyclic collector takes, and its collections
+    by generation. A collection runs in the thread whose allocation set it off, holding the
+    interpreter, so that thread's CPU time from start to stop is the collection's."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = [0, 0, 0]
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.thread_time()
+        else:
+            self.seconds += time.thread_time() - self._began
+            self.collections[info["generation"]] += 1
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -154,14 +192,13 @@ def run(
             max_batch=batch,
             inputs_max_bytes=INPUTS_MAX_BYTES if record_inputs else 0,
         )
-        open_runs: deque[tuple[int, Decided]] = deque()
+        open_runs: deque[tuple[int, InFlight]] = deque()
         runs_lock = threading.Lock()
         latencies: list[float] = []
         outcomes: dict[str, int] = {}
 
-        def end(index: int, decided: Decided) -> None:
+        def end(index: int, decision: InFlight) -> None:
             """The run is over: the cluster shows its effect, its end is recorded."""
-            decision = decided.decision
             with view.read() as snapshot:
                 for victim in decision.victims:
                     snapshot.remove_pod(victim.uid)
@@ -193,11 +230,11 @@ def run(
             assert isinstance(decided, Decided), decided
             latencies.append(time.perf_counter() - began)
             verdict = str(decided.decision.verdict)
-            ended: list[tuple[int, Decided]] = []
+            ended: list[tuple[int, InFlight]] = []
             with runs_lock:
                 outcomes[verdict] = outcomes.get(verdict, 0) + 1
                 if decided.decision.verdict is Verdict.PREEMPT:
-                    open_runs.append((index, decided))
+                    open_runs.append((index, InFlight.of(decided.decision)))
                 while len(open_runs) > in_flight:
                     ended.append(open_runs.popleft())
             for done in ended:
@@ -216,6 +253,8 @@ def run(
         recorder_cpu = path_.inputs.cpu_seconds if path_.inputs is not None else 0.0
         path_.holds.clear()
         latencies.clear()
+        collector = CollectorTime()
+        gc.callbacks.append(collector)
         cpu_began = time.process_time()
         began = time.perf_counter()
         with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -232,6 +271,7 @@ def run(
             if from_start and appended:  # the first decision's, recorded during the burst
                 first, appended = appended[0], appended[1:]
         cpu = time.process_time() - cpu_began
+        gc.callbacks.remove(collector)
         disk_after = table_bytes(url)
         ledger.dispose()
     finally:
@@ -255,6 +295,11 @@ def run(
         + (f"; the recorder's {recorder:.1f} ms of it" if record_inputs else "")
         + f"): one interpreter with a core to itself makes at most "
         f"{1000 / per_decision:.0f} decisions/s"
+    )
+    print(
+        f"cyclic collector:    {collector.seconds * 1000 / (decisions - 1):.1f} ms of it per "
+        f"decision ({collector.collections[2]} full collections, "
+        f"{collector.collections[0] + collector.collections[1]} younger)"
     )
     if record_inputs:
         recorded = [made for made in appended if made.appended]

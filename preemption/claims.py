@@ -134,12 +134,27 @@ class ClaimBook:
                 snapshot.upsert_pod(pod)
 
 
+PLACED_KEPT = 4096
+"""At most this many placed pods are kept for reuse (`_placed`); past it, all are dropped."""
+
+_placed_pods: dict[str, tuple[Pod, str, Pod]] = {}
+"""By UID: the pod a claim placed, the node, and the placed pod made of them (`_placed`)."""
+
+
 def _placed(pod: Pod, node: str) -> Pod:
     """A pod a claim places (a preemptor, or a group's member) as a nomination to `node` that
     every later decision must respect. A member leaves its group for the overlay: a member's
     priority is its group's (the snapshot would give it back), and the claimed priority
-    must stand; its group, deciding again, does not meet its own claim."""
-    return dataclasses.replace(
+    must stand; its group, deciding again, does not meet its own claim.
+
+    Every decision lays every claim over the view again, so the placed pod made for the same
+    pod object (the view replaces a changed pod, never mutates it) and the same node is
+    reused: it is a function of those two alone, and the same object lets the inputs
+    recorder find the pending pods unchanged by identity instead of encoding them again."""
+    kept = _placed_pods.get(pod.uid)
+    if kept is not None and kept[0] is pod and kept[1] == node:
+        return kept[2]
+    placed = dataclasses.replace(
         pod,
         node_name="",
         nominated_node_name=node,
@@ -147,3 +162,7 @@ def _placed(pod: Pod, node: str) -> Pod:
         group="",
         spec_priority=None,
     )
+    if len(_placed_pods) >= PLACED_KEPT:
+        _placed_pods.clear()
+    _placed_pods[pod.uid] = (pod, node, placed)
+    return placed

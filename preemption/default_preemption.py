@@ -16,7 +16,7 @@ by name instead of by Go's map order or unstable sort.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -421,10 +421,13 @@ def select_victims_on_node(
     incrementally (a reprieved pod fits when its request is within what is still free);
     spread and pod affinity by AddPod and the plugins' Filter, for the pods they count.
 
-    For a preemptor without extended resources or host ports, on a node nobody is nominated
-    to and where the spread, affinity and volume state counts none of the pods it could
-    remove, the resource answer is kept on the node and reused by the next preemptor of the
-    same priority and request while the node, its pods and every budget are unchanged.
+    For a preemptor without extended resources or host ports, on a node where the spread,
+    affinity and volume state counts none of the pods it could remove (and, on a node some
+    pod is nominated to, without any such state at all), the resource answer is kept on the
+    node and reused by the next preemptor of the same priority and request while the node,
+    its pods, what the nominations there add (`addGENominatedPods`) and every budget are
+    unchanged. Claims in flight are nominations: the nodes they claimed are where the next
+    decisions walk most often (their victims hidden, their preemptors nominated there).
     """
     if isinstance(constraints, Prefilter):
         constraints = PodConstraints.prefilter(snapshot, preemptor)
@@ -462,10 +465,11 @@ def select_victims_on_node(
                 found = (tuple(victims), violations, status)
                 info.remember(unit_key, found)
             return list(found[0]), found[1], found[2]
+    nominations = snapshot.has_nominations(info.name)
     if (
         preemptor.host_ports
         or want.scalars
-        or snapshot.has_nominations(info.name)
+        or (nominations and constraints is not None)
         or (constraints is not None and _counted_on(constraints, info, preemptor.priority))
     ):
         return _select_victims_on_node(snapshot, preemptor, info, args, constraints)
@@ -473,7 +477,7 @@ def select_victims_on_node(
     # volume state counts none of the pods it could remove, so it stays as PreFilter left
     # it): a burst of one workload's replicas (one priority, one request) finds the node's
     # answer kept from the last decision that visited it, as long as none has changed since.
-    key = (
+    key: tuple[Hashable, ...] = (
         snapshot.pdb_version,
         preemptor.priority,
         want.milli_cpu,
@@ -481,6 +485,9 @@ def select_victims_on_node(
         want.ephemeral_storage,
         args.protected_namespaces if args else frozenset(),
     )
+    if nominations:  # without PreFilter state they add only their requests and their count
+        extra = nominated_extra(snapshot, preemptor, info.name)
+        key = (*key, extra.requests, extra.count)
     kept = info.remembered(key)
     if kept is None:
         kept = _select_victims_on_node(snapshot, preemptor, info, args, None)

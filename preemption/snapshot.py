@@ -16,6 +16,7 @@ from array import array
 from collections import Counter
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from itertools import repeat
+from operator import attrgetter, is_
 from typing import Any
 
 from preemptctl.preemption.decode import (
@@ -65,6 +66,7 @@ NAMESPACED_KINDS = frozenset(
 IGNORED_KINDS: frozenset[str] = frozenset()
 
 _NEVER_STARTED = float("inf")
+_uid_of = attrgetter("uid")
 
 # `WorkloadMaxTreeDepth`: the levels a hierarchy of (composite) pod groups may have; upstream
 # walks no further up (`traverseHierarchyUp`) or down (`GetPodGroupStates`) than this.
@@ -93,6 +95,19 @@ def _compact(values: list[int]) -> Sequence[int]:
         return values
 
 
+_Derived = tuple[
+    list[Pod],
+    Sequence[int],
+    tuple[Sequence[int], Sequence[int], Sequence[int]],
+    list[tuple[int, ...]],
+    list[int],
+    int,
+]
+"""A node's pods in importance order and what `NodeInfo` derives from that order: the
+descending priorities, the suffix sums, the budget matches, the budgeted positions and the
+budgets' generation those were matched at."""
+
+
 class NodeInfo:
     """One node and the non-terminal pods bound to it, with their summed requests."""
 
@@ -101,6 +116,7 @@ class NodeInfo:
         "_by_importance",
         "_descending_priorities",
         "_dry_run",
+        "_earlier",
         "_pdb_generation",
         "_pdb_matches",
         "_suffix_sums",
@@ -134,6 +150,9 @@ class NodeInfo:
         self._dry_run: tuple[Hashable, list[Pod], Node | None, Any] | None = None
         # The node's victim units (`victim_units.node_units`), with what they were built from.
         self._units: tuple[Hashable, list[Pod], Any] | None = None
+        # The order and its derived data as they were before the pods last changed (see
+        # `_restore_earlier`).
+        self._earlier: _Derived | None = None
 
     def add_pod(self, pod: Pod) -> None:
         self.pods[pod.uid] = pod
@@ -155,7 +174,16 @@ class NodeInfo:
         self.ephemeral_storage += sign * requests.ephemeral_storage
         for name, amount in requests.scalars:
             self.scalars[name] = self.scalars.get(name, 0) + sign * amount
-        self._by_importance = None
+        if self._by_importance is not None:
+            self._earlier = (
+                self._by_importance,
+                self._descending_priorities,
+                self._suffix_sums,
+                self._pdb_matches,
+                self._budgeted,
+                self._pdb_generation,
+            )
+            self._by_importance = None
 
     def requested(self) -> Resources:
         """The summed requests of the pods on the node (`NodeInfo.Requested`)."""
@@ -168,26 +196,63 @@ class NodeInfo:
 
     def pods_by_importance(self) -> list[Pod]:
         """The node's pods, most important first (cached until the node's pods change)."""
-        if self._by_importance is None:
-            ordered = sorted(self.pods.values(), key=importance_key)
-            self._descending_priorities = _compact([-p.priority for p in ordered])
-            size = len(ordered) + 1
-            cpu_sums, memory_sums, ephemeral_sums = [0] * size, [0] * size, [0] * size
-            cpu = memory = ephemeral = 0
-            for index in range(len(ordered) - 1, -1, -1):
-                r = ordered[index].requests
-                cpu += r.milli_cpu
-                memory += r.memory
-                ephemeral += r.ephemeral_storage
-                cpu_sums[index], memory_sums[index], ephemeral_sums[index] = cpu, memory, ephemeral
-            self._suffix_sums = (
-                _compact(cpu_sums),
-                _compact(memory_sums),
-                _compact(ephemeral_sums),
-            )
-            self._pdb_generation = -1
-            self._by_importance = ordered
-        return self._by_importance
+        ordered = self._by_importance
+        if ordered is None:
+            ordered = self._restore_earlier()
+            if ordered is None:
+                ordered = self._order()
+        return ordered
+
+    def _order(self) -> list[Pod]:
+        """Sort the node's pods by importance, and derive from the order what is kept."""
+        ordered = sorted(self.pods.values(), key=importance_key)
+        self._descending_priorities = _compact([-p.priority for p in ordered])
+        size = len(ordered) + 1
+        cpu_sums, memory_sums, ephemeral_sums = [0] * size, [0] * size, [0] * size
+        cpu = memory = ephemeral = 0
+        for index in range(len(ordered) - 1, -1, -1):
+            r = ordered[index].requests
+            cpu += r.milli_cpu
+            memory += r.memory
+            ephemeral += r.ephemeral_storage
+            cpu_sums[index], memory_sums[index], ephemeral_sums[index] = cpu, memory, ephemeral
+        self._suffix_sums = (
+            _compact(cpu_sums),
+            _compact(memory_sums),
+            _compact(ephemeral_sums),
+        )
+        self._pdb_generation = -1
+        self._by_importance = ordered
+        return ordered
+
+    def _restore_earlier(self) -> list[Pod] | None:
+        """Take back the order (the same list object) and what was derived from it as they
+        were before the pods last changed, when the node holds exactly those pod objects
+        again; None when it does not. A claim hides its victims for one decision and puts
+        them back (`claims.ClaimBook.applied`), so each decision found the claimed nodes
+        changed twice: their order sorted again, their suffix sums and budget matches made
+        again, and the inputs captured (`recorded_inputs.capture`, which reads every node)
+        holding a new list, so that the recorder compared its pods one by one. Everything
+        restored is a function of the pod objects alone (the order breaks every tie by UID;
+        the budget matches are checked against `pdb_generation` as always)."""
+        earlier = self._earlier
+        if earlier is None:
+            return None
+        ordered, pods = earlier[0], self.pods
+        if len(ordered) != len(pods) or not all(
+            map(is_, map(pods.get, map(_uid_of, ordered)), ordered)
+        ):
+            return None
+        self._earlier = None
+        (
+            self._by_importance,
+            self._descending_priorities,
+            self._suffix_sums,
+            self._pdb_matches,
+            self._budgeted,
+            self._pdb_generation,
+        ) = earlier
+        return ordered
 
     def lower_priority_start(self, priority: int) -> int:
         """Where the pods below `priority` begin in the importance order (they are a suffix)."""
@@ -325,9 +390,17 @@ class BoundPodIndex:
             for claim in pod.claims:
                 _discard(self.claim_users, f"{pod.namespace}/{claim}", pod.uid)
         if self.labels_ready:
-            _discard(self.by_namespace, pod.namespace, pod.uid)
+            # `_discard` inlined: this runs for each label of each victim a claim hides and
+            # gives back, hundreds of times a decision.
+            uid, namespace, by_label = pod.uid, pod.namespace, self.by_label
+            _discard(self.by_namespace, namespace, uid)
             for key, value in pod.labels.items():
-                _discard(self.by_label, (pod.namespace, key, value), pod.uid)
+                label = (namespace, key, value)
+                labelled = by_label.get(label)
+                if labelled is not None:
+                    labelled.pop(uid, None)
+                    if not labelled:
+                        del by_label[label]
         terms = pod.pod_anti_affinity
         if terms and pod.uid in self.anti_affinity.get(terms, {}):
             self._anti_changed(terms)
@@ -497,6 +570,10 @@ class ClusterSnapshot:
         self._nominated: dict[str, dict[str, Pod]] = {}
         self._sorted_nodes: list[NodeInfo] | None = None
         self._domains: dict[str, dict[str, str]] = {}
+        # Nodes whose pods or Node object changed since the kept filter pass last took them
+        # (`take_changed_nodes`), and that pass (`find_nodes_that_fit.filter_nodes`).
+        self._changed_nodes: set[str] = set()
+        self.kept_filter_pass: Any = None
         self._sorted_pdbs: list[PodDisruptionBudget] | None = None
         self._pdbs_by_namespace: dict[str, list[tuple[int, LabelSelector]]] | None = None
         self._pdb_positions: dict[str, int] = {}
@@ -707,6 +784,7 @@ class ClusterSnapshot:
             elif info.node.labels != node.labels:
                 self._domains.clear()
             info.node = node
+            self._changed_nodes.add(node.name)
 
     def domains(self, key: str) -> dict[str, str]:
         """Each node having the label `key`, with its value: the topology domains of that key
@@ -730,6 +808,13 @@ class ClusterSnapshot:
             del self.node_infos[name]
         self._sorted_nodes = None
         self._domains.clear()
+
+    def take_changed_nodes(self) -> set[str]:
+        """The names of the nodes whose pods or Node object changed since the last call (a
+        node added or removed also renews `nodes()`, the list): what the kept filter pass
+        must judge again."""
+        changed, self._changed_nodes = self._changed_nodes, set()
+        return changed
 
     def nodes(self) -> list[NodeInfo]:
         """Nodes that exist (have a Node object), in name order."""
@@ -773,8 +858,9 @@ class ClusterSnapshot:
         pod = self.pods.pop(uid, None)
         if pod is None:
             return None
-        if self._uid_by_key.get(pod.key) == uid:
-            del self._uid_by_key[pod.key]
+        key = pod.key
+        if self._uid_by_key.get(key) == uid:
+            del self._uid_by_key[key]
         if pod.over_cap:
             self._count_over_cap(pod, None)
         self._detach(pod)
@@ -827,7 +913,8 @@ class ClusterSnapshot:
             if info is None:
                 info = self.node_infos[pod.node_name] = NodeInfo(pod.node_name)
             info.add_pod(pod)
-            if self.warmed:
+            self._changed_nodes.add(pod.node_name)
+            if self.warmed and pod.uid not in self._pdb_matches:
                 self.matching_pdbs(pod)
             bound = self.bound
             if pod.claims or pod.inline_csi or pod.pod_anti_affinity or bound.labels_ready:
@@ -850,6 +937,7 @@ class ClusterSnapshot:
             self.bound.discard(pod)
             if info is not None:
                 info.remove_pod(pod.uid)
+                self._changed_nodes.add(pod.node_name)
                 if info.node is None and not info.pods:
                     del self.node_infos[pod.node_name]
         elif pod.nominated_node_name:
