@@ -59,6 +59,7 @@ from benchmarks.planner import snapshot_file
 from benchmarks.synthetic_cluster import preemptor
 from preemptctl.deciding.path import Decided, DecisionPath, DecisionRequest
 from preemptctl.kube.pods import PodLookup, Presence
+from preemptctl.kube.view import settle_the_heap
 from preemptctl.ledger.engine import create_ledger_engine
 from preemptctl.ledger.events import LedgerEvent
 from preemptctl.ledger.inputs import Appended
@@ -159,9 +160,8 @@ def run(
     path = snapshot_file(nodes)
     started = time.perf_counter()
     view = View(ClusterSnapshot.from_list(orjson.loads(path.read_bytes())))
-    view.snapshot.warm()  # as the cluster view does once synced, and then freezes the heap
-    gc.collect()
-    gc.freeze()
+    view.snapshot.warm()  # as the cluster view does once synced, and then settles the heap
+    settle_the_heap()
     print(
         f"snapshot: {nodes} nodes, {len(view.snapshot.pods)} pods, "
         f"built in {time.perf_counter() - started:.1f} s"
