@@ -107,6 +107,53 @@ def preemptor(name: str) -> dict[str, Any]:
     return pod(name, priority=PREEMPTOR_PRIORITY, cpu="2")
 
 
+def pod_group(
+    name: str,
+    *,
+    min_count: int,
+    priority: int,
+    disruption_all: bool = False,
+    cannot_fit: bool = False,
+    namespace: str = "default",
+) -> dict[str, Any]:
+    """A PodGroup: a gang of `min_count`, `disruptionMode: all` or single; `cannot_fit`
+    labels it `CANNOT_FIT` for the audit."""
+    return {
+        "kind": "PodGroup",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": str(uuid.uuid4()),
+            "labels": {CANNOT_FIT: "true"} if cannot_fit else {},
+        },
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": min_count}},
+            "disruptionMode": {"all": {}} if disruption_all else {"single": {}},
+            "priority": priority,
+        },
+    }
+
+
+def gang_members(
+    group: dict[str, Any], *, cpu: str, nodes: list[str | None], grace_period: int = 1
+) -> list[dict[str, Any]]:
+    """One pod of `group` per entry of `nodes` (None: pending), at the group's priority."""
+    name = group["metadata"]["name"]
+    members = []
+    for i, node_name in enumerate(nodes):
+        member = pod(
+            f"{name}-{i}",
+            group["metadata"]["namespace"],
+            node_name=node_name,
+            priority=int(group["spec"]["priority"]),
+            cpu=cpu,
+            grace_period=grace_period,
+        )
+        member["spec"]["schedulingGroup"] = {"podGroupName": name}
+        members.append(member)
+    return members
+
+
 def hostile_pod() -> dict[str, Any]:
     """A pod no reader can accept (its priority is text), as a broken admission webhook or a
     newer API server could let through."""
@@ -328,9 +375,9 @@ class Rig:
         module docstring). Called once the scenario is loaded and after each `add_gang`."""
         members: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for obj in self.cluster.store.objects(PODS):
-            group = _member_of(obj)
-            if group is not None:
-                members[group].append(obj)
+            member_of = _member_of(obj)
+            if member_of is not None:
+                members[member_of].append(obj)
         for group in self.cluster.store.objects(POD_GROUPS):
             key = _group_key(group)
             if key in self.gangs or key in self.units:
@@ -648,6 +695,8 @@ class Audit:
     deletes: int
     runs: int
     injected: dict[str, int] = field(default_factory=dict)  # what the rig did, for the report
+    gangs: dict[str, int] = field(default_factory=dict)  # each pending gang: members bound
+    units: int = 0  # victim units judged
 
     def of(self, invariant: str) -> list[str]:
         assert invariant in INVARIANTS, invariant
@@ -772,7 +821,14 @@ class Audit:
                     f"{', '.join(ends)}"
                 )
         _judge_gangs(found, gangs or [], units or [], deletes, rows, live_uids)
-        return Audit(dict(found), run_seed, sum(len(s) for s in deletes.values()), len(by_run))
+        return Audit(
+            dict(found),
+            run_seed,
+            sum(len(s) for s in deletes.values()),
+            len(by_run),
+            gangs={end.gang.key: end.bound for end in gangs or []},
+            units=len(units or []),
+        )
 
 
 def _judge_gangs(
