@@ -32,6 +32,8 @@ fault suite's audit, gang ones included, held or not.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import tempfile
 import threading
 import time
@@ -39,7 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.faults.test_worker_kills import chaos, kill_after_deletes
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from tests.faults.test_worker_kills import kill_after_deletes
 from tests.support.emulator import as_list, node, pod
 from tests.support.fault_rig import (
     INVARIANTS,
@@ -112,6 +117,31 @@ class RunFigures:
     audit: Audit | None = None
     no_candidate_runs: int = 0
     seconds: float = 0.0
+    stuck: list[str] = field(default_factory=list)  # each run left open, with its history
+
+
+def stuck_workflows(rig: Rig) -> list[str]:
+    """Each workflow still running at the end, with its last history events: where it
+    waits (a workflow task never completed, a timer, a local activity marker missing)."""
+
+    async def ask() -> list[str]:
+        client = await Client.connect(rig.temporal.address)
+        told = []
+        query = f'TaskQueue = "{rig.task_queue}" AND ExecutionStatus = "Running"'
+        async for execution in client.list_workflows(query):
+            handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+            history = await handle.fetch_history()
+            kinds = [
+                f"{e.event_id}:{EventType.Name(e.event_type).removeprefix('EVENT_TYPE_')}"
+                for e in history.events
+            ]
+            told.append(f"{execution.id} ({len(kinds)} events): ... {' '.join(kinds[-8:])}")
+        return told
+
+    try:
+        return asyncio.run(ask())
+    except Exception as error:  # the report says it, the figures stand
+        return [f"cannot read the open runs: {error}"]
 
 
 def add_wave(rig: Rig, wave: int, figures: RunFigures) -> None:
@@ -155,13 +185,27 @@ def watch_bindings(rig: Rig, figures: RunFigures, stop: threading.Event) -> None
                 arrival.bound = time.monotonic()
 
 
-def restart_killed(rig: Rig, killed: threading.Event, stop: threading.Event) -> None:
-    """Start every worker again after each kill at a DELETE."""
+def keep_running(rig: Rig, killed: threading.Event, stop: threading.Event) -> None:
+    """Start every worker again after each kill at a DELETE, and any worker found not
+    running (killed at random, or exited by itself: its log says why)."""
     while not stop.is_set():
-        if killed.wait(0.5):
-            killed.clear()
-            for worker in rig.workers:
-                rig.ensure_running(worker)
+        killed.wait(0.5)
+        killed.clear()
+        for worker in rig.workers:
+            if worker.pid is None and not stop.is_set():
+                try:
+                    rig.ensure_running(worker)
+                except AssertionError as error:  # killed again while starting: next round
+                    print(f"  ({error})", flush=True)
+
+
+def random_kills(rig: Rig, kills: int, stop: threading.Event) -> None:
+    """SIGKILL a random worker after a random pause, `kills` times (`keep_running` starts
+    it again)."""
+    for _ in range(kills):
+        if stop.wait(rig.rng.uniform(3.0, 20.0)):
+            return
+        rig.rng.choice(rig.workers).kill()
 
 
 def one_run(
@@ -180,8 +224,8 @@ def one_run(
     ) as rig:
         threads = [
             threading.Thread(target=watch_bindings, args=(rig, figures, stop), daemon=True),
-            threading.Thread(target=restart_killed, args=(rig, killed, stop), daemon=True),
-            threading.Thread(target=chaos, args=(rig, RANDOM_KILLS, stop), daemon=True),
+            threading.Thread(target=keep_running, args=(rig, killed, stop), daemon=True),
+            threading.Thread(target=random_kills, args=(rig, RANDOM_KILLS, stop), daemon=True),
         ]
         for thread in threads:
             thread.start()
@@ -208,6 +252,7 @@ def one_run(
             for thread in threads:
                 thread.join(timeout=120)
         figures.audit = rig.audit()
+        figures.stuck = stuck_workflows(rig)
         cannot_fit = rig.gangs[f"default/{CANNOT_FIT}"].uid
         figures.no_candidate_runs = sum(
             1
@@ -249,6 +294,8 @@ def report(number: int, figures: RunFigures) -> bool:
                 print(f"    {invariant}: {line}")
     else:
         print(f"  invariants held: all {len(INVARIANTS)}")
+    for line in figures.stuck:
+        print(f"  still open: {line}")
     met = not never and slowest is not None and slowest <= GOAL_SECONDS and not doubles
     return met and not broken
 
@@ -263,12 +310,19 @@ def main() -> None:
     parser.add_argument("--cut", type=float, default=25.0, help="seconds Postgres is cut off")
     parser.add_argument("--share", type=float, default=0.14, help="share of API faults")
     parser.add_argument("--wave-gap", type=float, default=10.0, help="seconds between waves")
+    parser.add_argument("--keep", action="store_true", help="keep the workers' logs (printed)")
     args = parser.parse_args()
     results: list[tuple[bool, float | None]] = []
-    with (
-        tempfile.TemporaryDirectory(prefix="preemptctl-gang-faults-") as work,
-        PersistentTemporal(Path(work) / "temporal.db") as temporal,
-    ):
+    with contextlib.ExitStack() as stack:
+        prefix = "preemptctl-gang-faults-"
+        work = (
+            tempfile.mkdtemp(prefix=prefix)
+            if args.keep
+            else stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix))
+        )
+        if args.keep:
+            print(f"workers' logs under {work}")
+        temporal = stack.enter_context(PersistentTemporal(Path(work) / "temporal.db"))
         for number in range(args.runs):
             run_dir = Path(work) / f"run-{number}"
             run_dir.mkdir()
