@@ -215,6 +215,7 @@ def one_run(
     killed = threading.Event()
     stop = threading.Event()
     started = time.monotonic()
+    restarts_before = temporal.restarts  # the server outlives the runs: count this run's
     with fault_rig(
         temporal,
         work,
@@ -252,6 +253,7 @@ def one_run(
             for thread in threads:
                 thread.join(timeout=120)
         figures.audit = rig.audit()
+        figures.audit.injected["temporal restarts"] -= restarts_before
         figures.stuck = stuck_workflows(rig)
         cannot_fit = rig.gangs[f"default/{CANNOT_FIT}"].uid
         figures.no_candidate_runs = sum(
