@@ -122,6 +122,9 @@ class Selection:
     victim_nodes: dict[str, str] = field(default_factory=dict)
     # The PodGroups its victims belong to, for their `Preempted` Events at the run's end.
     victim_pod_groups: list[VictimPodGroup] = field(default_factory=list)
+    # A resumed run that had recorded its own end already (`activities.resumed.ended_as`):
+    # the workflow ends so, without its steps and without recording the end again.
+    ended_as: Outcome | None = None
 
 
 @dataclass

@@ -72,6 +72,7 @@ class GroupSelection:
     story: DecisionStory | None = None
     terminating: list[str] = field(default_factory=list)  # as `Selection.terminating`
     victim_pod_groups: list[VictimPodGroup] = field(default_factory=list)  # as `Selection`'s
+    ended_as: Outcome | None = None  # as `Selection.ended_as`
 
 
 @dataclass

@@ -7,7 +7,9 @@ the next one to run them all again). The decision path then answers `Resumed`, a
 goes on from the decision on record, never from a new one: the same node, the same victims
 (each on the node recorded with it), the same members placed, the same end if it ended at
 its decision. Its victims' steps find those already deleted terminating or gone, and send
-nothing twice (`activities.victim_steps`).
+nothing twice (`activities.victim_steps`). A run whose worker was lost after the run had
+recorded its end (completed, failed, aborted) but before the workflow closed is told how it
+ended (`ended_as`): it ends so again without a step, and without a second end in the ledger.
 
 Translation only, from the ledger's per-attempt view (`ledger.views.AttemptView`).
 """
@@ -20,7 +22,7 @@ from preemptctl.activities.contracts import DecisionStory, Nomination, Selection
 from preemptctl.activities.group_contracts import GroupSelection, VictimPlacement
 from preemptctl.activities.story import explain_command
 from preemptctl.ledger.views import AttemptView
-from preemptctl.ledger.vocabulary import Outcome
+from preemptctl.ledger.vocabulary import WORKFLOW_OUTCOMES, Outcome
 from preemptctl.preemption.decision import PodRef, Verdict
 from preemptctl.preemption.group_decision import GroupRef
 from preemptctl.preemption.objects import Pod
@@ -55,6 +57,7 @@ def resumed_selection(
         dry_run=attempt.outcome is Outcome.DRY_RUN,
         story=_story(attempt.preemptor.key, message, victims),
         victim_nodes={v.victim.uid: v.node for v in attempt.victims if v.node},
+        ended_as=ended_as(attempt),
     )
 
 
@@ -94,6 +97,22 @@ def resumed_group_selection(group: GroupRef, attempt: AttemptView | None) -> Gro
         scheduler_name=_scheduler_of(decision),
         dry_run=attempt.outcome is Outcome.DRY_RUN,
         story=_story(group.key, message, [v.victim for v in attempt.victims]),
+        ended_as=ended_as(attempt),
+    )
+
+
+def ended_as(attempt: AttemptView) -> Outcome | None:
+    """The end the run's workflow recorded itself (completed, failed, aborted), when it did:
+    its worker was lost between that end step and the workflow's close. None for a run
+    still open, and for an end the decision wrote ahead (the selection says it again)."""
+    outcome = attempt.outcome
+    return outcome if outcome in WORKFLOW_OUTCOMES else None
+
+
+def already_ended(outcome: Outcome) -> str:
+    """What a resumed run that had ended says: nothing is done again."""
+    return (
+        f"this run had already ended {outcome.value} (recorded in the ledger): nothing done again"
     )
 
 

@@ -120,7 +120,14 @@ class _Handler(BaseHTTPRequestHandler):
         split = urlsplit(self.path)
         query = dict(parse_qsl(split.query))
         content_type = self.headers.get("Content-Type", "")
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if len(raw) < length:
+            # The client went away mid-request (a worker SIGKILLed while sending): a real API
+            # server never serves a request whose body was cut short, so neither do we (a
+            # DELETE would otherwise be served without the preconditions it was sending).
+            self.close_connection = True
+            return
         watch = query.get("watch") in ("true", "1")
         target = route(method, split.path, watch, self.server.served)
         if target is None:

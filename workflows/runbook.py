@@ -23,6 +23,10 @@ Upstream's asynchronous preemption (`prepareCandidateAsync`), made durable:
    the preemptor's bind is the scheduler's, recorded from the watch (the trigger loop). A
    victim marked but spared (the run stopped) has its DisruptionTarget removed first.
 
+A run whose worker was lost after its end step and before the workflow closed is asked to
+select again; the select answers how the run ended on record (`Selection.ended_as`), and
+the run ends so at once: no step again, no second end in the ledger.
+
 So a preemption of v victims is one workflow task (its start eager where it can be), with
 1 + 1 + v + 1 local activities (select, nominate, each victim, the end) and two search
 attribute changes (preempting, finished); tests/workflows/test_costs.py counts it.
@@ -53,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         Written,
     )
     from preemptctl.activities.preemption import PreemptionActivities
+    from preemptctl.activities.resumed import already_ended
     from preemptctl.ledger.vocabulary import Fate, Outcome, outcome_of_decision
     from preemptctl.preemption.decision import PodRef, Verdict
     from preemptctl.workflows import search_attributes as sa
@@ -81,6 +86,7 @@ class Selected(Protocol):
     dry_run: bool
     story: DecisionStory | None
     terminating: list[str]
+    ended_as: Outcome | None
 
 
 class Progress(Protocol):
@@ -167,6 +173,8 @@ class Runbook(ABC, Generic[SelectionT, ResultT]):
         selection = await self._select()
         decided = workflow.now()
         self.evaluation_seconds = (decided - started).total_seconds()
+        if selection.ended_as is not None:  # ended before its worker was lost: on record
+            return Stop(selection.ended_as, already_ended(selection.ended_as), written_ahead=True)
         verdict = selection.verdict
         if verdict is None:
             return Stop(Outcome.ABORTED, selection.message)  # the preemptor moved on

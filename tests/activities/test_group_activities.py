@@ -7,6 +7,9 @@ Scenarios:
 - select decides for the group and says it in the workflow's terms: each placed member by
   UID and node, each victim by UID with its node and unit, the pod groups it hits, minCount,
   the decision in words; the PodGroup and each trainer are told (`Preempting`);
+- select asked again for a run that decided (its worker lost) resumes from the decision on
+  record, writing nothing; after its own end step recorded completed, failed or aborted, it
+  says how it ended (`ended_as`), also when every member has been bound since;
 - a worker that runs dry decides a request to act as a dry run and tells nobody;
 - nominate_members nominates each trainer to its node and records `member_nominated` for
   each, in one append;
@@ -234,6 +237,33 @@ def test_select_says_the_decision_in_the_workflows_terms(ledger: Engine) -> None
     assert events == [("Pod", f"train-a-{i}", "Preempting") for i in range(4)] + [
         ("PodGroup", "train-a", "Preempting")
     ]
+
+
+def test_select_asked_again_resumes_an_open_group_run(ledger: Engine) -> None:
+    with gang(ledger) as g:
+        first = g.select()
+        kinds = g.kinds()
+        again = g.select()
+        assert g.kinds() == kinds
+    assert sorted(v.pod.uid for v in again.victims) == sorted(v.pod.uid for v in first.victims)
+    assert again.ended_as is None
+
+
+@pytest.mark.parametrize("ended", [Outcome.COMPLETED, Outcome.FAILED, Outcome.ABORTED])
+def test_select_asked_again_after_the_group_runs_end_says_how_it_ended(
+    ledger: Engine, ended: Outcome
+) -> None:
+    with gang(ledger) as g:
+        first = g.select()
+        g.end(ended, f"ended {ended.value}", placements=g.placements())
+        for i, trainer in enumerate(TRAINERS):
+            g.bind(trainer, f"node-{i + 1}")
+        until(lambda: all(g.view_shows_bound(t) for t in TRAINERS))
+        kinds = g.kinds()
+        again = g.select()
+        assert g.kinds() == kinds
+    assert again.ended_as is ended
+    assert sorted(v.pod.uid for v in again.victims) == sorted(v.pod.uid for v in first.victims)
 
 
 def test_a_dry_worker_decides_a_request_to_act_as_a_dry_run_and_tells_nobody(

@@ -12,6 +12,10 @@ Scenarios:
 - select for a preemptor that is gone reports why (no verdict) and records nothing: the
   workflow records the abort (`record_end`), which records it with its reason;
 - a dry run records the decision and its end (dry_run);
+- select asked again for a run that decided (its worker lost) resumes from the decision on
+  record, writing nothing: still open, it goes on (`ended_as` None); after its own end step
+  recorded completed, failed or aborted, it says so (`ended_as`), also when the preemptor has
+  been bound since;
 - a second run of a preemption appends `retried` before its decision: by whom, why, after
   which run and how that run ended; a first run appends none;
 - mark records `victim_marked`; mark of a replaced victim records the replacement's UID;
@@ -223,6 +227,29 @@ def test_a_dry_run_records_the_decision_and_its_end(cluster: Cluster) -> None:
     cluster.select("default/urgent", dry_run=True)
     assert cluster.kinds()[0] == "decision_made"
     assert cluster.kinds()[-1] == "dry_run"
+
+
+def test_select_asked_again_resumes_an_open_run_from_its_decision(cluster: Cluster) -> None:
+    first = cluster.select("default/urgent")
+    again = cluster.select("default/urgent")
+    assert (again.verdict, again.node, again.victims) == (first.verdict, first.node, first.victims)
+    assert again.ended_as is None
+    assert cluster.kinds() == ["decision_made", "victim_chosen:victim-0", "victim_chosen:victim-1"]
+
+
+@pytest.mark.parametrize("ended", [Outcome.COMPLETED, Outcome.FAILED, Outcome.ABORTED])
+def test_select_asked_again_after_the_runs_end_says_how_it_ended(
+    cluster: Cluster, ended: Outcome
+) -> None:
+    first = cluster.select("default/urgent")
+    end = EndInput(RUN, first.preemptor, ended, first.node, f"ended {ended.value}")
+    ActivityEnvironment().run(cluster.activities.record_end, end)
+    before = cluster.kinds()
+    bound = {"spec": {"nodeName": "node-1"}}
+    cluster.emulator.store.patch(PODS, "default", "urgent", "application/merge-patch+json", bound)
+    again = cluster.select("default/urgent")
+    assert (again.ended_as, again.victims) == (ended, first.victims)
+    assert cluster.kinds() == before
 
 
 def test_mark_records_the_marked_victim(cluster: Cluster) -> None:

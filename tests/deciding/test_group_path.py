@@ -11,6 +11,9 @@ Scenarios:
 - a batch is decided in priority order, pod or group, whatever the order of arrival: the more
   important request takes the contested room, the other meets its claim;
 - a retried group run does not meet its own claim, and chooses the victims it holds;
+- a group run decides once: asked again (its worker lost after the write-ahead), it is told
+  to resume, nothing written, also once it no longer needs room (its PodGroup gone after
+  the deletes it made: stopping would leave them unrecorded);
 - 1) a group gone, replaced, or with no pending member stops the decision before the lock,
   with its reason and nothing written; a label-named group with no pod left is gone;
 - the PodGroup as step 1 read it is what is planned with (not the view's older copy);
@@ -39,6 +42,7 @@ from preemptctl.deciding.path import (
     DecisionPath,
     DecisionRequest,
     GroupDecisionRequest,
+    Resumed,
 )
 from preemptctl.kube.pods import PodGroupLookup, Presence
 from preemptctl.ledger.engine import create_ledger_engine
@@ -240,6 +244,25 @@ def test_a_retried_group_run_does_not_meet_its_own_claim(ledger: Engine) -> None
     assert again.decision.verdict is Verdict.PREEMPT
     assert again.decision.victims == first.decision.victims
     assert again.claims == []
+
+
+def test_a_group_run_asked_again_resumes_from_its_decision(ledger: Engine) -> None:
+    view = two_full_nodes()
+    path = view.path(ledger)
+    first = path.decide_group(view.group_request("train"))
+    assert first.decision is not None and first.decision.verdict is Verdict.PREEMPT
+    before = rows(ledger)
+    assert path.decide_group(view.group_request("train")) == Resumed("g-train", "run-1")
+    assert rows(ledger) == before
+
+
+def test_a_group_run_asked_again_after_its_group_is_gone_resumes(ledger: Engine) -> None:
+    view = two_full_nodes()
+    view.path(ledger).decide_group(view.group_request("train"))
+    gone = DecisionPath(
+        ledger, view, view.lookup, read_group=lambda ref: PodGroupLookup(Presence.GONE, None)
+    )
+    assert gone.decide_group(view.group_request("train")) == Resumed("g-train", "run-1")
 
 
 def nothing_written(ledger: Engine) -> bool:

@@ -9,6 +9,8 @@ Scenarios:
 - a second delete with a shorter grace period shortens it, a longer one changes nothing;
 - a UID precondition that does not hold is a 409 Conflict worded as `rest.BeforeDelete` words it;
 - a resourceVersion precondition that does not hold is the same kind of 409;
+- a DELETE whose body is cut short (its client killed while sending) is not served: the pod
+  stays, as a real API server leaves it;
 - a delete is a watch event: MODIFIED when termination starts, DELETED when the pod goes;
 - a terminating pod deleted with grace period 0 (a kubelet's, or a forced, delete) is written
   with its grace period cut to 0 (MODIFIED) before it goes (DELETED), as kube-apiserver does.
@@ -17,8 +19,10 @@ Scenarios:
 from __future__ import annotations
 
 import json
+import socket
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -136,3 +140,23 @@ def test_cutting_a_termination_short_is_modified_then_deleted(
     assert [e["type"] for e in events] == ["MODIFIED", "DELETED"]
     assert events[0]["object"]["metadata"]["deletionGracePeriodSeconds"] == 0
     assert emulator.pod("default/web") is None
+
+
+def test_a_delete_cut_short_is_not_served(emulator: Emulator) -> None:
+    emulator.load(pod("victim", node_name="node-1"))
+    loaded = emulator.pod("default/victim")
+    assert loaded is not None
+    uid = loaded["metadata"]["uid"]
+    body = json.dumps({"preconditions": {"uid": uid}}).encode()
+    address = urlsplit(emulator.base_url)
+    with socket.create_connection((address.hostname, address.port)) as connection:
+        connection.sendall(
+            b"DELETE /api/v1/namespaces/default/pods/victim HTTP/1.1\r\n"
+            b"Host: emulator\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body[: len(body) // 2]
+        )
+        connection.shutdown(socket.SHUT_WR)
+        assert connection.recv(1024) == b""  # no answer: the connection is closed
+    found = emulator.pod("default/victim")
+    assert found is not None and "deletionTimestamp" not in found["metadata"]

@@ -11,6 +11,13 @@ that fires the moment a DELETE has succeeded, before its answer leaves), through
 The audit reads only what no worker can bend: the emulator's request log and final state,
 the ledger's rows, and Temporal's list of runs. Never the workers' own logs or metrics.
 
+Gangs (issue 25): the rig surveys the PodGroups it is given (`Rig.survey`): a group with a
+pending member when first seen is a pending gang (its members are waited for and judged as
+preemptors are, unless it is labelled `CANNOT_FIT`); a `disruptionMode: all` group with
+scheduled members is a victim unit, taken whole or not at all. The audit then asks whether
+each pending gang is bound whole or not at all, whether anything was deleted for a gang left
+unbound, and whether a victim unit was split.
+
 Scale and replay: `PREEMPT_FAULTS_SCALE=N` multiplies nodes, preemptors, kills and time
 bounds (default 1, CI size); a failure names its seed, and `PREEMPT_FAULTS_SEED=S` replays
 the same random choices (the timing of the processes is not replayed).
@@ -41,7 +48,7 @@ from temporalio.client import Client
 
 from preemptctl.emulator import Request, RequestLog, SimulatedCluster
 from preemptctl.emulator.faults import Action, Decision, Fault, Faults
-from preemptctl.emulator.resources import PODS
+from preemptctl.emulator.resources import POD_GROUPS, PODS
 from preemptctl.ledger.models import events as events_table
 from preemptctl.migrations import upgrade
 from preemptctl.worker.ports import free_port
@@ -52,6 +59,9 @@ from tests.support.temporal_server import PersistentTemporal
 
 PREEMPTCTL = str(Path(sys.executable).parent / "preemptctl")
 PREEMPTOR_PRIORITY = 1000
+CANNOT_FIT = "faults.preemptctl.test/cannot-fit"
+"""A label on a pending PodGroup that no preemption can place: not waited for, and judged
+only by whether anything was deleted for it."""
 SCALE_ENV = "PREEMPT_FAULTS_SCALE"
 SEED_ENV = "PREEMPT_FAULTS_SEED"
 
@@ -95,6 +105,53 @@ def crowded_cluster(nodes: int, preemptors: int, *, grace_period: int = 1) -> di
 
 def preemptor(name: str) -> dict[str, Any]:
     return pod(name, priority=PREEMPTOR_PRIORITY, cpu="2")
+
+
+def pod_group(
+    name: str,
+    *,
+    min_count: int,
+    priority: int,
+    disruption_all: bool = False,
+    cannot_fit: bool = False,
+    namespace: str = "default",
+) -> dict[str, Any]:
+    """A PodGroup: a gang of `min_count`, `disruptionMode: all` or single; `cannot_fit`
+    labels it `CANNOT_FIT` for the audit."""
+    return {
+        "kind": "PodGroup",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": str(uuid.uuid4()),
+            "labels": {CANNOT_FIT: "true"} if cannot_fit else {},
+        },
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": min_count}},
+            "disruptionMode": {"all": {}} if disruption_all else {"single": {}},
+            "priority": priority,
+        },
+    }
+
+
+def gang_members(
+    group: dict[str, Any], *, cpu: str, nodes: list[str | None], grace_period: int = 1
+) -> list[dict[str, Any]]:
+    """One pod of `group` per entry of `nodes` (None: pending), at the group's priority."""
+    name = group["metadata"]["name"]
+    members = []
+    for i, node_name in enumerate(nodes):
+        member = pod(
+            f"{name}-{i}",
+            group["metadata"]["namespace"],
+            node_name=node_name,
+            priority=int(group["spec"]["priority"]),
+            cpu=cpu,
+            grace_period=grace_period,
+        )
+        member["spec"]["schedulingGroup"] = {"podGroupName": name}
+        members.append(member)
+    return members
 
 
 def hostile_pod() -> dict[str, Any]:
@@ -164,6 +221,50 @@ class HookedRequestLog(RequestLog):
 
 def is_successful_delete(request: Request) -> bool:
     return request.verb == "delete" and request.resource == "pods" and 200 <= request.code < 300
+
+
+# -- gangs ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gang:
+    """A pending PodGroup, as the rig first saw it."""
+
+    key: str  # namespace/name
+    uid: str
+    min_count: int
+    members: tuple[str, ...]  # its pods' namespace/name
+    fits: bool  # False when labelled `CANNOT_FIT`
+
+
+@dataclass(frozen=True)
+class VictimUnit:
+    """A `disruptionMode: all` PodGroup with scheduled members: one victim unit."""
+
+    key: str
+    members: frozenset[str]  # the UIDs of its members scheduled when first seen
+
+
+@dataclass(frozen=True)
+class GangEnd:
+    """A pending gang at the audit: how many of its members are bound."""
+
+    gang: Gang
+    bound: int
+
+
+def _group_key(obj: dict[str, Any]) -> str:
+    return f"{obj['metadata'].get('namespace') or 'default'}/{obj['metadata']['name']}"
+
+
+def _member_of(pod_obj: dict[str, Any]) -> str | None:
+    name = ((pod_obj.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+    return f"{pod_obj['metadata'].get('namespace') or 'default'}/{name}" if name else None
+
+
+def _min_count(group: dict[str, Any]) -> int:
+    gang = (group["spec"].get("schedulingPolicy") or {}).get("gang")
+    return int(gang["minCount"]) if gang else 1
 
 
 # -- the workers ----------------------------------------------------------------------------------
@@ -266,6 +367,58 @@ class Rig:
     workers: list[WorkerProcess]
     rng: random.Random
     seed: int
+    gangs: dict[str, Gang] = field(default_factory=dict)
+    units: dict[str, VictimUnit] = field(default_factory=dict)
+
+    def survey(self) -> None:
+        """Note each PodGroup not seen before: a pending gang, or a victim unit (see the
+        module docstring). Called once the scenario is loaded and after each `add_gang`."""
+        members: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for obj in self.cluster.store.objects(PODS):
+            member_of = _member_of(obj)
+            if member_of is not None:
+                members[member_of].append(obj)
+        for group in self.cluster.store.objects(POD_GROUPS):
+            key = _group_key(group)
+            if key in self.gangs or key in self.units:
+                continue
+            pods = members.get(key, [])
+            scheduled = [p for p in pods if (p.get("spec") or {}).get("nodeName")]
+            if len(scheduled) < len(pods):
+                self.gangs[key] = Gang(
+                    key,
+                    str(group["metadata"]["uid"]),
+                    _min_count(group),
+                    tuple(
+                        sorted(
+                            f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods
+                        )
+                    ),
+                    (group["metadata"].get("labels") or {}).get(CANNOT_FIT) != "true",
+                )
+            elif scheduled and "all" in (group["spec"].get("disruptionMode") or {}):
+                self.units[key] = VictimUnit(
+                    key, frozenset(str(p["metadata"]["uid"]) for p in scheduled)
+                )
+
+    def add_gang(self, group: dict[str, Any], members: list[dict[str, Any]]) -> None:
+        """A new PodGroup and its pods, in one step (the scheduler never sees the pods
+        without their group), as a job controller would create them."""
+        with self.cluster.store.transaction():
+            self.cluster.store.load(POD_GROUPS, group)
+            for member in members:
+                self.cluster.store.load(PODS, member)
+        self.survey()
+
+    def gang_ends(self) -> list[GangEnd]:
+        """Each pending gang, with how many of its members are bound now."""
+        return [
+            GangEnd(gang, sum(1 for key in gang.members if self._bound(key)))
+            for gang in self.gangs.values()
+        ]
+
+    def _bound(self, key: str) -> bool:
+        return bool(((self.cluster.emulator.pod(key) or {}).get("spec") or {}).get("nodeName"))
 
     def preemptor_keys(self) -> list[str]:
         return [
@@ -275,11 +428,9 @@ class Rig:
         ]
 
     def unbound_preemptors(self) -> list[str]:
-        return [
-            key
-            for key in self.preemptor_keys()
-            if not ((self.cluster.emulator.pod(key) or {}).get("spec") or {}).get("nodeName")
-        ]
+        """The preemptors not bound, members of a pending gang that fits included."""
+        members = [key for gang in self.gangs.values() if gang.fits for key in gang.members]
+        return [key for key in [*self.preemptor_keys(), *members] if not self._bound(key)]
 
     def add(self, obj: dict[str, Any]) -> None:
         """A new object, as a controller or a person would create it (ADDED on the watch)."""
@@ -383,16 +534,20 @@ class Rig:
             calm = calm + 1 if quiet else 0
         return time.monotonic() - start
 
-    def audit(self) -> Audit:
+    def ledger_rows(self) -> list[dict[str, Any]]:
+        """Every event row of the ledger, in order (read directly, not through the proxy)."""
         engine = create_engine(self.database_url)
         try:
             with engine.connect() as connection:
-                rows = [
+                return [
                     dict(row._mapping)
                     for row in connection.execute(select(events_table).order_by(events_table.c.id))
                 ]
         finally:
             engine.dispose()
+
+    def audit(self) -> Audit:
+        rows = self.ledger_rows()
         try:
             running = self.running_workflows()
         except Exception as error:
@@ -404,6 +559,8 @@ class Rig:
             self.unbound_preemptors(),
             running,
             self.seed,
+            self.gang_ends(),
+            list(self.units.values()),
         )
         audit.injected = {
             **self.faults.injected,
@@ -465,6 +622,7 @@ def fault_rig(
             rig = Rig(
                 cluster, faults, requests, temporal, proxy, url, task_queue, fleet, rng, run_seed
             )
+            rig.survey()
             try:
                 if arm is not None:
                     arm(rig)
@@ -493,6 +651,10 @@ INVARIANTS = (
     "no duplicate ledger event",
     "no missing ledger event",
     "no workflow left running",
+    "each run ends once",
+    "every pending gang bound whole or none of it",
+    "no victim deleted for a gang left unbound",
+    "no victim unit taken in part",
 )
 
 _ONCE_PER_RUN = frozenset(
@@ -533,6 +695,8 @@ class Audit:
     deletes: int
     runs: int
     injected: dict[str, int] = field(default_factory=dict)  # what the rig did, for the report
+    gangs: dict[str, int] = field(default_factory=dict)  # each pending gang: members bound
+    units: int = 0  # victim units judged
 
     def of(self, invariant: str) -> list[str]:
         assert invariant in INVARIANTS, invariant
@@ -554,6 +718,8 @@ class Audit:
         unbound: list[str],
         running: list[str],
         run_seed: int,
+        gangs: list[GangEnd] | None = None,
+        units: list[VictimUnit] | None = None,
     ) -> Audit:
         found: dict[str, list[str]] = defaultdict(list)
         found["every preemptor bound"] = [f"{key} is not bound" for key in unbound]
@@ -647,4 +813,66 @@ class Audit:
                 found["no missing ledger event"].append(
                     f"uid {uid}: ledger says victim_deleted, the API saw no successful DELETE"
                 )
-        return Audit(dict(found), run_seed, sum(len(s) for s in deletes.values()), len(by_run))
+        for run_id, events in by_run.items():
+            ends = [event["kind"] for event in events if event["kind"] in _TERMINAL]
+            if len(ends) > 1:
+                found["each run ends once"].append(
+                    f"run {run_id} ({events[0]['preemption_id']}): {len(ends)} ends: "
+                    f"{', '.join(ends)}"
+                )
+        _judge_gangs(found, gangs or [], units or [], deletes, rows, live_uids)
+        return Audit(
+            dict(found),
+            run_seed,
+            sum(len(s) for s in deletes.values()),
+            len(by_run),
+            gangs={end.gang.key: end.bound for end in gangs or []},
+            units=len(units or []),
+        )
+
+
+def _judge_gangs(
+    found: dict[str, list[str]],
+    gangs: list[GangEnd],
+    units: list[VictimUnit],
+    deletes: dict[str, list[Request]],
+    rows: list[dict[str, Any]],
+    live_uids: set[str],
+) -> None:
+    """The gang invariants: each pending gang bound whole (minCount) or not at all; nothing
+    deleted for a gang left unbound, by the ledger (its runs' `victim_deleted`) or by the
+    request log (a pod deleted that only its runs chose); no victim unit split (some of its
+    members deleted or gone, others still there)."""
+    for end in gangs:
+        gang = end.gang
+        if 0 < end.bound < gang.min_count:
+            found["every pending gang bound whole or none of it"].append(
+                f"{gang.key}: {end.bound} of {len(gang.members)} member(s) bound, "
+                f"minCount {gang.min_count}"
+            )
+        if end.bound:
+            continue
+        runs = {row["run_id"] for row in rows if row["preemptor_uid"] == gang.uid}
+        choosers: dict[str, set[str]] = defaultdict(set)
+        for row in rows:
+            if row["kind"] == "victim_chosen":
+                choosers[row["victim_uid"]].add(row["run_id"])
+        for row in rows:
+            if row["kind"] == "victim_deleted" and row["run_id"] in runs:
+                found["no victim deleted for a gang left unbound"].append(
+                    f"{gang.key} is not bound, yet its run {row['run_id']} deleted "
+                    f"{row['victim_namespace']}/{row['victim_name']} uid {row['victim_uid']}"
+                )
+        for uid, sent in deletes.items():
+            if choosers.get(uid) and choosers[uid] <= runs:
+                found["no victim deleted for a gang left unbound"].append(
+                    f"{gang.key} is not bound, yet {sent[0].namespace}/{sent[0].name} uid "
+                    f"{uid}, chosen by its runs only, was deleted"
+                )
+    for unit in units:
+        gone = {uid for uid in unit.members if uid in deletes or uid not in live_uids}
+        if gone and gone != unit.members:
+            found["no victim unit taken in part"].append(
+                f"{unit.key} (disruptionMode all): {len(gone)} of {len(unit.members)} "
+                f"member(s) deleted, {len(unit.members) - len(gone)} left"
+            )

@@ -21,6 +21,8 @@ in tests/workflows/test_full_stack_groups.py):
   run: the last is never touched, the spared victim unmarked;
 - a final verdict, a dry run and a preemptor gone before the decision end at once, the
   first two written ahead by the select (no end step), the abort recorded by the end step;
+- a run resumed after it had recorded its own end (its worker lost before the workflow
+  closed) ends as recorded at once: no step again, no second end step;
 - held back by the eviction budget: a durable sleep, then a fresh decision;
 - a nomination that fails for good does not stop the preemption (upstream goes on too).
 """
@@ -358,6 +360,28 @@ async def test_a_preemptor_gone_before_the_decision_is_aborted_by_the_end_step(r
     result = await run(script)
     assert script.calls == ["select", "end:aborted"]
     assert result.outcome is Outcome.ABORTED
+
+
+@pytest.mark.parametrize("ended", [Outcome.COMPLETED, Outcome.ABORTED])
+async def test_a_run_resumed_after_its_end_ends_as_recorded_without_a_step(
+    run: Run, ended: Outcome
+) -> None:
+    script = Script(selections=[decided(ended_as=ended)])
+    result = await run(script)
+    assert script.calls == ["select"]
+    assert (result.outcome, result.message) == (
+        ended,
+        f"this run had already ended {ended.value} (recorded in the ledger): nothing done again",
+    )
+
+
+async def test_a_run_resumed_after_it_failed_fails_again_without_a_step(run: Run) -> None:
+    script = Script(selections=[decided(ended_as=Outcome.FAILED)])
+    with pytest.raises(WorkflowFailureError) as failure:
+        await run(script)
+    assert script.calls == ["select"]
+    carried = result_of_failure(failure.value)
+    assert carried is not None and carried.outcome is Outcome.FAILED
 
 
 async def test_a_throttled_decision_sleeps_then_decides_afresh(run: Run) -> None:
