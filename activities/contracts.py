@@ -122,6 +122,9 @@ class Selection:
     victim_nodes: dict[str, str] = field(default_factory=dict)
     # The PodGroups its victims belong to, for their `Preempted` Events at the run's end.
     victim_pod_groups: list[VictimPodGroup] = field(default_factory=list)
+    # The unit of several pods each victim is taken with, by UID ("podGroup ml/train-b"; a
+    # victim taken alone is not in it): a run that stops never leaves such a unit in part.
+    victim_units: dict[str, str] = field(default_factory=dict)
     # A resumed run that had recorded its own end already (`activities.resumed.ended_as`):
     # the workflow ends so, without its steps and without recording the end again.
     ended_as: Outcome | None = None
@@ -253,6 +256,10 @@ class PreemptVictimInput:
     # A pod's room: its nominated node (a victim of a gang taken whole is on another; ""
     # in a step from before: the victim's node, which was the nominated one).
     room_node: str = ""
+    # The unit of several pods this step finishes ("podGroup ml/train-b"): the run stopped
+    # (the room is no longer needed) after it had deleted other pods of the unit, and a unit
+    # taken whole is never left in part, so the step deletes without asking about the room.
+    finishing: str = ""
 
 
 @dataclass

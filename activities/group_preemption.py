@@ -323,6 +323,10 @@ class GroupPreemptionActivities:
         assert group is not None
         members = [placed.pod for placed in request.placements]
         nominations = {placed.pod.key: placed.node for placed in request.placements}
+        if request.finishing:  # a unit begun is finished: the room is not asked about
+            return self._victims.preempt(
+                request.step, lambda: "", lambda step: self._announce_preempted(step, group)
+            )
         return self._victims.preempt(
             request.step,
             lambda: reason_to_stop_group(self._standing(group, members), group.key, nominations),

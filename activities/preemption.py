@@ -60,7 +60,11 @@ from preemptctl.activities.heartbeat import beat_while_waiting
 from preemptctl.activities.recording import Recorder, event, failure_note, when
 from preemptctl.activities.resumed import resumed_selection
 from preemptctl.activities.story import pod_story
-from preemptctl.activities.victim_groups import tell_victim_pod_groups, victim_pod_groups
+from preemptctl.activities.victim_groups import (
+    tell_victim_pod_groups,
+    victim_pod_groups,
+    whole_units,
+)
 from preemptctl.activities.victim_steps import VictimSteps, write_events, written
 from preemptctl.activities.view_channel import ViewChannel
 from preemptctl.deciding.path import Decided, DecisionPath, DecisionRequest, Resumed
@@ -111,6 +115,7 @@ class PreemptionActivities:
         self._view = view
         self._ledger = ledger
         self._identity = identity
+        self._group_label = planner_args.pod_group_label if planner_args else ""
         self._recorder = Recorder(kube, ledger, identity, dry_run=dry_run)
         self._victims = VictimSteps(self._recorder)
         self._decisions = DecisionPath(
@@ -210,6 +215,7 @@ class PreemptionActivities:
         if selection.victims and not dry_run and not selection.retry_after_seconds:
             with self._view.read() as snapshot:
                 selection.victim_pod_groups = victim_pod_groups(snapshot, selection.victims)
+                selection.victim_units = whole_units(snapshot, selection.victims, self._group_label)
         return selection
 
     def _resumed(self, request: SelectInput, resumed: Resumed) -> Selection:
@@ -220,6 +226,7 @@ class PreemptionActivities:
             selection = resumed_selection(request.preemptor, attempt, snapshot.pod_by_key)
             units = {v.victim.uid: v.unit for v in attempt.victims if v.unit} if attempt else {}
             selection.victim_pod_groups = victim_pod_groups(snapshot, selection.victims, units)
+            selection.victim_units = whole_units(snapshot, selection.victims, self._group_label)
             return selection
 
     def _tell_the_preemptor_the_decision(
@@ -341,6 +348,8 @@ class PreemptionActivities:
         step = request.step
         if request.group is not None:
             return self.groups.preempt_victim(request)
+        if request.finishing:  # a unit begun is finished: the room is not asked about
+            return self._victims.preempt(step, lambda: "", self._announce_preempted)
         return self._victims.preempt(
             step,
             lambda: reason_to_stop(

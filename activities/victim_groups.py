@@ -28,6 +28,7 @@ from preemptctl.ledger.vocabulary import Fate
 from preemptctl.preemption.decision import PodRef
 from preemptctl.preemption.group_decision import GroupRef
 from preemptctl.preemption.snapshot import ClusterSnapshot
+from preemptctl.preemption.victim_units import UnitIndex
 
 GROUP_UNIT = "podGroup "  # a unit taken whole, as a decision records it ("podGroup ml/train-b")
 
@@ -55,6 +56,24 @@ def victim_pod_groups(
             ref = GroupRef(shown.namespace, shown.name, shown.uid, shown.priority)
             groups.append(VictimPodGroup(ref, uids))
     return groups
+
+
+def whole_units(
+    snapshot: ClusterSnapshot, victims: Iterable[PodRef], group_label: str
+) -> dict[str, str]:
+    """The unit of several pods each victim goes with, by UID, in a decision's words
+    ("podGroup ml/train-b", "compositePodGroup ml/job", "labelGroup ml/x"), as the planner
+    found it (`UnitIndex.whole_group_key`); a victim taken alone, or no longer in the view,
+    is not in it. The runbook finishes such a unit once begun (`workflows.runbook`)."""
+    index = UnitIndex(snapshot, group_label)
+    units: dict[str, str] = {}
+    for victim in victims:
+        pod = snapshot.pods.get(victim.uid)
+        whole = index.whole_group_key(pod) if pod is not None else None
+        if whole is not None:
+            kind, key = whole
+            units[victim.uid] = f"{kind.value} {key}"
+    return units
 
 
 def tell_victim_pod_groups(

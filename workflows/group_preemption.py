@@ -428,6 +428,9 @@ class GroupPreemptionWorkflow:
             workflow.upsert_search_attributes(updates)
 
 
+ALONE = "pod "  # the unit of a victim taken alone, as a decision names it ("pod ml/x")
+
+
 class GroupRunbook(Runbook[GroupSelection, GroupPreemptionResult]):
     """The one runbook (`workflows.runbook`), for a pod group: the room is for `group`'s
     placed members, each on its node; its victims are on many nodes, each on its own."""
@@ -501,6 +504,13 @@ class GroupRunbook(Runbook[GroupSelection, GroupPreemptionResult]):
             grace_period_seconds=request.grace_period_seconds,
             scheduler_name=self._scheduler_name,
         )
+
+    def units_taken_whole(self, selection: GroupSelection) -> dict[str, str]:
+        return {
+            victim.pod.uid: victim.unit
+            for victim in selection.victims
+            if victim.unit and not victim.unit.startswith(ALONE)
+        }
 
     def victim_step(self, victim: VictimInput) -> PreemptVictimInput:
         placed = [Nomination(member.pod, member.node) for member in self._progress.members]

@@ -521,6 +521,9 @@ class PodRunbook(Runbook[Selection, PreemptionResult]):
             scheduler_name=self._scheduler_name,
         )
 
+    def units_taken_whole(self, selection: Selection) -> dict[str, str]:
+        return dict(selection.victim_units)
+
     def victim_step(self, victim: VictimInput) -> PreemptVictimInput:
         return PreemptVictimInput(victim, room_node=self._progress.node or "")
 

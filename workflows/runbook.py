@@ -17,7 +17,10 @@ Upstream's asynchronous preemption (`prepareCandidateAsync`), made durable:
    terminating gets no call (upstream skips it too). Each victim's step asks whether the
    room is still needed before its DELETE: a preemptor gone, replaced or bound elsewhere
    stops the run (aborted), with no pod evicted for nothing. A victim refused for good
-   fails the run; the last is then not touched.
+   fails the run; the last is then not touched. A run that stops after its steps deleted
+   some pods of a unit taken whole (a gang with `disruptionMode: all`) deletes the rest of
+   that unit (`_finish_units_begun`, behind the patch `FINISH_UNITS_BEGUN`): a unit goes
+   whole or not at all, decided from the workflow's state once the parallel steps are done.
 3. End: at the last victim's delete, as upstream's goroutine ends there. One step records
    the end with every victim's fate and the nomination's writes, in one ledger statement;
    the preemptor's bind is the scheduler's, recorded from the watch (the trigger loop). A
@@ -74,6 +77,11 @@ with workflow.unsafe.imports_passed_through():
     )
 
 VICTIM_SLOTS = 16
+
+FINISH_UNITS_BEGUN = "finish-units-begun"
+"""`workflow.patched` id: a run that stops (the room no longer needed) after deleting some
+pods of a unit taken whole deletes the rest of that unit. Runs recorded before it ended
+with such a unit in part; on replay they do again exactly what they did."""
 """Victim steps at once, as upstream's parallelizer runs its `preemptPod` calls."""
 
 
@@ -123,6 +131,8 @@ class Runbook(ABC, Generic[SelectionT, ResultT]):
         self._failures: list[tuple[VictimProgress, bool]] = []  # (victim, retrying can help)
         self._stopped = ""  # why a victim's step left it alone: the room is no longer needed
         self._nomination: asyncio.Task[list[Written]] | None = None
+        self._units: dict[str, str] = {}  # victim UID -> the unit taken whole it goes with
+        self._finished_units: list[str] = []  # units begun, finished after the run stopped
 
     # -- what differs ---------------------------------------------------------------------
 
@@ -138,6 +148,11 @@ class Runbook(ABC, Generic[SelectionT, ResultT]):
     @abstractmethod
     async def nominate(self, selection: SelectionT) -> list[Written]:
         """The nomination step; its writes, for the end to record."""
+
+    @abstractmethod
+    def units_taken_whole(self, selection: SelectionT) -> dict[str, str]:
+        """The unit of several pods each victim goes with, by UID ("podGroup ml/train-b");
+        a victim taken alone is not in it."""
 
     @abstractmethod
     def victim_step(self, victim: VictimInput) -> PreemptVictimInput:
@@ -208,6 +223,7 @@ class Runbook(ABC, Generic[SelectionT, ResultT]):
             await workflow.sleep(timedelta(seconds=selection.retry_after_seconds))
         self.state.message = selection.message
         self._updates += self.take(selection)
+        self._units = self.units_taken_whole(selection)
         self.story = selection.story
         if self.story is not None:
             workflow.set_current_details(self.story.markdown())
@@ -232,28 +248,69 @@ class Runbook(ABC, Generic[SelectionT, ResultT]):
         *others, last = todo
         slots = asyncio.Semaphore(VICTIM_SLOTS)
         await asyncio.gather(*(self._preempt_one(victim, slots) for victim in others))
+        await self._finish_units_begun(slots)
         self._stop_if_any_victim_failed_or_the_room_is_not_needed(last)
         self.state.pending_last_victim = last.pod
         self.state.preempting = False  # upstream: out of the preempting set before the last
         await self._preempt_one(last, slots)
         self.state.pending_last_victim = None
+        await self._finish_units_begun(slots)
         self._stop_if_any_victim_failed_or_the_room_is_not_needed(None)
 
-    async def _preempt_one(self, victim: VictimProgress, slots: asyncio.Semaphore) -> None:
+    async def _finish_units_begun(self, slots: asyncio.Semaphore) -> None:
+        """A run that stopped because the room is no longer needed, after its steps had
+        deleted some pods of a unit taken whole (a gang with `disruptionMode: all`), deletes
+        the rest of that unit: the unit goes whole or not at all, as upstream takes it, and a
+        gang left in part is broken for nothing. The workflow decides it from its own state
+        once the parallel steps are done, so no race between them can leave a unit in part.
+        Only the units begun: a unit none of whose pods were deleted is spared whole."""
+        if not self._stopped or self._failures or not self._units:
+            return
+        begun = {
+            self._units[victim.pod.uid]
+            for victim in self.state.victims
+            if victim.pod.uid in self._units and victim.fate is Fate.DELETED
+        }
+        left = [
+            victim
+            for victim in self.state.victims
+            if self._units.get(victim.pod.uid) in begun
+            and victim.fate in (Fate.CHOSEN, Fate.SPARED)
+        ]
+        if not left or not workflow.patched(FINISH_UNITS_BEGUN):
+            return
+        self._finished_units += sorted({self._units[victim.pod.uid] for victim in left})
+        await asyncio.gather(
+            *(
+                self._preempt_one(victim, slots, finishing=self._units[victim.pod.uid])
+                for victim in left
+            )
+        )
+
+    async def _preempt_one(
+        self, victim: VictimProgress, slots: asyncio.Semaphore, *, finishing: str = ""
+    ) -> None:
         pod = victim.pod
+        step = self.victim_step(self.victim_input(victim))
+        summary = f"preempt {pod.key} (uid {pod.uid}) on {victim.node}"
+        if finishing:
+            step.finishing = finishing
+            summary = f"{summary}, finishing {finishing}"
         async with slots:
             try:
                 result = await self.steps.call(
-                    PreemptionActivities.preempt_victim,
-                    self.victim_step(self.victim_input(victim)),
-                    f"preempt {pod.key} (uid {pod.uid}) on {victim.node}",
-                    KUBE_DEADLINE,
+                    PreemptionActivities.preempt_victim, step, summary, KUBE_DEADLINE
                 )
             except StepFailed as error:
                 victim.fate, victim.message = Fate.FAILED, cause(error)
                 self._results[pod.uid] = VictimResult(Fate.FAILED, victim.message)
                 self._failures.append((victim, retryable(error)))
                 return
+        if finishing and result.fate is Fate.DELETED:
+            result.message = (
+                f"deleted to finish {finishing}: the room was no longer needed, but this run "
+                "had deleted other pods of the unit, which goes whole or not at all"
+            )
         victim.fate, victim.message = result.fate, result.message
         self._results[pod.uid] = result
         if result.fate is Fate.FAILED:
@@ -275,6 +332,13 @@ class Runbook(ABC, Generic[SelectionT, ResultT]):
                 f"victim {failed.pod.key} could not be preempted: {failed.message}",
                 retryable=all(ok for _, ok in self._failures),
                 failed_victim=failed.pod,
+            )
+        if self._finished_units:
+            finished = ", ".join(self._finished_units)
+            raise Stop(
+                Outcome.ABORTED,
+                f"{self._stopped}; {finished} finished (begun before: a unit taken whole is "
+                "never left in part)",
             )
         raise Stop(Outcome.ABORTED, self._stopped)
 

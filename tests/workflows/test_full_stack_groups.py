@@ -253,3 +253,29 @@ async def test_a_failed_gang_preemption_warns_each_member(client, ledger, emulat
         )
         assert f"Its nomination to node-{i + 1} is not cleared" in note
     assert nominated == [f"node-{i + 1}" for i in range(4)]
+
+
+async def test_a_run_stopped_mid_unit_finishes_the_unit_it_began(client, ledger, emulator):
+    async with running_stack(client, ledger, emulator, gang()) as stack:
+        # train-b-2's mark is slow: train-b-0 and train-b-1 are deleted, then the group that
+        # needed the room is deleted, before train-b-2's step asks whether it still does.
+        emulator.faults.delay("patch", "pods/status", 2.0, times=1, name="train-b-2")
+        handle = await stack.start_group("ml/train-a")
+        while not {"train-b-0", "train-b-1"} <= set(stack.deletes()):
+            await asyncio.sleep(0.02)
+        emulator.store.delete(POD_GROUPS, "ml", "train-a")
+        result = await handle.result()
+        fates = {row["victim_name"]: row for row in stack.ledger_rows(handle.id, "victim_deleted")}
+        kinds = stack.ledger_kinds(handle.id)
+    assert result.outcome == "aborted"
+    assert result.message == (
+        "the pod group ml/train-a is gone; podGroup ml/train-b finished (begun before: a unit "
+        "taken whole is never left in part)"
+    )
+    assert {"train-b-0", "train-b-1", "train-b-2"} <= set(stack.deletes())
+    assert stack.deletes().count("train-b-2") == 1
+    assert {"train-b-0", "train-b-1", "train-b-2"} <= set(fates)
+    assert fates["train-b-2"]["payload"]["message"].startswith(
+        "deleted to finish podGroup ml/train-b: the room was no longer needed"
+    )
+    assert kinds[-1] == "preemption_aborted"

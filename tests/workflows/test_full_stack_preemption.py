@@ -23,7 +23,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from preemptctl.emulator.resources import EVENTS_V1
+from preemptctl.emulator.resources import EVENTS_V1, PODS
 from preemptctl.workflows.contract import workflow_id_for
 from preemptctl.workflows.preemption import PreemptionWorkflow
 from tests.workflows.harness import keep_history, running_stack
@@ -188,4 +188,28 @@ async def test_a_pod_that_takes_a_gang_whole_tells_its_pod_group(client, ledger,
             "Pod",
             "urgent",
         )
+    ]
+
+
+async def test_a_run_stopped_mid_gang_finishes_the_gang_it_began(client, ledger, emulator):
+    async with running_stack(client, ledger, emulator, a_gang_in_the_way()) as stack:
+        # Each member's mark is slow: the first is deleted, then the preemptor is deleted
+        # while the last one's mark is under way, before its step asks about the room.
+        for member in ("train-y-0", "train-y-1"):
+            emulator.faults.delay("patch", "pods/status", 1.0, times=1, name=member)
+        handle = await stack.start("ml/urgent")
+        while not {"train-y-0", "train-y-1"} & set(stack.deletes()):
+            await asyncio.sleep(0.02)
+        emulator.store.delete(PODS, "ml", "urgent")
+        result = await handle.result()
+        fates = {row["victim_name"]: row for row in stack.ledger_rows(handle.id, "victim_deleted")}
+    assert result.outcome == "aborted"
+    assert result.message.endswith(
+        "; podGroup ml/train-y finished (begun before: a unit taken whole is never left in part)"
+    )
+    assert sorted(stack.deletes()) == ["train-y-0", "train-y-1"]
+    finished = [row for row in fates.values() if "deleted to finish" in row["payload"]["message"]]
+    assert [row["payload"]["message"] for row in finished] == [
+        "deleted to finish podGroup ml/train-y: the room was no longer needed, but this run "
+        "had deleted other pods of the unit, which goes whole or not at all"
     ]
