@@ -182,29 +182,69 @@ async def visible(ui: UI, query: str) -> list[str]:
     return []
 
 
+@dataclass
+class Told:
+    """What the UI shows of one finished run: the list's answer to each query, the summary,
+    the story (the User Metadata tab), and the history."""
+
+    listed: dict[str, list[str]]
+    summary: str
+    details: str
+    history: list[dict[str, Any]]
+
+    def result(self) -> Any:
+        """The run's result, as the UI decodes it."""
+        [completed] = [
+            e for e in self.history if e["eventType"].endswith("WORKFLOW_EXECUTION_COMPLETED")
+        ]
+        [result] = completed["workflowExecutionCompletedEventAttributes"]["result"]["payloads"]
+        return decoded(result)
+
+    def steps(self) -> list[str]:
+        """Each step's summary, in the history's order (a local activity's is its marker's)."""
+        return [
+            decoded(e["userMetadata"]["summary"])
+            for e in self.history
+            if e["eventType"].endswith("ACTIVITY_TASK_SCHEDULED")
+            or e.get("markerRecordedEventAttributes", {}).get("markerName") == "core_local_activity"
+        ]
+
+
+async def told_by_the_ui(ui: UI, workflow_id: str, uid: str, queries: dict[str, str]) -> Told:
+    """What the UI shows of a run, asked while its worker runs (it answers the query for
+    the story); `queries` are list queries, each narrowed to the run's `PreemptorUid`."""
+    listed = {
+        name: await visible(ui, f'{query} AND PreemptorUid = "{uid}"')
+        for name, query in queries.items()
+    }
+    page = ui.workflow(workflow_id)
+    run_id = page["workflowExecutionInfo"]["execution"]["runId"]
+    # From a thread: the worker answering the query runs on this loop.
+    details = await asyncio.to_thread(ui.current_details, workflow_id, run_id)
+    summary = decoded(page["executionConfig"]["userMetadata"]["summary"])
+    return Told(listed, summary, details, ui.history(workflow_id))
+
+
 async def test_a_completed_run_tells_its_story(ui: UI, ledger: Engine, emulator: Emulator):
     async with running_stack(ui.env.client, ledger, emulator, one_full_node()) as stack:
         victim_uids = {key: stack.preemptor(key).uid for key in VICTIMS}
         handle = await stack.start("default/urgent", local_activities=True)
         await handle.result()
         uid = stack.preemptor("default/urgent").uid
-        listed = {
-            name: await visible(ui, f'{query} AND PreemptorUid = "{uid}"')
-            for name, query in {
+        told = await told_by_the_ui(
+            ui,
+            handle.id,
+            uid,
+            {
                 "by preemptor": 'PreemptorPod = "default/urgent"',
                 "by outcome": 'PreemptionOutcome = "completed"',
                 "by victim": 'VictimPods = "default/victim-1"',
-            }.items()
-        }
-        page = ui.workflow(handle.id)
-        run_id = page["workflowExecutionInfo"]["execution"]["runId"]
-        # From a thread: the worker answering the query runs on this loop.
-        details = await asyncio.to_thread(ui.current_details, handle.id, run_id)
-        history = ui.history(handle.id)
-    assert listed == {name: [handle.id] for name in listed}
-    summary = decoded(page["executionConfig"]["userMetadata"]["summary"])
-    assert summary == "Preempt for default/urgent (priority 1000000)"
+            },
+        )
+    assert told.listed == {name: [handle.id] for name in told.listed}
+    assert told.summary == "Preempt for default/urgent (priority 1000000)"
 
+    details = told.details
     assert details.startswith(
         "**Preempt 2 pod(s) on node-1 for default/urgent (priority 1000000)**\n\n"
         "- default/victim-0 (uid "
@@ -216,9 +256,7 @@ async def test_a_completed_run_tells_its_story(ui: UI, ledger: Engine, emulator:
         "there; its bind is the scheduler's, recorded when the watch shows it"
     )
 
-    [completed] = [e for e in history if e["eventType"].endswith("WORKFLOW_EXECUTION_COMPLETED")]
-    [result] = completed["workflowExecutionCompletedEventAttributes"]["result"]["payloads"]
-    result = decoded(result)
+    result = told.result()
     assert sorted(result)[0] == "decision"
     assert result["decision"].startswith(
         "Preempt 2 pod(s) on node-1 for default/urgent (priority 1000000): default/victim-0 (uid "
@@ -226,12 +264,7 @@ async def test_a_completed_run_tells_its_story(ui: UI, ledger: Engine, emulator:
     assert result["decision"].endswith("More: preemptctl explain default/urgent")
     assert (result["outcome"], result["retryable"]) == ("completed", None)
 
-    steps = [
-        decoded(e["userMetadata"]["summary"])
-        for e in history
-        if e["eventType"].endswith("ACTIVITY_TASK_SCHEDULED")
-        or e.get("markerRecordedEventAttributes", {}).get("markerName") == "core_local_activity"
-    ]
+    steps = told.steps()
     assert all(steps), steps  # every step has its summary
     assert {"select victims for default/urgent", "nominate default/urgent to node-1"} <= set(steps)
     assert steps[-1] == "ledger: completed"
@@ -273,29 +306,27 @@ async def test_a_group_run_tells_its_story(ui: UI, ledger: Engine, emulator: Emu
         handle = await stack.start_group("ml/train-a")
         await handle.result()
         uid = stack.group("ml/train-a").uid
-        listed = {
-            name: await visible(ui, f'{query} AND PreemptorUid = "{uid}"')
-            for name, query in {
+        told = await told_by_the_ui(
+            ui,
+            handle.id,
+            uid,
+            {
                 "by group": 'PodGroup = "ml/train-a"',
                 "by outcome": 'PreemptionOutcome = "completed"',
                 "by victim group": 'VictimGroups = "ml/train-b"',
                 "by victim": 'VictimPods = "ml/notebook"',
-            }.items()
-        }
-        page = ui.workflow(handle.id)
-        run_id = page["workflowExecutionInfo"]["execution"]["runId"]
-        details = await asyncio.to_thread(ui.current_details, handle.id, run_id)
-        history = ui.history(handle.id)
-    assert listed == {name: [handle.id] for name in listed}
-    summary = decoded(page["executionConfig"]["userMetadata"]["summary"])
-    assert summary == "Preempt for pod group ml/train-a (priority 100000)"
+            },
+        )
+    assert told.listed == {name: [handle.id] for name in told.listed}
+    assert told.summary == "Preempt for pod group ml/train-a (priority 100000)"
 
+    details = told.details
     assert details.startswith(
         "**Preempt 4 pod(s) in 2 unit(s) for pod group ml/train-a (priority 100000, minCount 4): "
         "4 member(s) placed on node-1, node-2, node-3, node-4**\n\n"
     )
-    told = [line for line in details.splitlines() if line.startswith("- ")]
-    assert sorted(told) == sorted(  # each victim with its UID, its own node and its unit
+    lines = [line for line in details.splitlines() if line.startswith("- ")]
+    assert sorted(lines) == sorted(  # each victim with its UID, its own node and its unit
         f"- {victim} (uid {victim_uids[victim]}, priority {priority}, on {node}, {unit})"
         for victim, priority, node, unit in GANG_VICTIM_PLACES
     )
@@ -307,21 +338,14 @@ async def test_a_group_run_tells_its_story(ui: UI, ledger: Engine, emulator: Emu
         "watch shows them"
     )
 
-    [completed] = [e for e in history if e["eventType"].endswith("WORKFLOW_EXECUTION_COMPLETED")]
-    [result] = completed["workflowExecutionCompletedEventAttributes"]["result"]["payloads"]
-    result = decoded(result)
+    result = told.result()
     assert result["decision"].startswith("Preempt 4 pod(s) in 2 unit(s) for pod group ml/train-a")
     assert (result["outcome"], result["retryable"], result["min_count"]) == ("completed", None, 4)
     assert sorted((v["pod"]["name"], v["node"], v["fate"]) for v in result["victims"]) == sorted(
         (victim.partition("/")[2], node, "deleted") for victim, _, node, _ in GANG_VICTIM_PLACES
     )
 
-    steps = [
-        decoded(e["userMetadata"]["summary"])
-        for e in history
-        if e["eventType"].endswith("ACTIVITY_TASK_SCHEDULED")
-        or e.get("markerRecordedEventAttributes", {}).get("markerName") == "core_local_activity"
-    ]
+    steps = told.steps()
     assert all(steps), steps
     assert steps[:2] == [
         "select victims for pod group ml/train-a",
