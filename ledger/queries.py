@@ -169,31 +169,29 @@ def decided(engine: Engine, preemption_id: str, run_id: str) -> bool:
     """Whether run `run_id` of `preemption_id` has its decision on record. One read on the
     preemption's index."""
     kinds = [kind.value for kind in DECISION_KINDS]
-    with translated_errors(engine), engine.connect() as connection:
-        found = connection.execute(
-            select(events.c.id)
-            .where(
-                events.c.preemption_id == preemption_id,
-                events.c.run_id == run_id,
-                events.c.kind.in_(kinds),
-            )
-            .limit(1)
-        ).first()
-    return found is not None
+    return _run_has(engine, preemption_id, run_id, events.c.kind.in_(kinds))
 
 
 def delete_sent(engine: Engine, preemption_id: str, run_id: str, victim_uid: str) -> bool:
     """Whether run `run_id` recorded its intent to delete this victim (`victim_delete_sent`).
     One read on the preemption's index."""
+    return _run_has(
+        engine,
+        preemption_id,
+        run_id,
+        events.c.kind == EventKind.VICTIM_DELETE_SENT.value,
+        events.c.victim_uid == victim_uid,
+    )
+
+
+def _run_has(
+    engine: Engine, preemption_id: str, run_id: str, *conditions: ColumnElement[bool]
+) -> bool:
+    """Whether one run has an event that meets `conditions`: the first found is enough."""
     with translated_errors(engine), engine.connect() as connection:
         found = connection.execute(
             select(events.c.id)
-            .where(
-                events.c.preemption_id == preemption_id,
-                events.c.run_id == run_id,
-                events.c.kind == EventKind.VICTIM_DELETE_SENT.value,
-                events.c.victim_uid == victim_uid,
-            )
+            .where(events.c.preemption_id == preemption_id, events.c.run_id == run_id, *conditions)
             .limit(1)
         ).first()
     return found is not None
